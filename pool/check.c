@@ -1,0 +1,145 @@
+/*
+ * check.c - pool_check: walks every structure and recomputes every counter
+ * from scratch. O(blocks log blocks); for tests and debugging, never on a
+ * hot path.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "pool_internal.h"
+
+typedef struct totals {
+    uint64_t requested, allocated, reserved, idle;
+    size_t live, free[POOL_KINDS];
+} totals;
+
+static int fail(char *why, size_t len, const char *fmt, ...)
+{
+    if (why && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, len, fmt, ap);
+        va_end(ap);
+    }
+    return -EFAULT;
+}
+
+static int check_block(const pool *p, const pool_segment *s,
+                       const pool_block *b, totals *t, char *why, size_t len)
+{
+    unsigned long a = (unsigned long)b->addr;
+    if (b->seg != s)
+        return fail(why, len, "block %#lx points at the wrong segment", a);
+    if (b->addr % POOL_ALIGN || b->size == 0 || b->size % POOL_ALIGN)
+        return fail(why, len, "block %#lx misaligned or empty", a);
+    if (b->next && b->next->prev != b)
+        return fail(why, len, "block %#lx: broken back link", a);
+    if (b->free) {
+        if (b->next && b->next->free)
+            return fail(why, len, "free neighbours at %#lx", a);
+        if (b->requested)
+            return fail(why, len, "free block %#lx has a requested size", a);
+        if (!pool_tree_contains(p->tree[s->kind], b))
+            return fail(why, len, "free block %#lx not in the index", a);
+        if (b->epoch > p->epoch)
+            return fail(why, len, "block %#lx from a future epoch", a);
+        t->free[s->kind]++;
+        return 0;
+    }
+    if (b->requested == 0 || b->requested > b->size)
+        return fail(why, len, "live block %#lx: bad requested size", a);
+    if (pool_addrmap_get(&p->live, b->addr) != b)
+        return fail(why, len, "live block %#lx not in the address map", a);
+    t->live++;
+    t->requested += b->requested;
+    t->allocated += b->size;
+    return 0;
+}
+
+static int check_segment(const pool *p, size_t i, totals *t, char *why,
+                         size_t len)
+{
+    const pool_segment *s = p->segs[i];
+    unsigned long base = (unsigned long)s->base;
+    if (i > 0 && p->segs[i - 1]->base + p->segs[i - 1]->size > s->base)
+        return fail(why, len, "segment %#lx overlaps its predecessor", base);
+    if (!s->first || s->first->addr != s->base || s->first->prev)
+        return fail(why, len, "segment %#lx: bad first block", base);
+    uintptr_t end = s->base;
+    for (const pool_block *b = s->first; b; b = b->next) {
+        if (b->addr != end)
+            return fail(why, len, "segment %#lx: gap or overlap at %#lx",
+                        base, (unsigned long)b->addr);
+        int err = check_block(p, s, b, t, why, len);
+        if (err)
+            return err;
+        end = b->addr + b->size;
+    }
+    if (end != s->base + s->size)
+        return fail(why, len, "segment %#lx: blocks cover %lu of %zu bytes",
+                    base, (unsigned long)(end - s->base), s->size);
+    t->reserved += s->size;
+    if (s->first->free && !s->first->next)
+        t->idle += s->size;
+    return 0;
+}
+
+static int check_counters(const pool *p, const totals *t, char *why,
+                          size_t len)
+{
+    const pool_stats *st = &p->st;
+    if (t->requested != st->requested || t->allocated != st->allocated)
+        return fail(why, len, "allocated bytes: counted %lu/%lu, walked %lu/%lu",
+                    (unsigned long)st->requested, (unsigned long)st->allocated,
+                    (unsigned long)t->requested, (unsigned long)t->allocated);
+    if (t->reserved != st->reserved || st->cached != st->reserved - st->allocated)
+        return fail(why, len, "reserved bytes: counted %lu, walked %lu",
+                    (unsigned long)st->reserved, (unsigned long)t->reserved);
+    if (t->idle != p->idle_bytes)
+        return fail(why, len, "idle bytes: counted %zu, walked %lu",
+                    p->idle_bytes, (unsigned long)t->idle);
+    if (t->live != p->live.count)
+        return fail(why, len, "address map holds %zu, walked %zu live",
+                    p->live.count, t->live);
+    if (st->requested > st->requested_peak || st->allocated > st->allocated_peak ||
+        st->reserved > st->reserved_peak || st->cached > st->cached_peak)
+        return fail(why, len, "a gauge is above its peak");
+    if (st->seg_reserves - st->seg_releases != p->nsegs)
+        return fail(why, len, "segment counters disagree with %zu segments",
+                    p->nsegs);
+    return 0;
+}
+
+static int check_locked(const pool *p, char *why, size_t len)
+{
+    totals t = {0};
+    for (size_t i = 0; i < p->nsegs; i++) {
+        int err = check_segment(p, i, &t, why, len);
+        if (err)
+            return err;
+    }
+    for (int k = 0; k < POOL_KINDS; k++) {
+        size_t n;
+        int err = pool_tree_check(p->tree[k], &n, why, len);
+        if (err)
+            return err;
+        if (n != t.free[k] || n != p->free_count[k])
+            return fail(why, len, "free index %d holds %zu, walked %zu, "
+                        "counted %zu", k, n, t.free[k], p->free_count[k]);
+    }
+    return check_counters(p, &t, why, len);
+}
+
+int pool_check(pool *p, char *why, size_t len)
+{
+    char scratch[8];
+    if (!why) {
+        why = scratch;
+        len = sizeof(scratch);
+    }
+    pthread_mutex_lock(&p->lock);
+    int err = check_locked(p, why, len);
+    pthread_mutex_unlock(&p->lock);
+    return err;
+}

@@ -1,0 +1,579 @@
+/*
+ * pool.c - allocation, free, growth, release and statistics.
+ *
+ * Every public function takes the pool's lock for its whole run. The
+ * allocation path allocates host memory only when a node slab or the
+ * address map must grow, and does that before changing anything, so an
+ * allocation that fails leaves the pool as it was.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool_internal.h"
+
+enum { SLAB_BLOCKS = 256 };
+
+#define MIB ((size_t)1 << 20)
+
+void pool_config_default(pool_config *cfg)
+{
+    cfg->small_max = 1 * MIB;
+    cfg->small_segment = 2 * MIB;
+    cfg->large_round = 2 * MIB;
+    cfg->large_split_min = 1 * MIB;
+    cfg->max_split = 0;
+    cfg->oversize_slack = 20 * MIB;
+    cfg->max_reserved = 0;
+    cfg->release_threshold = SIZE_MAX;
+}
+
+int pool_config_validate(const pool_config *c)
+{
+    if (!c->small_segment || !c->large_round || !c->small_max)
+        return -EINVAL;
+    if (c->small_segment % POOL_ALIGN || c->large_round % POOL_ALIGN ||
+        c->small_max % POOL_ALIGN || c->max_split % POOL_ALIGN)
+        return -EINVAL;
+    if (c->small_max > c->small_segment)
+        return -EINVAL;
+    /* A fresh segment must always serve the request that made it. */
+    if (c->max_split && (c->max_split <= c->small_segment ||
+                         c->oversize_slack < c->large_round))
+        return -EINVAL;
+    return 0;
+}
+
+const char *pool_strerror(int err)
+{
+    switch (err) {
+    case 0: return "success";
+    case -EOVERFLOW: return "size too large";
+    case -EDQUOT: return "reserved-memory cap reached";
+    case -ENOMEM: return "out of device memory";
+    case -ENOENT: return "address not owned by the pool";
+    case -EINVAL: return "address inside a block, not its start";
+    case -EALREADY: return "block already free (double free)";
+    case -EFAULT: return "pool invariant broken";
+    default: return "backend error";
+    }
+}
+
+/* ---- block nodes ------------------------------------------------------ */
+
+/* Makes sure at least n spare nodes exist. 0 or -ENOMEM. */
+static int nodes_reserve(pool *p, int n)
+{
+    int have = 0;
+    for (pool_block *b = p->spare; b && have < n; b = b->next)
+        have++;
+    if (have >= n)
+        return 0;
+    if (p->nslabs == p->slabs_cap) {
+        size_t cap = p->slabs_cap ? p->slabs_cap * 2 : 16;
+        void **s = realloc(p->slabs, cap * sizeof(*s));
+        if (!s)
+            return -ENOMEM;
+        p->slabs = s;
+        p->slabs_cap = cap;
+    }
+    pool_block *slab = calloc(SLAB_BLOCKS, sizeof(*slab));
+    if (!slab)
+        return -ENOMEM;
+    p->slabs[p->nslabs++] = slab;
+    for (int i = 0; i < SLAB_BLOCKS; i++) {
+        slab[i].next = p->spare;
+        p->spare = &slab[i];
+    }
+    return 0;
+}
+
+static pool_block *node_take(pool *p)
+{
+    pool_block *b = p->spare;
+    p->spare = b->next;
+    memset(b, 0, sizeof(*b));
+    return b;
+}
+
+static void node_give(pool *p, pool_block *b)
+{
+    b->next = p->spare;
+    p->spare = b;
+}
+
+/* ---- gauges ------------------------------------------------------------ */
+
+static void gauge_add(uint64_t *v, uint64_t *peak, uint64_t d)
+{
+    *v += d;
+    if (*v > *peak)
+        *peak = *v;
+}
+
+static void cached_update(pool *p)
+{
+    p->st.cached = p->st.reserved - p->st.allocated;
+    if (p->st.cached > p->st.cached_peak)
+        p->st.cached_peak = p->st.cached;
+}
+
+/* ---- free index ------------------------------------------------------- */
+
+static enum pool_kind kind_of(const pool_block *b) { return b->seg->kind; }
+
+static bool whole_segment(const pool_block *b)
+{
+    return !b->prev && !b->next;
+}
+
+static void index_add(pool *p, pool_block *b)
+{
+    b->free = true;
+    pool_tree_insert(&p->tree[kind_of(b)], b);
+    p->free_count[kind_of(b)]++;
+    if (whole_segment(b))
+        p->idle_bytes += b->size;
+}
+
+static void index_del(pool *p, pool_block *b)
+{
+    pool_tree_remove(&p->tree[kind_of(b)], b);
+    p->free_count[kind_of(b)]--;
+    b->free = false;
+    if (whole_segment(b))
+        p->idle_bytes -= b->size;
+}
+
+/* ---- segments --------------------------------------------------------- */
+
+long pool_segment_find(const pool *p, uintptr_t addr)
+{
+    size_t lo = 0, hi = p->nsegs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const pool_segment *s = p->segs[mid];
+        if (addr < s->base)
+            hi = mid;
+        else if (addr - s->base >= s->size)
+            lo = mid + 1;
+        else
+            return (long)mid;
+    }
+    return -1;
+}
+
+static int segs_insert(pool *p, pool_segment *s)
+{
+    if (p->nsegs == p->segs_cap) {
+        size_t cap = p->segs_cap ? p->segs_cap * 2 : 16;
+        pool_segment **a = realloc(p->segs, cap * sizeof(*a));
+        if (!a)
+            return -ENOMEM;
+        p->segs = a;
+        p->segs_cap = cap;
+    }
+    size_t i = p->nsegs;
+    while (i > 0 && p->segs[i - 1]->base > s->base) {
+        p->segs[i] = p->segs[i - 1];
+        i--;
+    }
+    p->segs[i] = s;
+    p->nsegs++;
+    return 0;
+}
+
+/* Releases segment i, which must hold exactly one free block. */
+static void segment_release(pool *p, size_t i)
+{
+    pool_segment *s = p->segs[i];
+    index_del(p, s->first);
+    node_give(p, s->first);
+    memmove(&p->segs[i], &p->segs[i + 1],
+            (p->nsegs - i - 1) * sizeof(*p->segs));
+    p->nsegs--;
+    p->be.release(p->be.ctx, s->base, s->size);
+    p->st.reserved -= s->size;
+    cached_update(p);
+    p->st.seg_releases++;
+    p->st.released_bytes_total += s->size;
+    free(s);
+}
+
+/* Releases fully free segments until idle bytes are at most keep.
+ * Returns the bytes released. */
+static size_t release_idle(pool *p, size_t keep)
+{
+    size_t released = 0;
+    for (size_t i = p->nsegs; i-- > 0 && p->idle_bytes > keep;) {
+        pool_segment *s = p->segs[i];
+        if (s->first->free && whole_segment(s->first)) {
+            released += s->size;
+            segment_release(p, i);
+        }
+    }
+    return released;
+}
+
+/* Reserves a new segment of size bytes and kind, and indexes its one free
+ * block. Needs one spare node. 0, -EDQUOT, -ENOMEM or a backend error. */
+static int segment_grow(pool *p, enum pool_kind kind, size_t size)
+{
+    if (p->cfg.max_reserved && (size > p->cfg.max_reserved ||
+                                p->st.reserved > p->cfg.max_reserved - size))
+        return -EDQUOT;
+    pool_segment *s = malloc(sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    uintptr_t base = 0;
+    int err = p->be.reserve(p->be.ctx, size, &base);
+    if (!err && (!base || base % POOL_ALIGN)) {
+        p->be.release(p->be.ctx, base, size);
+        err = -EFAULT;
+    }
+    if (!err) {
+        *s = (pool_segment){.base = base, .size = size, .kind = kind};
+        err = segs_insert(p, s);
+        if (err)
+            p->be.release(p->be.ctx, base, size);
+    }
+    if (err) {
+        free(s);
+        return err;
+    }
+    pool_block *b = node_take(p);
+    *b = (pool_block){.addr = base, .size = size, .seg = s};
+    s->first = b;
+    gauge_add(&p->st.reserved, &p->st.reserved_peak, size);
+    cached_update(p);
+    p->st.seg_reserves++;
+    p->st.reserved_bytes_total += size;
+    index_add(p, b);
+    return 0;
+}
+
+/* ---- allocation --------------------------------------------------------- */
+
+/* Rounds up to a multiple of to (a power of two or not); 0 on overflow. */
+static size_t round_up(size_t n, size_t to)
+{
+    size_t r = n % to;
+    if (!r)
+        return n;
+    return n > SIZE_MAX - (to - r) ? 0 : n + (to - r);
+}
+
+static bool oversize(const pool *p, size_t size)
+{
+    return p->cfg.max_split && size >= p->cfg.max_split;
+}
+
+/* Best-fitting free block for a rounded request, honouring max_split. */
+static pool_block *find_fit(pool *p, enum pool_kind kind, size_t size)
+{
+    pool_block *b = pool_tree_lower_bound(p->tree[kind], size);
+    if (!b || !oversize(p, b->size))
+        return b;
+    if (!oversize(p, size))
+        return NULL;
+    return b->size - size <= p->cfg.oversize_slack ? b : NULL;
+}
+
+static bool split_worth(const pool *p, const pool_block *b, size_t size)
+{
+    size_t rest = b->size - size;
+    if (oversize(p, b->size) || rest == 0)
+        return false;
+    return kind_of(b) == POOL_SMALL || rest > p->cfg.large_split_min;
+}
+
+/* Carves size bytes off the front of free block b (already out of the
+ * index) and puts the remainder back. Needs one spare node. */
+static void block_split(pool *p, pool_block *b, size_t size)
+{
+    pool_block *r = node_take(p);
+    *r = (pool_block){.addr = b->addr + size, .size = b->size - size,
+                      .epoch = b->epoch, .seg = b->seg, .prev = b,
+                      .next = b->next};
+    if (b->next)
+        b->next->prev = r;
+    b->next = r;
+    b->size = size;
+    index_add(p, r);
+}
+
+/* Finds or makes a block; on success it is still in the free index. */
+static int block_find_or_grow(pool *p, enum pool_kind kind, size_t size,
+                              pool_block **out)
+{
+    pool_block *b = find_fit(p, kind, size);
+    if (b) {
+        *out = b;
+        return 0;
+    }
+    size_t seg = kind == POOL_SMALL ? p->cfg.small_segment
+                                    : round_up(size, p->cfg.large_round);
+    if (!seg)
+        return -EOVERFLOW;
+    if (p->cfg.max_reserved && seg > p->cfg.max_reserved)
+        return -EDQUOT;
+    int err = segment_grow(p, kind, seg);
+    if (err == -EDQUOT || err == -ENOMEM) {
+        if (release_idle(p, 0) == 0)
+            return err;
+        p->st.retries++;
+        err = segment_grow(p, kind, seg);
+    }
+    if (!err)
+        *out = find_fit(p, kind, size);
+    return err ? err : (*out ? 0 : -EFAULT);
+}
+
+/* Fences if b was freed in the current epoch. */
+static int block_fence(pool *p, const pool_block *b)
+{
+    if (!p->be.fence || b->epoch != p->epoch)
+        return 0;
+    int err = p->be.fence(p->be.ctx);
+    if (err) {
+        p->st.fence_failures++;
+        return err;
+    }
+    p->st.fences++;
+    p->epoch++;
+    return 0;
+}
+
+static int alloc_locked(pool *p, size_t size, uintptr_t *addr)
+{
+    size_t rounded = round_up(size, POOL_ALIGN);
+    if (!rounded)
+        return -EOVERFLOW;
+    int err = nodes_reserve(p, 2);
+    if (!err)
+        err = pool_addrmap_reserve(&p->live);
+    if (err)
+        return err;
+    enum pool_kind kind = rounded <= p->cfg.small_max ? POOL_SMALL : POOL_LARGE;
+    pool_block *b = NULL;
+    uint64_t grew = p->st.seg_reserves;
+    err = block_find_or_grow(p, kind, rounded, &b);
+    if (!err)
+        err = block_fence(p, b);
+    if (err) {
+        if (err == -EDQUOT || err == -ENOMEM)
+            p->st.failures++;
+        return err;
+    }
+    index_del(p, b);
+    if (split_worth(p, b, rounded))
+        block_split(p, b, rounded);
+    b->requested = size;
+    p->st.hits += grew == p->st.seg_reserves;
+    pool_addrmap_put(&p->live, b->addr, b);
+    gauge_add(&p->st.requested, &p->st.requested_peak, size);
+    gauge_add(&p->st.allocated, &p->st.allocated_peak, b->size);
+    cached_update(p);
+    p->st.allocs++;
+    *addr = b->addr;
+    return 0;
+}
+
+int pool_alloc(pool *p, size_t size, uintptr_t *addr)
+{
+    if (size == 0) {
+        *addr = 0;
+        return 0;
+    }
+    pthread_mutex_lock(&p->lock);
+    int err = alloc_locked(p, size, addr);
+    pthread_mutex_unlock(&p->lock);
+    return err;
+}
+
+/* ---- free --------------------------------------------------------------- */
+
+/* Why addr is not a live block's start: -ENOENT, -EINVAL or -EALREADY. */
+static int diagnose(const pool *p, uintptr_t addr)
+{
+    long i = pool_segment_find(p, addr);
+    if (i < 0)
+        return -ENOENT;
+    const pool_block *b = p->segs[i]->first;
+    while (addr - b->addr >= b->size)
+        b = b->next;
+    return b->free ? -EALREADY : -EINVAL;
+}
+
+/* Merges free block b into its free left neighbour a; returns a. */
+static pool_block *block_merge(pool *p, pool_block *a, pool_block *b)
+{
+    a->size += b->size;
+    a->next = b->next;
+    if (b->next)
+        b->next->prev = a;
+    if (b->epoch > a->epoch)
+        a->epoch = b->epoch;
+    node_give(p, b);
+    return a;
+}
+
+static int free_locked(pool *p, uintptr_t addr)
+{
+    pool_block *b = pool_addrmap_take(&p->live, addr);
+    if (!b) {
+        p->st.bad_frees++;
+        return diagnose(p, addr);
+    }
+    p->st.requested -= b->requested;
+    p->st.allocated -= b->size;
+    cached_update(p);
+    p->st.frees++;
+    b->requested = 0;
+    b->epoch = p->epoch;
+    if (b->prev && b->prev->free) {
+        index_del(p, b->prev);
+        b = block_merge(p, b->prev, b);
+    }
+    if (b->next && b->next->free) {
+        index_del(p, b->next);
+        b = block_merge(p, b, b->next);
+    }
+    index_add(p, b);
+    if (p->idle_bytes > p->cfg.release_threshold)
+        release_idle(p, p->cfg.release_threshold);
+    return 0;
+}
+
+int pool_free(pool *p, uintptr_t addr)
+{
+    pthread_mutex_lock(&p->lock);
+    int err = free_locked(p, addr);
+    pthread_mutex_unlock(&p->lock);
+    return err;
+}
+
+/* ---- queries and control --------------------------------------------- */
+
+int pool_owns(pool *p, uintptr_t addr)
+{
+    pthread_mutex_lock(&p->lock);
+    int owns = pool_segment_find(p, addr) >= 0;
+    pthread_mutex_unlock(&p->lock);
+    return owns;
+}
+
+int pool_block_size(pool *p, uintptr_t addr, size_t *size)
+{
+    pthread_mutex_lock(&p->lock);
+    pool_block *b = pool_addrmap_get(&p->live, addr);
+    int err = b ? 0 : diagnose(p, addr);
+    if (b)
+        *size = b->size;
+    pthread_mutex_unlock(&p->lock);
+    return err;
+}
+
+int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size)
+{
+    pthread_mutex_lock(&p->lock);
+    int err = -ENOENT;
+    long i = pool_segment_find(p, addr);
+    if (i >= 0) {
+        const pool_block *b = p->segs[i]->first;
+        while (addr - b->addr >= b->size)
+            b = b->next;
+        err = b->free ? -EALREADY : 0;
+        *base = p->segs[i]->base;
+        *size = p->segs[i]->size;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return err;
+}
+
+size_t pool_flush(pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t released = release_idle(p, 0);
+    p->st.flushes++;
+    pthread_mutex_unlock(&p->lock);
+    return released;
+}
+
+void pool_set_max_reserved(pool *p, size_t max_reserved)
+{
+    pthread_mutex_lock(&p->lock);
+    p->cfg.max_reserved = max_reserved;
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pool_stats_get(pool *p, pool_stats *out)
+{
+    pthread_mutex_lock(&p->lock);
+    *out = p->st;
+    out->free_blocks = p->free_count[POOL_SMALL] + p->free_count[POOL_LARGE];
+    out->segments = p->nsegs;
+    out->idle_bytes = p->idle_bytes;
+    out->epoch = p->epoch;
+    out->largest_free = 0;
+    for (int k = 0; k < POOL_KINDS; k++) {
+        pool_block *m = pool_tree_max(p->tree[k]);
+        if (m && m->size > out->largest_free)
+            out->largest_free = m->size;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- life cycle ---------------------------------------------------------- */
+
+int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
+{
+    pool_config def;
+    if (!cfg) {
+        pool_config_default(&def);
+        cfg = &def;
+    }
+    if (!be || !be->reserve || !be->release || pool_config_validate(cfg))
+        return -EINVAL;
+    pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->cfg = *cfg;
+    p->be = *be;
+    p->epoch = 1;
+    if (pool_addrmap_init(&p->live) || pthread_mutex_init(&p->lock, NULL)) {
+        pool_addrmap_fini(&p->live);
+        free(p);
+        return -ENOMEM;
+    }
+    *out = p;
+    return 0;
+}
+
+static void pool_free_all(pool *p, bool release)
+{
+    for (size_t i = 0; i < p->nsegs; i++) {
+        if (release)
+            p->be.release(p->be.ctx, p->segs[i]->base, p->segs[i]->size);
+        free(p->segs[i]);
+    }
+    for (size_t i = 0; i < p->nslabs; i++)
+        free(p->slabs[i]);
+    free(p->slabs);
+    free(p->segs);
+    pool_addrmap_fini(&p->live);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+void pool_destroy(pool *p)
+{
+    if (p)
+        pool_free_all(p, true);
+}
+
+void pool_abandon(pool *p)
+{
+    if (p)
+        pool_free_all(p, false);
+}

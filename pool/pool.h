@@ -1,0 +1,183 @@
+/*
+ * pool.h - cupool's allocator: a fragmentation-aware best-fit caching pool
+ * of address ranges.
+ *
+ * One pool serves one device. It knows nothing of CUDA: it asks a backend
+ * for segments (large address ranges), carves them into blocks, and hands
+ * out block addresses. It never dereferences an address, so the tests drive
+ * it with a backend made of plain arithmetic.
+ *
+ * Rules (see DESIGN.md, "The pool"):
+ *   - sizes round up to POOL_ALIGN; every address returned is POOL_ALIGN
+ *     aligned, provided the backend's segments are;
+ *   - requests up to small_max come from small_segment-sized segments, the
+ *     rest from segments rounded up to large_round, so the two never mix;
+ *   - best fit by (size, address) among the free blocks of the right kind,
+ *     in O(log n); ties go to the lowest address;
+ *   - a block is split only when the remainder is useful, and a cached block
+ *     of max_split bytes or more is never split nor given to a request much
+ *     smaller than itself;
+ *   - free coalesces with both address neighbours in the segment;
+ *   - when nothing fits, grow; if the backend fails or the cap would be
+ *     exceeded, release every fully free segment and retry once.
+ *
+ * Stream safety: every free stamps the block with the pool's epoch. Handing
+ * out a block freed in the current epoch first calls the backend's fence,
+ * which makes every earlier free safe, and opens a new epoch.
+ *
+ * Errors: every function that can fail returns 0 or a negative errno.
+ * Thread safety: every function takes the pool's lock; a pool may be shared
+ * by any number of threads.
+ */
+#ifndef CUPOOL_POOL_H
+#define CUPOOL_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define POOL_ALIGN ((size_t)512)
+
+/* Backend: how the pool reaches the device. Called with the pool's lock held;
+ * a backend must not call back into the same pool. */
+typedef struct pool_backend {
+    /* Reserve a segment of exactly size bytes (a multiple of POOL_ALIGN);
+     * store its POOL_ALIGN-aligned base in *base. Returns 0, or a negative
+     * errno (-ENOMEM when the device is out of memory). */
+    int (*reserve)(void *ctx, size_t size, uintptr_t *base);
+    /* Give a segment back. Cannot fail from the pool's point of view. */
+    void (*release)(void *ctx, uintptr_t base, size_t size);
+    /* Make every block freed so far safe to reuse by new work. NULL means
+     * blocks are reused at once. Returns 0 or a negative errno; on error
+     * the allocation that asked for it fails with that error. */
+    int (*fence)(void *ctx);
+    void *ctx;
+} pool_backend;
+
+/* Policy. pool_config_default() fills in the defaults given here. */
+typedef struct pool_config {
+    size_t small_max;         /* largest "small" request: 1 MiB */
+    size_t small_segment;     /* segment size for small requests: 2 MiB */
+    size_t large_round;       /* large segments round up to this: 2 MiB */
+    size_t large_split_min;   /* split a large block only if the remainder
+                                 is larger than this: 1 MiB */
+    size_t max_split;         /* blocks this large are never split: 0 = none */
+    size_t oversize_slack;    /* a request >= max_split may take an unsplit
+                                 block at most this much larger: 20 MiB */
+    size_t max_reserved;      /* cap on reserved bytes: 0 = none */
+    size_t release_threshold; /* idle bytes (fully free segments) kept
+                                 cached: SIZE_MAX = keep everything */
+} pool_config;
+
+/* Gauges: current value and peak. Counters: monotonic. One list, expanded
+ * wherever a field is named (struct, printers, tests). */
+#define POOL_GAUGES(X)                                                       \
+    X(requested, "bytes the callers asked for, live")                        \
+    X(allocated, "bytes of live blocks (rounded)")                           \
+    X(reserved, "bytes of segments held from the backend")                   \
+    X(cached, "bytes reserved but not allocated")
+
+#define POOL_COUNTERS(X)                                                     \
+    X(allocs, "successful allocations")                                      \
+    X(frees, "successful frees")                                             \
+    X(hits, "allocations served without a new segment")                      \
+    X(seg_reserves, "segments reserved from the backend")                    \
+    X(seg_releases, "segments released to the backend")                      \
+    X(reserved_bytes_total, "bytes ever reserved from the backend")          \
+    X(released_bytes_total, "bytes ever released to the backend")            \
+    X(fences, "fences issued")                                               \
+    X(fence_failures, "fences that failed")                                  \
+    X(retries, "allocations retried after releasing free segments")          \
+    X(flushes, "pool_flush calls")                                           \
+    X(failures, "allocations that failed for lack of memory")                \
+    X(bad_frees, "frees rejected (unknown, interior, double)")
+
+typedef struct pool_stats {
+#define POOL_X_GAUGE(name, doc) uint64_t name, name##_peak;
+#define POOL_X_COUNTER(name, doc) uint64_t name;
+    POOL_GAUGES(POOL_X_GAUGE)
+    POOL_COUNTERS(POOL_X_COUNTER)
+#undef POOL_X_GAUGE
+#undef POOL_X_COUNTER
+    /* Computed when the snapshot is taken. */
+    uint64_t largest_free;  /* largest free block, any kind */
+    uint64_t free_blocks;   /* number of free blocks */
+    uint64_t segments;      /* number of segments held */
+    uint64_t idle_bytes;    /* bytes in fully free segments */
+    uint64_t epoch;         /* current fence epoch */
+} pool_stats;
+
+typedef struct pool pool;
+
+/* Fills *cfg with the defaults listed in pool_config. */
+void pool_config_default(pool_config *cfg);
+
+/* Checks a configuration: sizes POOL_ALIGN multiples, small_max <=
+ * small_segment, nonzero segment sizes. Returns 0 or -EINVAL. */
+int pool_config_validate(const pool_config *cfg);
+
+/* Creates a pool. cfg NULL means the defaults; the backend is copied and
+ * needs reserve and release. Returns 0 and stores the pool in *out, or
+ * -EINVAL (bad config/backend) or -ENOMEM (host memory). */
+int pool_create(const pool_config *cfg, const pool_backend *backend,
+                pool **out);
+
+/* Releases every segment to the backend, then frees the pool. Live blocks
+ * are forgotten. NULL is a no-op. */
+void pool_destroy(pool *p);
+
+/* Forgets every segment without releasing it (the device was reset and the
+ * memory is already gone), then frees the pool. NULL is a no-op. */
+void pool_abandon(pool *p);
+
+/* Allocates size bytes and stores the block's address in *addr.
+ * A zero-byte request succeeds, stores 0 and allocates nothing (as
+ * cudaMalloc does). Returns 0, or:
+ *   -EOVERFLOW  size is too large to round up;
+ *   -EDQUOT     serving it would exceed max_reserved, even after releasing
+ *               every fully free segment;
+ *   -ENOMEM     the backend had no memory, even after that release;
+ *   other       the backend's fence error.
+ * On error *addr is left untouched and the pool is unchanged (bar released
+ * free segments). */
+int pool_alloc(pool *p, size_t size, uintptr_t *addr);
+
+/* Frees the block at addr. Returns 0, or, changing nothing:
+ *   -ENOENT   addr is not inside any segment of this pool (a foreign
+ *             pointer; the caller may pass it on);
+ *   -EINVAL   addr is inside a live block but not its start;
+ *   -EALREADY addr is inside a free block (double free). */
+int pool_free(pool *p, uintptr_t addr);
+
+/* Returns 1 if addr lies inside one of the pool's segments, else 0. */
+int pool_owns(pool *p, uintptr_t addr);
+
+/* If addr is the start of a live block, stores its rounded size in *size
+ * and returns 0; else returns pool_free's error for the same address. */
+int pool_block_size(pool *p, uintptr_t addr, size_t *size);
+
+/* If addr is inside a live block, stores the block's segment base and size
+ * and returns 0; else -ENOENT/-EALREADY as pool_free would. */
+int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size);
+
+/* Releases every fully free segment to the backend. Returns the number of
+ * bytes released (never negative). */
+size_t pool_flush(pool *p);
+
+/* Changes the cap on reserved bytes (0 = none). Takes effect at the next
+ * growth; nothing already reserved is released. */
+void pool_set_max_reserved(pool *p, size_t max_reserved);
+
+/* Copies the pool's statistics into *out. */
+void pool_stats_get(pool *p, pool_stats *out);
+
+/* Verifies every invariant: blocks tile each segment exactly, no two free
+ * neighbours, the free index holds exactly the free blocks in order, the
+ * address map holds exactly the live blocks, and the counters add up.
+ * Returns 0, or -EFAULT with a description of the first violation written
+ * to why (at most len bytes, NUL-terminated; why may be NULL). */
+int pool_check(pool *p, char *why, size_t len);
+
+/* Short name for a pool error ("cap exceeded", "double free", ...). */
+const char *pool_strerror(int err);
+
+#endif /* CUPOOL_POOL_H */

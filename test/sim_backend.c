@@ -1,0 +1,72 @@
+/* sim_backend.c - see sim_backend.h. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_backend.h"
+
+static int sim_reserve(void *ctx, size_t size, uintptr_t *base)
+{
+    sim_backend *s = ctx;
+    if (s->fail_reserves > 0) {
+        s->fail_reserves--;
+        return -ENOMEM;
+    }
+    if (s->capacity && size > s->capacity - s->used)
+        return -ENOMEM;
+    if (s->nsegs == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        sim_segment *n = realloc(s->segs, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        s->segs = n;
+        s->cap = cap;
+    }
+    *base = s->next_base;
+    s->segs[s->nsegs++] = (sim_segment){s->next_base, size};
+    /* Leave a gap so that adjacent segments never look contiguous. */
+    s->next_base += size + POOL_ALIGN;
+    s->used += size;
+    s->reserves++;
+    return 0;
+}
+
+static void sim_release(void *ctx, uintptr_t base, size_t size)
+{
+    sim_backend *s = ctx;
+    for (size_t i = 0; i < s->nsegs; i++) {
+        if (s->segs[i].base == base && s->segs[i].size == size) {
+            s->segs[i] = s->segs[--s->nsegs];
+            s->used -= size;
+            s->releases++;
+            return;
+        }
+    }
+    s->bad_releases++;
+}
+
+static int sim_fence(void *ctx)
+{
+    sim_backend *s = ctx;
+    if (s->fence_error)
+        return s->fence_error;
+    s->fences++;
+    return 0;
+}
+
+void sim_backend_init(sim_backend *sim, size_t capacity, pool_backend *be)
+{
+    memset(sim, 0, sizeof(*sim));
+    sim->next_base = (uintptr_t)1 << 32;
+    sim->capacity = capacity;
+    be->reserve = sim_reserve;
+    be->release = sim_release;
+    be->fence = sim_fence;
+    be->ctx = sim;
+}
+
+void sim_backend_fini(sim_backend *sim)
+{
+    free(sim->segs);
+    memset(sim, 0, sizeof(*sim));
+}

@@ -1,0 +1,35 @@
+/*
+ * sim_backend.h - a pool backend made of arithmetic, for the CPU tests.
+ *
+ * Segments are address ranges handed out by a bump pointer (never reused,
+ * so a stale address can never alias a new segment) against a capacity.
+ * Every reserve, release and fence is counted, releases are checked against
+ * what was reserved, and reserves can be made to fail on demand.
+ */
+#ifndef CUPOOL_TEST_SIM_BACKEND_H
+#define CUPOOL_TEST_SIM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+typedef struct sim_segment { uintptr_t base; size_t size; } sim_segment;
+
+typedef struct sim_backend {
+    uintptr_t next_base;
+    size_t capacity;        /* 0 = unlimited */
+    size_t used;
+    int fail_reserves;      /* fail this many reserves with -ENOMEM */
+    int fence_error;        /* nonzero: fences fail with this */
+    unsigned long reserves, releases, fences, bad_releases;
+    sim_segment *segs;
+    size_t nsegs, cap;
+} sim_backend;
+
+/* Initialises sim with a capacity (0 = unlimited) and fills *be with
+ * callbacks bound to it (fence included). */
+void sim_backend_init(sim_backend *sim, size_t capacity, pool_backend *be);
+void sim_backend_fini(sim_backend *sim);
+
+#endif

@@ -1,0 +1,571 @@
+/*
+ * test_pool.c - one cmocka test per rule of the pool (pool.h), each calling
+ * pool_check after every operation through the x* wrappers.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "pool_test.h"
+
+static int setup(void **state)
+{
+    static fixture fx;
+    memset(&fx, 0, sizeof(fx));
+    *state = &fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *fx = *state;
+    if (fx->p)
+        fx_close(fx);
+    fx->p = NULL;
+    return 0;
+}
+
+static void test_round_and_align(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    static const size_t sizes[] = {1, 511, 512, 513, 1000, 4096, MIB - 1, MIB};
+    uint64_t rounded = 0, requested = 0;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        uintptr_t a = xalloc(fx, sizes[i]);
+        size_t got;
+        assert_int_equal(pool_block_size(fx->p, a, &got), 0);
+        size_t want = (sizes[i] + 511) / 512 * 512;
+        assert_int_equal(got, want);
+        rounded += want;
+        requested += sizes[i];
+    }
+    assert_int_equal(stats(fx).allocated, rounded);
+    assert_int_equal(stats(fx).requested, requested);
+}
+
+static void test_zero_bytes(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = 123;
+    assert_int_equal(pool_alloc(fx->p, 0, &a), 0);
+    assert_int_equal(a, 0);
+    assert_int_equal(stats(fx).allocs, 0);
+    assert_int_equal(stats(fx).reserved, 0);
+    assert_int_equal(pool_free(fx->p, 0), -ENOENT);
+    checked(fx->p);
+}
+
+static void test_small_and_large_do_not_mix(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t big = xalloc(fx, 3 * MIB);
+    assert_int_equal(stats(fx).reserved, 4 * MIB);
+    xfree(fx, big);
+    /* 4 MiB of large cache sit free, yet a small request gets its own
+     * 2 MiB segment. */
+    uintptr_t s = xalloc(fx, 4 * KIB);
+    assert_int_equal(stats(fx).seg_reserves, 2);
+    assert_int_equal(stats(fx).reserved, 6 * MIB);
+    assert_true(s < big || s >= big + 4 * MIB);
+    /* And a large request does not come from the small segment's free
+     * tail, though it has room. */
+    uintptr_t l = xalloc(fx, MIB + 512);
+    assert_true(l >= big && l < big + 4 * MIB);
+    assert_int_equal(stats(fx).seg_reserves, 2);
+}
+
+static void test_large_segments_round_to_2mib(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    xalloc(fx, 5 * MIB + 1);
+    assert_int_equal(stats(fx).reserved, 6 * MIB);
+    xalloc(fx, 64 * MIB);
+    assert_int_equal(stats(fx).reserved, 70 * MIB);
+}
+
+/* Allocates blocks of the given sizes back to back with a 512-byte spacer
+ * after each, so freeing them leaves separate holes. */
+static void make_holes(fixture *fx, const size_t *sizes, int n, uintptr_t *at)
+{
+    for (int i = 0; i < n; i++) {
+        at[i] = xalloc(fx, sizes[i]);
+        xalloc(fx, 512);
+    }
+    for (int i = 0; i < n; i++)
+        xfree(fx, at[i]);
+}
+
+static void test_best_fit(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    const size_t sizes[] = {4 * KIB, 16 * KIB, 8 * KIB, 8 * KIB};
+    uintptr_t h[4];
+    make_holes(fx, sizes, 4, h);
+    assert_int_equal(stats(fx).free_blocks, 5); /* four holes and the tail */
+    /* 6 KiB: the two 8 KiB holes tie, the lower address wins. */
+    assert_int_equal(xalloc(fx, 6 * KIB), h[2]);
+    assert_int_equal(xalloc(fx, 8 * KIB), h[3]);
+    assert_int_equal(xalloc(fx, 3 * KIB), h[0]);
+    assert_int_equal(xalloc(fx, 10 * KIB), h[1]);
+    assert_int_equal(stats(fx).seg_reserves, 1);
+}
+
+static void test_ties_go_to_lowest_address(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 8 * KIB), s1 = xalloc(fx, 512);
+    uintptr_t b = xalloc(fx, 8 * KIB), s2 = xalloc(fx, 512);
+    (void)s1;
+    (void)s2;
+    xfree(fx, b); /* freed first, but higher */
+    xfree(fx, a);
+    assert_int_equal(xalloc(fx, 8 * KIB), a);
+    assert_int_equal(xalloc(fx, 8 * KIB), b);
+}
+
+static void test_small_split_keeps_remainder(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 512);
+    pool_stats s = stats(fx);
+    assert_int_equal(s.allocated, 512);
+    assert_int_equal(s.free_blocks, 1);
+    assert_int_equal(s.largest_free, 2 * MIB - 512);
+    assert_int_equal(xalloc(fx, 512), a + 512);
+}
+
+static void test_large_split_only_when_useful(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    /* 3.5 MiB in a 4 MiB segment: a 512 KiB remainder is not worth it. */
+    xalloc(fx, 3 * MIB + 512 * KIB);
+    assert_int_equal(stats(fx).allocated, 4 * MIB);
+    assert_int_equal(stats(fx).free_blocks, 0);
+    /* 2.5 MiB in a 4 MiB segment: 1.5 MiB is kept as a free block. */
+    xalloc(fx, 2 * MIB + 512 * KIB);
+    assert_int_equal(stats(fx).allocated, 4 * MIB + 2 * MIB + 512 * KIB);
+    assert_int_equal(stats(fx).largest_free, MIB + 512 * KIB);
+}
+
+static void test_max_split(void **state)
+{
+    fixture *fx = *state;
+    pool_config cfg;
+    pool_config_default(&cfg);
+    cfg.max_split = 8 * MIB;
+    fx_open(fx, 0, &cfg);
+    uintptr_t big = xalloc(fx, 64 * MIB);
+    xfree(fx, big);
+    /* A small-ish large request never carves the oversize block. */
+    uintptr_t m = xalloc(fx, 2 * MIB);
+    assert_true(m < big || m >= big + 64 * MIB);
+    assert_int_equal(stats(fx).seg_reserves, 2);
+    /* An oversize request within the slack takes it whole. */
+    uintptr_t o = xalloc(fx, 60 * MIB);
+    assert_int_equal(o, big);
+    assert_int_equal(stats(fx).allocated, 2 * MIB + 64 * MIB);
+    xfree(fx, o);
+    /* One beyond the slack (64 - 40 > 20 MiB) does not. */
+    uintptr_t f = xalloc(fx, 40 * MIB);
+    assert_true(f != big);
+    assert_int_equal(stats(fx).seg_reserves, 3);
+}
+
+static void test_coalesce_both_neighbours(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 4 * KIB), b = xalloc(fx, 4 * KIB);
+    uintptr_t c = xalloc(fx, 4 * KIB), d = xalloc(fx, 4 * KIB);
+    xfree(fx, a);
+    xfree(fx, c);
+    assert_int_equal(stats(fx).free_blocks, 3);
+    xfree(fx, b); /* joins a and c */
+    assert_int_equal(stats(fx).free_blocks, 2);
+    assert_int_equal(stats(fx).largest_free, 2 * MIB - 16 * KIB);
+    xfree(fx, d); /* joins a..c and the tail: the segment is whole again */
+    pool_stats s = stats(fx);
+    assert_int_equal(s.free_blocks, 1);
+    assert_int_equal(s.largest_free, 2 * MIB);
+    assert_int_equal(s.idle_bytes, 2 * MIB);
+}
+
+static void test_grow_when_full(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    for (int i = 0; i < 4; i++)
+        xalloc(fx, 512 * KIB);
+    assert_int_equal(stats(fx).seg_reserves, 1);
+    assert_int_equal(stats(fx).free_blocks, 0);
+    xalloc(fx, 512);
+    assert_int_equal(stats(fx).seg_reserves, 2);
+    assert_int_equal(stats(fx).hits, 3); /* the first alloc grew */
+}
+
+static void test_cap_fails_cleanly(void **state)
+{
+    fixture *fx = *state;
+    pool_config cfg;
+    pool_config_default(&cfg);
+    cfg.max_reserved = 4 * MIB;
+    fx_open(fx, 0, &cfg);
+    xalloc(fx, MIB);
+    xalloc(fx, MIB);
+    xalloc(fx, MIB);
+    xalloc(fx, MIB);
+    pool_stats before = stats(fx);
+    uintptr_t a = 7;
+    assert_int_equal(pool_alloc(fx->p, 512, &a), -EDQUOT);
+    assert_int_equal(a, 7);
+    checked(fx->p);
+    pool_stats after = stats(fx);
+    assert_int_equal(after.failures, 1);
+    assert_int_equal(after.reserved, before.reserved);
+    assert_int_equal(after.allocated, before.allocated);
+    /* A request larger than the cap itself fails the same way. */
+    assert_int_equal(pool_alloc(fx->p, 5 * MIB, &a), -EDQUOT);
+    assert_true(stats(fx).reserved <= 4 * MIB);
+}
+
+static void test_cap_releases_idle_then_retries(void **state)
+{
+    fixture *fx = *state;
+    pool_config cfg;
+    pool_config_default(&cfg);
+    cfg.max_reserved = 4 * MIB;
+    fx_open(fx, 0, &cfg);
+    xfree(fx, xalloc(fx, 3 * MIB)); /* 4 MiB large segment, now idle */
+    xalloc(fx, 4 * KIB);            /* needs 2 MiB more: over the cap */
+    pool_stats s = stats(fx);
+    assert_int_equal(s.retries, 1);
+    assert_int_equal(s.seg_releases, 1);
+    assert_int_equal(s.reserved, 2 * MIB);
+    assert_int_equal(s.failures, 0);
+}
+
+static void test_backend_failure_retry_and_error(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    xfree(fx, xalloc(fx, 3 * MIB));
+    fx->sim.fail_reserves = 1; /* first reserve fails; idle 4 MiB exists */
+    xalloc(fx, 4 * KIB);
+    assert_int_equal(stats(fx).retries, 1);
+    assert_int_equal(stats(fx).seg_releases, 1);
+    /* Nothing idle to release: the driver's failure is final, and it is
+     * not the cap's error. */
+    fx->sim.fail_reserves = 2;
+    uintptr_t a;
+    assert_int_equal(pool_alloc(fx->p, 8 * MIB, &a), -ENOMEM);
+    checked(fx->p);
+    assert_int_equal(stats(fx).failures, 1);
+    fx->sim.fail_reserves = 0;
+}
+
+static void test_device_capacity(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 8 * MIB, NULL);
+    uintptr_t a = xalloc(fx, 6 * MIB);
+    uintptr_t b;
+    assert_int_equal(pool_alloc(fx->p, 4 * MIB, &b), -ENOMEM);
+    checked(fx->p);
+    xfree(fx, a);
+    xfree(fx, xalloc(fx, 4 * MIB)); /* served from the idle 6 MiB block */
+    assert_int_equal(fx->sim.reserves, 1);
+    /* 7 MiB needs an 8 MiB segment: the device is full until the idle
+     * 6 MiB segment goes back, then the retry fits. */
+    xalloc(fx, 7 * MIB);
+    assert_int_equal(stats(fx).retries, 1);
+    assert_int_equal(fx->sim.used, 8 * MIB);
+}
+
+static void test_flush(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t keep = xalloc(fx, 4 * KIB);
+    uintptr_t l1 = xalloc(fx, 3 * MIB), l2 = xalloc(fx, 5 * MIB);
+    xfree(fx, l1);
+    xfree(fx, l2);
+    assert_int_equal(pool_flush(fx->p), 4 * MIB + 6 * MIB);
+    checked(fx->p);
+    pool_stats s = stats(fx);
+    assert_int_equal(s.reserved, 2 * MIB); /* the live small segment stays */
+    assert_int_equal(s.flushes, 1);
+    assert_int_equal(fx->sim.releases, 2);
+    assert_int_equal(pool_flush(fx->p), 0);
+    xfree(fx, keep);
+    assert_int_equal(pool_flush(fx->p), 2 * MIB);
+    assert_int_equal(stats(fx).reserved, 0);
+}
+
+static void test_release_threshold(void **state)
+{
+    fixture *fx = *state;
+    pool_config cfg;
+    pool_config_default(&cfg);
+    cfg.release_threshold = 4 * MIB;
+    fx_open(fx, 0, &cfg);
+    uintptr_t a = xalloc(fx, 3 * MIB), b = xalloc(fx, 3 * MIB);
+    uintptr_t c = xalloc(fx, 3 * MIB);
+    xfree(fx, a);
+    assert_int_equal(stats(fx).idle_bytes, 4 * MIB);
+    assert_int_equal(fx->sim.releases, 0);
+    xfree(fx, b); /* 8 MiB idle: one segment goes */
+    assert_int_equal(stats(fx).idle_bytes, 4 * MIB);
+    assert_int_equal(fx->sim.releases, 1);
+    xfree(fx, c);
+    assert_int_equal(stats(fx).idle_bytes, 4 * MIB);
+    assert_int_equal(stats(fx).reserved, 4 * MIB);
+}
+
+static void test_fence_on_reuse_only(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    xalloc(fx, 4 * KIB);
+    assert_int_equal(fx->sim.fences, 0); /* fresh memory: no fence */
+    xfree(fx, a);
+    assert_int_equal(fx->sim.fences, 0); /* free itself never fences */
+    assert_int_equal(xalloc(fx, 4 * KIB), a);
+    assert_int_equal(fx->sim.fences, 1);
+    xalloc(fx, 4 * KIB); /* from the tail, never freed: no fence */
+    assert_int_equal(fx->sim.fences, 1);
+    assert_int_equal(stats(fx).fences, 1);
+}
+
+static void test_one_fence_covers_earlier_frees(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    const size_t sizes[] = {4 * KIB, 8 * KIB, 16 * KIB};
+    uintptr_t h[3];
+    make_holes(fx, sizes, 3, h);
+    assert_int_equal(xalloc(fx, 4 * KIB), h[0]);
+    assert_int_equal(xalloc(fx, 8 * KIB), h[1]);
+    assert_int_equal(xalloc(fx, 16 * KIB), h[2]);
+    assert_int_equal(fx->sim.fences, 1);
+    assert_int_equal(stats(fx).epoch, 2);
+}
+
+static void test_merged_block_keeps_newest_epoch(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 4 * KIB), b = xalloc(fx, 4 * KIB);
+    xalloc(fx, 512);
+    uintptr_t x = xalloc(fx, 64 * KIB);
+    xalloc(fx, 512);
+    xfree(fx, a);               /* epoch 1 */
+    xfree(fx, x);
+    assert_int_equal(xalloc(fx, 64 * KIB), x); /* fence: epoch 2 */
+    assert_int_equal(fx->sim.fences, 1);
+    xfree(fx, b);               /* epoch 2, merges with a (epoch 1) */
+    /* The merged block holds b's bytes, freed after the last fence. */
+    assert_int_equal(xalloc(fx, 8 * KIB), a);
+    assert_int_equal(fx->sim.fences, 2);
+}
+
+static void test_fence_error(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    xfree(fx, a);
+    fx->sim.fence_error = -EIO;
+    pool_stats before = stats(fx);
+    uintptr_t got = 9;
+    assert_int_equal(pool_alloc(fx->p, 4 * KIB, &got), -EIO);
+    assert_int_equal(got, 9);
+    checked(fx->p);
+    assert_int_equal(stats(fx).allocated, before.allocated);
+    assert_int_equal(stats(fx).fence_failures, 1);
+    fx->sim.fence_error = 0;
+    assert_int_equal(xalloc(fx, 4 * KIB), a);
+    assert_int_equal(fx->sim.fences, 1);
+}
+
+static void test_no_fence_backend(void **state)
+{
+    fixture *fx = *state;
+    sim_backend_init(&fx->sim, 0, &fx->be);
+    fx->be.fence = NULL;
+    assert_int_equal(pool_create(NULL, &fx->be, &fx->p), 0);
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    xfree(fx, a);
+    assert_int_equal(xalloc(fx, 4 * KIB), a);
+    assert_int_equal(stats(fx).fences, 0);
+}
+
+static void test_bad_frees_change_nothing(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 4 * KIB), b = xalloc(fx, 4 * KIB);
+    xalloc(fx, 4 * KIB);
+    xfree(fx, a);
+    pool_stats before = stats(fx);
+    assert_int_equal(pool_free(fx->p, 0x1000), -ENOENT);         /* foreign */
+    assert_int_equal(pool_free(fx->p, b + 512), -EINVAL);        /* interior */
+    assert_int_equal(pool_free(fx->p, b + 4 * KIB - 512), -EINVAL);
+    assert_int_equal(pool_free(fx->p, a), -EALREADY);            /* double */
+    assert_int_equal(pool_free(fx->p, a + 1024), -EALREADY);     /* in a hole */
+    checked(fx->p);
+    xfree(fx, b);
+    /* b has merged into a's hole: its address is now inside a free block. */
+    assert_int_equal(pool_free(fx->p, b), -EALREADY);
+    checked(fx->p);
+    pool_stats after = stats(fx);
+    assert_int_equal(after.bad_frees, 6);
+    assert_int_equal(after.frees, before.frees + 1);
+    assert_int_equal(after.allocated, before.allocated - 4 * KIB);
+}
+
+static void test_size_overflow(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = 5;
+    assert_int_equal(pool_alloc(fx->p, SIZE_MAX, &a), -EOVERFLOW);
+    assert_int_equal(pool_alloc(fx->p, SIZE_MAX - 100, &a), -EOVERFLOW);
+    /* Rounds to 512 fine, but not to a 2 MiB segment. */
+    assert_int_equal(pool_alloc(fx->p, SIZE_MAX - 511, &a), -EOVERFLOW);
+    assert_int_equal(a, 5);
+    checked(fx->p);
+    assert_int_equal(stats(fx).reserved, 0);
+}
+
+static void test_counters_and_peaks(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 1000), b = xalloc(fx, 3 * MIB);
+    xfree(fx, a);
+    xfree(fx, b);
+    xalloc(fx, 100);
+    pool_stats s = stats(fx);
+    assert_int_equal(s.allocs, 3);
+    assert_int_equal(s.frees, 2);
+    assert_int_equal(s.hits, 1);
+    assert_int_equal(s.seg_reserves, 2);
+    assert_int_equal(s.requested, 100);
+    assert_int_equal(s.requested_peak, 1000 + 3 * MIB);
+    assert_int_equal(s.allocated_peak, 1024 + 4 * MIB);
+    assert_int_equal(s.reserved_peak, 6 * MIB);
+    assert_int_equal(s.cached, 6 * MIB - 512);
+    assert_int_equal(s.cached_peak, 6 * MIB);
+    assert_int_equal(s.segments, 2);
+}
+
+static void test_config_validation(void **state)
+{
+    (void)state;
+    pool_config c;
+    pool_config_default(&c);
+    assert_int_equal(pool_config_validate(&c), 0);
+    c.small_max = 3 * MIB;
+    assert_int_equal(pool_config_validate(&c), -EINVAL);
+    pool_config_default(&c);
+    c.large_round = 1000;
+    assert_int_equal(pool_config_validate(&c), -EINVAL);
+    pool_config_default(&c);
+    c.max_split = MIB; /* would refuse its own fresh small segments */
+    assert_int_equal(pool_config_validate(&c), -EINVAL);
+    pool_config_default(&c);
+    c.small_segment = 0;
+    assert_int_equal(pool_config_validate(&c), -EINVAL);
+    sim_backend sim;
+    pool_backend be;
+    pool *p = NULL;
+    sim_backend_init(&sim, 0, &be);
+    assert_int_equal(pool_create(&c, &be, &p), -EINVAL);
+    be.reserve = NULL;
+    assert_int_equal(pool_create(NULL, &be, &p), -EINVAL);
+    assert_null(p);
+    sim_backend_fini(&sim);
+}
+
+static void test_destroy_and_abandon(void **state)
+{
+    (void)state;
+    sim_backend sim;
+    pool_backend be;
+    pool *p;
+    sim_backend_init(&sim, 0, &be);
+    assert_int_equal(pool_create(NULL, &be, &p), 0);
+    uintptr_t a;
+    assert_int_equal(pool_alloc(p, 3 * MIB, &a), 0);
+    assert_int_equal(pool_alloc(p, 512, &a), 0);
+    pool_destroy(p);
+    assert_int_equal(sim.releases, 2);
+    assert_int_equal(sim.used, 0);
+    assert_int_equal(pool_create(NULL, &be, &p), 0);
+    assert_int_equal(pool_alloc(p, 512, &a), 0);
+    pool_abandon(p); /* device reset: nothing is released */
+    assert_int_equal(sim.releases, 2);
+    sim_backend_fini(&sim);
+}
+
+static void test_owns_and_segment_of(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 8 * KIB);
+    xalloc(fx, 512);
+    uintptr_t base;
+    size_t size;
+    assert_true(pool_owns(fx->p, a + 100));
+    assert_false(pool_owns(fx->p, a - 1));
+    assert_int_equal(pool_segment_of(fx->p, a + 4096, &base, &size), 0);
+    assert_int_equal(base, a);
+    assert_int_equal(size, 2 * MIB);
+    assert_int_equal(pool_segment_of(fx->p, a + MIB, &base, &size), -EALREADY);
+    assert_int_equal(pool_segment_of(fx->p, 42, &base, &size), -ENOENT);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_round_and_align),
+        T(test_zero_bytes),
+        T(test_small_and_large_do_not_mix),
+        T(test_large_segments_round_to_2mib),
+        T(test_best_fit),
+        T(test_ties_go_to_lowest_address),
+        T(test_small_split_keeps_remainder),
+        T(test_large_split_only_when_useful),
+        T(test_max_split),
+        T(test_coalesce_both_neighbours),
+        T(test_grow_when_full),
+        T(test_cap_fails_cleanly),
+        T(test_cap_releases_idle_then_retries),
+        T(test_backend_failure_retry_and_error),
+        T(test_device_capacity),
+        T(test_flush),
+        T(test_release_threshold),
+        T(test_fence_on_reuse_only),
+        T(test_one_fence_covers_earlier_frees),
+        T(test_merged_block_keeps_newest_epoch),
+        T(test_fence_error),
+        T(test_no_fence_backend),
+        T(test_bad_frees_change_nothing),
+        T(test_size_overflow),
+        T(test_counters_and_peaks),
+        cmocka_unit_test(test_config_validation),
+        cmocka_unit_test(test_destroy_and_abandon),
+        T(test_owns_and_segment_of),
+    };
+    return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
+}
