@@ -130,16 +130,14 @@ static bool whole_segment(const pool_block *b)
 static void index_add(pool *p, pool_block *b)
 {
     b->free = true;
-    pool_tree_insert(&p->tree[kind_of(b)], b);
-    p->free_count[kind_of(b)]++;
+    pool_bins_insert(&p->free_index[kind_of(b)], b);
     if (whole_segment(b))
         p->idle_bytes += b->size;
 }
 
 static void index_del(pool *p, pool_block *b)
 {
-    pool_tree_remove(&p->tree[kind_of(b)], b);
-    p->free_count[kind_of(b)]--;
+    pool_bins_remove(&p->free_index[kind_of(b)], b);
     b->free = false;
     if (whole_segment(b))
         p->idle_bytes -= b->size;
@@ -271,7 +269,7 @@ static bool oversize(const pool *p, size_t size)
 /* Best-fitting free block for a rounded request, honouring max_split. */
 static pool_block *find_fit(pool *p, enum pool_kind kind, size_t size)
 {
-    pool_block *b = pool_tree_lower_bound(p->tree[kind], size);
+    pool_block *b = pool_bins_lower_bound(&p->free_index[kind], size);
     if (!b || !oversize(p, b->size))
         return b;
     if (!oversize(p, size))
@@ -511,13 +509,14 @@ void pool_stats_get(pool *p, pool_stats *out)
 {
     pthread_mutex_lock(&p->lock);
     *out = p->st;
-    out->free_blocks = p->free_count[POOL_SMALL] + p->free_count[POOL_LARGE];
+    out->free_blocks = p->free_index[POOL_SMALL].count +
+                       p->free_index[POOL_LARGE].count;
     out->segments = p->nsegs;
     out->idle_bytes = p->idle_bytes;
     out->epoch = p->epoch;
     out->largest_free = 0;
     for (int k = 0; k < POOL_KINDS; k++) {
-        pool_block *m = pool_tree_max(p->tree[k]);
+        pool_block *m = pool_bins_max(&p->free_index[k]);
         if (m && m->size > out->largest_free)
             out->largest_free = m->size;
     }

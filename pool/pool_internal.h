@@ -2,9 +2,10 @@
  * pool_internal.h - the pool's data structures, shared by the files of pool/ only.
  *
  * A segment is one range from the backend. Its blocks tile it exactly and
- * form a doubly linked list in address order. Free blocks also sit in an
- * AVL tree per kind (small, large) ordered by (size, address): the best fit
- * for n bytes is the tree's lower bound of (n, 0). Live blocks sit in a hash
+ * form a doubly linked list in address order. Free blocks also sit in a
+ * free index per kind (small, large) ordered by (size, address): size bins,
+ * each an AVL tree. The best fit for n bytes is the index's lower bound of
+ * (n, 0). Live blocks sit in a hash
  * map keyed by address, so a free finds its block in O(1). Segments sit in
  * an array sorted by base, for pool_owns and bad-free diagnosis.
  */
@@ -21,17 +22,19 @@ enum pool_kind { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KINDS = 2 };
 typedef struct pool_segment pool_segment;
 
 typedef struct pool_block {
-    uintptr_t addr;
+    /* What a free-index walk reads comes first, in one cache line. */
     size_t size;
+    uintptr_t addr;
+    struct pool_block *left;   /* free-index links (free blocks only) */
+    struct pool_block *right;
+    struct pool_block *parent;
+    int height;
+    bool free;
     size_t requested;          /* 0 while free */
     uint64_t epoch;            /* epoch of the last free; 0 = never used */
     pool_segment *seg;
     struct pool_block *prev;   /* address neighbours inside seg */
     struct pool_block *next;
-    struct pool_block *left;   /* free-index links (free blocks only) */
-    struct pool_block *right;
-    int height;
-    bool free;
 } pool_block;
 
 struct pool_segment {
@@ -42,17 +45,39 @@ struct pool_segment {
 };
 
 /* tree.c: AVL tree of free blocks keyed by (size, addr). */
-void pool_tree_insert(pool_block **root, pool_block *b);
-void pool_tree_remove(pool_block **root, pool_block *b);
+typedef struct pool_tree {
+    pool_block *root;
+    pool_block *min;   /* leftmost block, or NULL */
+} pool_tree;
+
+void pool_tree_insert(pool_tree *t, pool_block *b);
+void pool_tree_remove(pool_tree *t, pool_block *b);
 /* Smallest block with size >= size (lowest address among equals), or NULL. */
-pool_block *pool_tree_lower_bound(pool_block *root, size_t size);
-pool_block *pool_tree_max(pool_block *root);
-/* Checks order, heights and balance; counts nodes into *count. Returns 0
- * or -EFAULT with a message in why. */
-int pool_tree_check(const pool_block *root, size_t *count, char *why,
-                    size_t len);
-/* Returns true if b is reachable in the tree by its key. */
-bool pool_tree_contains(const pool_block *root, const pool_block *b);
+pool_block *pool_tree_lower_bound(const pool_tree *t, size_t size);
+pool_block *pool_tree_max(const pool_tree *t);
+bool pool_tree_contains(const pool_tree *t, const pool_block *b);
+/* Checks order, heights, balance, parent links and the cached minimum;
+ * counts nodes into *count. Returns 0 or -EFAULT with a message in why. */
+int pool_tree_check(const pool_tree *t, size_t *count, char *why, size_t len);
+
+/* bins.c: the free index, size bins of AVL trees. Bins 0..31 are exact
+ * (units of POOL_ALIGN), then 32 per power of two up to 2^64 bytes. */
+enum { POOL_BINS = 1664, POOL_BIN_WORDS = POOL_BINS / 64 };
+
+typedef struct pool_bins {
+    pool_tree tree[POOL_BINS];
+    uint64_t map[POOL_BIN_WORDS];   /* bit i set <=> tree[i] is not empty */
+    size_t count;
+} pool_bins;
+
+unsigned pool_bin_of(size_t size);
+void pool_bins_insert(pool_bins *b, pool_block *blk);
+void pool_bins_remove(pool_bins *b, pool_block *blk);
+/* Smallest block with size >= size (lowest address among equals), or NULL. */
+pool_block *pool_bins_lower_bound(const pool_bins *b, size_t size);
+pool_block *pool_bins_max(const pool_bins *b);
+bool pool_bins_contains(const pool_bins *b, const pool_block *blk);
+int pool_bins_check(const pool_bins *b, size_t *count, char *why, size_t len);
 
 /* addrmap.c: open-addressing map from live block address to block. */
 typedef struct pool_addrmap {
@@ -79,8 +104,7 @@ struct pool {
                                     filled by pool_stats_get */
     uint64_t epoch;              /* current epoch, starts at 1 */
     size_t idle_bytes;           /* bytes of fully free segments */
-    pool_block *tree[POOL_KINDS];
-    size_t free_count[POOL_KINDS];
+    pool_bins free_index[POOL_KINDS];
     pool_addrmap live;
     pool_segment **segs;         /* sorted by base */
     size_t nsegs, segs_cap;
