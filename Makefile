@@ -15,7 +15,7 @@ ASAN    := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
            -fno-omit-frame-pointer
 TSAN    := -O1 -g -fsanitize=thread
 
-POOL_SRC := pool/pool.c pool/tree.c pool/addrmap.c pool/check.c
+POOL_SRC := pool/pool.c pool/bins.c pool/tree.c pool/addrmap.c pool/check.c
 POOL_HDR := $(wildcard pool/*.h)
 TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := test/sim_backend.c

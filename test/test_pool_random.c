@@ -1,0 +1,223 @@
+/*
+ * test_pool_random.c - a seeded random walk of a million mixed operations
+ * against a reference model of the live blocks.
+ *
+ * The model keeps every live (address, size) pair. Periodically (and at the
+ * end) it checks: no two live ranges overlap, every live range lies inside
+ * one of the pool's segments at its full rounded size, the byte counters
+ * match the model, the backend saw exactly what the pool says it reserved,
+ * and pool_check passes. Stream safety is modelled too: the ranges freed
+ * since the backend's last fence are "dirty", and no allocation may return
+ * a block that overlaps one unless a fence came first. Flushes, changing caps, a finite device and
+ * injected backend failures are mixed in; every failure must be one the
+ * pool is allowed to return at that moment.
+ *
+ * Usage: test_pool_random [OPS [SEED]]  (default 1000000, seed 0x5eed)
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool_test.h"
+
+enum { MAX_LIVE = 4000, CHECK_EVERY = 1024 };
+
+typedef struct live { uintptr_t addr; size_t size; } live;
+
+typedef struct walk {
+    fixture fx;
+    uint64_t rng;
+    live *lv;
+    size_t n;
+    uint64_t requested;
+    size_t cap;
+    unsigned long failures, ops;
+    live *dirty;           /* ranges freed since the last fence */
+    size_t ndirty, dirty_cap;
+    unsigned long fences_seen;
+} walk;
+
+static int by_addr(const void *a, const void *b)
+{
+    const live *x = a, *y = b;
+    return (x->addr > y->addr) - (x->addr < y->addr);
+}
+
+static size_t rounded(size_t n) { return (n + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN; }
+
+/* Log-uniform in [1 B, 8 MiB], with 2% in [8 MiB, 128 MiB]. */
+static size_t draw_size(walk *w)
+{
+    uint64_t r = rng_next(&w->rng);
+    int hi = r % 100 < 2 ? 27 : 23;
+    int lo = hi == 27 ? 23 : 0;
+    int bits = lo + (int)(rng_next(&w->rng) % (uint64_t)(hi - lo + 1));
+    size_t base = (size_t)1 << bits;
+    return base + rng_next(&w->rng) % base / 2 + 1;
+}
+
+static void verify(walk *w)
+{
+    fixture *fx = &w->fx;
+    checked(fx->p);
+    qsort(w->lv, w->n, sizeof(*w->lv), by_addr);
+    for (size_t i = 0; i < w->n; i++) {
+        live *l = &w->lv[i];
+        if (i + 1 < w->n && l->addr + rounded(l->size) > w->lv[i + 1].addr)
+            fail_msg("live blocks overlap: %#lx+%zu and %#lx",
+                     (unsigned long)l->addr, l->size,
+                     (unsigned long)w->lv[i + 1].addr);
+        size_t bsize;
+        uintptr_t base;
+        size_t seg;
+        assert_int_equal(pool_block_size(fx->p, l->addr, &bsize), 0);
+        assert_true(bsize >= rounded(l->size));
+        assert_int_equal(pool_segment_of(fx->p, l->addr, &base, &seg), 0);
+        assert_true(l->addr + bsize <= base + seg);
+    }
+    pool_stats s = stats(fx);
+    assert_int_equal(s.requested, w->requested);
+    assert_int_equal(s.reserved, fx->sim.used);
+    assert_int_equal(s.segments, fx->sim.nsegs);
+    assert_int_equal(s.fences, fx->sim.fences);
+    assert_int_equal(fx->sim.bad_releases, 0);
+}
+
+/* Fails if [a, a+size) overlaps a range freed after the last fence. */
+static void check_fenced(walk *w, uintptr_t a, size_t size)
+{
+    if (w->fx.sim.fences != w->fences_seen) {
+        w->fences_seen = w->fx.sim.fences;
+        w->ndirty = 0;
+    }
+    for (size_t i = 0; i < w->ndirty; i++) {
+        const live *d = &w->dirty[i];
+        if (a < d->addr + d->size && d->addr < a + size)
+            fail_msg("block %#lx handed out while %#lx, freed after the last "
+                     "fence, may still be in use", (unsigned long)a,
+                     (unsigned long)d->addr);
+    }
+}
+
+static void mark_dirty(walk *w, live l)
+{
+    if (w->ndirty == w->dirty_cap) {
+        w->dirty_cap = w->dirty_cap ? 2 * w->dirty_cap : 1024;
+        w->dirty = realloc(w->dirty, w->dirty_cap * sizeof(*w->dirty));
+        assert_non_null(w->dirty);
+    }
+    w->dirty[w->ndirty++] = (live){l.addr, rounded(l.size)};
+}
+
+static void step_alloc(walk *w)
+{
+    fixture *fx = &w->fx;
+    size_t size = draw_size(w);
+    pool_stats before = stats(fx);
+    uintptr_t a = 0;
+    int err = pool_alloc(fx->p, size, &a);
+    if (err) {
+        /* Allowed only under a cap or a full/failing device. */
+        assert_true(err == -EDQUOT || err == -ENOMEM);
+        if (err == -EDQUOT)
+            assert_true(w->cap != 0);
+        assert_int_equal(stats(fx).allocated, before.allocated);
+        w->failures++;
+        return;
+    }
+    assert_int_equal(a % POOL_ALIGN, 0);
+    check_fenced(w, a, size);
+    if (w->cap && before.reserved <= w->cap)
+        assert_true(stats(fx).reserved <= w->cap);
+    w->lv[w->n++] = (live){a, size};
+    w->requested += size;
+}
+
+static void step_free(walk *w)
+{
+    size_t i = rng_next(&w->rng) % w->n;
+    live l = w->lv[i];
+    w->lv[i] = w->lv[--w->n];
+    assert_int_equal(pool_free(w->fx.p, l.addr), 0);
+    mark_dirty(w, l);
+    w->requested -= l.size;
+}
+
+static void step_control(walk *w, unsigned long op)
+{
+    fixture *fx = &w->fx;
+    if (op % 50000 == 0) {
+        pool_stats before = stats(fx);
+        size_t freed = pool_flush(fx->p);
+        pool_stats after = stats(fx);
+        assert_int_equal(after.reserved, before.reserved - freed);
+        assert_int_equal(after.idle_bytes, 0);
+    }
+    if (op % 100000 == 0) {
+        static const size_t caps[] = {0, 256 * MIB, 1024 * MIB, 2048 * MIB};
+        w->cap = caps[rng_next(&w->rng) % 4];
+        pool_set_max_reserved(fx->p, w->cap);
+    }
+    if (rng_next(&w->rng) % 1000 == 0)
+        fx->sim.fail_reserves = 1;
+}
+
+static void random_walk(void **state)
+{
+    walk *w = *state;
+    for (unsigned long op = 1; op <= w->ops; op++) {
+        step_control(w, op);
+        bool alloc = w->n == 0 || (w->n < MAX_LIVE && rng_next(&w->rng) % 100 < 55);
+        if (alloc)
+            step_alloc(w);
+        else
+            step_free(w);
+        if (op % CHECK_EVERY == 0)
+            verify(w);
+    }
+    verify(w);
+    pool_stats s = stats(&w->fx);
+    printf("ops %lu: allocs %lu, failures %lu, fences %lu, segment reserves "
+           "%lu, releases %lu, peak reserved %lu MiB\n", w->ops,
+           (unsigned long)s.allocs, w->failures, (unsigned long)s.fences,
+           (unsigned long)s.seg_reserves, (unsigned long)s.seg_releases,
+           (unsigned long)(s.reserved_peak >> 20));
+    /* The walk must have exercised what it claims to. */
+    assert_true(s.fences > 0 && s.seg_releases > 0 && s.retries > 0);
+    assert_true(w->failures > 0 && s.hits > s.allocs / 2);
+    while (w->n)
+        step_free(w);
+    verify(w);
+    assert_int_equal(stats(&w->fx).allocated, 0);
+}
+
+static int setup(void **state)
+{
+    walk *w = *state;
+    w->lv = calloc(MAX_LIVE, sizeof(*w->lv));
+    fx_open(&w->fx, 4096 * MIB, NULL);
+    return w->lv ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    walk *w = *state;
+    fx_close(&w->fx);
+    free(w->lv);
+    free(w->dirty);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static walk w;
+    w.ops = argc > 1 ? strtoul(argv[1], NULL, 0) : 1000000;
+    w.rng = argc > 2 ? strtoull(argv[2], NULL, 0) : 0x5eed;
+    printf("seed %#lx\n", (unsigned long)w.rng);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate_setup_teardown(random_walk, setup, teardown, &w),
+    };
+    return cmocka_run_group_tests_name("pool_random", tests, NULL, NULL);
+}
