@@ -213,9 +213,11 @@ static size_t release_idle(pool *p, size_t keep)
     return released;
 }
 
-/* Reserves a new segment of size bytes and kind, and indexes its one free
- * block. Needs one spare node. 0, -EDQUOT, -ENOMEM or a backend error. */
-static int segment_grow(pool *p, enum pool_kind kind, size_t size)
+/* Reserves a new segment of size bytes and kind, indexes its one free
+ * block and stores that block in *out. Needs one spare node. Returns 0,
+ * -EDQUOT, -ENOMEM or a backend error. */
+static int segment_grow(pool *p, enum pool_kind kind, size_t size,
+                        pool_block **out)
 {
     if (p->cfg.max_reserved && (size > p->cfg.max_reserved ||
                                 p->st.reserved > p->cfg.max_reserved - size))
@@ -247,6 +249,7 @@ static int segment_grow(pool *p, enum pool_kind kind, size_t size)
     p->st.seg_reserves++;
     p->st.reserved_bytes_total += size;
     index_add(p, b);
+    *out = b;
     return 0;
 }
 
@@ -300,31 +303,31 @@ static void block_split(pool *p, pool_block *b, size_t size)
     index_add(p, r);
 }
 
-/* Finds or makes a block; on success it is still in the free index. */
-static int block_find_or_grow(pool *p, enum pool_kind kind, size_t size,
-                              pool_block **out)
+/* Segment size for a rounded request of kind; 0 on overflow. */
+static size_t segment_size(const pool *p, enum pool_kind kind, size_t size)
 {
-    pool_block *b = find_fit(p, kind, size);
-    if (b) {
-        *out = b;
-        return 0;
-    }
-    size_t seg = kind == POOL_SMALL ? p->cfg.small_segment
-                                    : round_up(size, p->cfg.large_round);
+    return kind == POOL_SMALL ? p->cfg.small_segment
+                              : round_up(size, p->cfg.large_round);
+}
+
+/* Reserves a segment for the request, releasing idle segments and retrying
+ * once if the cap or the backend says no. The new block is in *out. */
+static int block_grow(pool *p, enum pool_kind kind, size_t size,
+                      pool_block **out)
+{
+    size_t seg = segment_size(p, kind, size);
     if (!seg)
         return -EOVERFLOW;
     if (p->cfg.max_reserved && seg > p->cfg.max_reserved)
         return -EDQUOT;
-    int err = segment_grow(p, kind, seg);
+    int err = segment_grow(p, kind, seg, out);
     if (err == -EDQUOT || err == -ENOMEM) {
         if (release_idle(p, 0) == 0)
             return err;
         p->st.retries++;
-        err = segment_grow(p, kind, seg);
+        err = segment_grow(p, kind, seg, out);
     }
-    if (!err)
-        *out = find_fit(p, kind, size);
-    return err ? err : (*out ? 0 : -EFAULT);
+    return err;
 }
 
 /* Fences if b was freed in the current epoch. */
@@ -334,7 +337,8 @@ static int block_fence(pool *p, const pool_block *b)
         return 0;
     int err = p->be.fence(p->be.ctx);
     if (err) {
-        p->st.fence_failures++;
+        p->st.fence_failures += err != -EAGAIN;
+        p->st.fence_deferrals += err == -EAGAIN;
         return err;
     }
     p->st.fences++;
@@ -353,11 +357,11 @@ static int alloc_locked(pool *p, size_t size, uintptr_t *addr)
     if (err)
         return err;
     enum pool_kind kind = rounded <= p->cfg.small_max ? POOL_SMALL : POOL_LARGE;
-    pool_block *b = NULL;
     uint64_t grew = p->st.seg_reserves;
-    err = block_find_or_grow(p, kind, rounded, &b);
-    if (!err)
-        err = block_fence(p, b);
+    pool_block *b = find_fit(p, kind, rounded);
+    err = b ? block_fence(p, b) : block_grow(p, kind, rounded, &b);
+    if (err == -EAGAIN) /* no fence possible now: fresh memory is safe */
+        err = block_grow(p, kind, rounded, &b);
     if (err) {
         if (err == -EDQUOT || err == -ENOMEM)
             p->st.failures++;

@@ -47,8 +47,10 @@ typedef struct pool_backend {
     /* Give a segment back. Cannot fail from the pool's point of view. */
     void (*release)(void *ctx, uintptr_t base, size_t size);
     /* Make every block freed so far safe to reuse by new work. NULL means
-     * blocks are reused at once. Returns 0 or a negative errno; on error
-     * the allocation that asked for it fails with that error. */
+     * blocks are reused at once. Returns 0, -EAGAIN when no fence can be
+     * issued now (the allocation is then served from a new segment, which
+     * needs none), or another negative errno, with which the allocation
+     * that asked for it fails. */
     int (*fence)(void *ctx);
     void *ctx;
 } pool_backend;
@@ -86,6 +88,7 @@ typedef struct pool_config {
     X(released_bytes_total, "bytes ever released to the backend")            \
     X(fences, "fences issued")                                               \
     X(fence_failures, "fences that failed")                                  \
+    X(fence_deferrals, "fences not possible now; fresh memory used")         \
     X(retries, "allocations retried after releasing free segments")          \
     X(flushes, "pool_flush calls")                                           \
     X(failures, "allocations that failed for lack of memory")                \

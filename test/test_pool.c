@@ -395,6 +395,25 @@ static void test_fence_error(void **state)
     assert_int_equal(fx->sim.fences, 1);
 }
 
+static void test_fence_impossible_uses_fresh_memory(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    xalloc(fx, 4 * KIB);
+    xfree(fx, a);
+    fx->sim.fence_error = -EAGAIN; /* e.g. a graph is being captured */
+    uintptr_t b = xalloc(fx, 4 * KIB);
+    assert_true(b != a);
+    assert_int_equal(fx->sim.fences, 0);
+    assert_int_equal(stats(fx).seg_reserves, 2); /* a fresh segment */
+    assert_int_equal(stats(fx).fence_deferrals, 1);
+    assert_int_equal(stats(fx).fence_failures, 0);
+    fx->sim.fence_error = 0;
+    assert_int_equal(xalloc(fx, 4 * KIB), a); /* fenced reuse once possible */
+    assert_int_equal(fx->sim.fences, 1);
+}
+
 static void test_no_fence_backend(void **state)
 {
     fixture *fx = *state;
@@ -559,6 +578,7 @@ int main(void)
         T(test_one_fence_covers_earlier_frees),
         T(test_merged_block_keeps_newest_epoch),
         T(test_fence_error),
+        T(test_fence_impossible_uses_fresh_memory),
         T(test_no_fence_backend),
         T(test_bad_frees_change_nothing),
         T(test_size_overflow),
