@@ -15,11 +15,19 @@ ASAN    := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
            -fno-omit-frame-pointer
 TSAN    := -O1 -g -fsanitize=thread
 
+CUDA_INC := -I$(CUDA)/include
+
 POOL_SRC := pool/pool.c pool/bins.c pool/tree.c pool/addrmap.c pool/check.c
 POOL_HDR := $(wildcard pool/*.h)
 TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := test/sim_backend.c
 TEST_INC := -Ipool -Itest
+
+SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
+            shim/control.c shim/interpose.c
+SHIM_HDR := $(wildcard shim/*.h)
+SHIM_INC := -Ipool -Ishim $(CUDA_INC)
+SIMCUDA  := test/simcuda/simcuda.c test/simcuda/simcuda.h test/simcuda/libcudart.map
 
 # Unit and property tests of pool/, built with ASan+UBSan.
 POOL_TESTS := test_pool test_pool_random test_pool_frag
@@ -27,7 +35,48 @@ POOL_TESTS := test_pool test_pool_random test_pool_frag
 TSAN_TESTS := test_pool_threads
 
 .PHONY: all test bench clean install
-all: $(BUILD)/libcupool_pool.a
+all: $(BUILD)/libcupool.so $(BUILD)/libcupool_pool.a
+
+# The preloadable library: not linked against any CUDA runtime (it finds the
+# program's own at run time), exporting only the interposed symbols.
+define shim_so
+$(1)/libcupool.so: $(SHIM_SRC) $(POOL_SRC) $(SHIM_HDR) $(POOL_HDR)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) -fPIC -shared -fvisibility=hidden $$(SHIM_INC) \
+	    $$(SHIM_SRC) $$(POOL_SRC) -ldl -lpthread -o $$@
+endef
+
+# The simulated runtime (libcudart.so.13 with the real version node) and the
+# scenario program linked only against it.
+define shim_rt
+$(1)/sim/libcudart.so.13: $(SIMCUDA)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) -fPIC -shared $$(CUDA_INC) -Wl,-soname,libcudart.so.13 \
+	    -Wl,--version-script=test/simcuda/libcudart.map $$< -lpthread -o $$@
+$(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
+	    -L$(1)/sim -l:libcudart.so.13 -Wl,-rpath,$$(abspath $(1)/sim) \
+	    -lpthread -o $$@
+endef
+
+$(eval $(call shim_so,$(BUILD),$(ALL_CFLAGS)))
+$(eval $(call shim_so,$(BUILD)/asan,$(WARN) $(DEFS) $(ASAN)))
+$(eval $(call shim_so,$(BUILD)/tsan,$(WARN) $(DEFS) $(TSAN)))
+$(eval $(call shim_rt,$(BUILD),$(ALL_CFLAGS)))
+$(eval $(call shim_rt,$(BUILD)/asan,$(WARN) $(DEFS) $(ASAN)))
+$(eval $(call shim_rt,$(BUILD)/tsan,$(WARN) $(DEFS) $(TSAN)))
+
+$(BUILD)/asan/test_config: test/test_config.c shim/config.c $(POOL_SRC) $(SHIM_HDR) $(POOL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Ishim $< shim/config.c $(POOL_SRC) \
+	    -lcmocka -lpthread -o $@
+
+$(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
+	$(CC) $(ALL_CFLAGS) $(SHIM_INC) $< -lcmocka -o $@
+
+SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
+SHIM_DEPS := $(BUILD)/test_shim $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog)
 
 $(BUILD)/pool/%.o: pool/%.c $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -50,11 +99,14 @@ $(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -O2 $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) -lpthread -lm -o $@
 
-TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS)) \
+TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS))
 
-test: all $(TEST_BINS)
+test: all $(TEST_BINS) $(SHIM_DEPS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done
+	$(BUILD)/test_shim $(BUILD)
+	$(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)
+	$(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)
 	@echo "make test: all test programs passed"
 
 bench: $(BUILD)/bench_pool

@@ -1,0 +1,330 @@
+/*
+ * config.c - the option table and its strict parsers.
+ *
+ * Each option is one row: name, kind, where it lands in shim_config, its
+ * default (as text, parsed by the same parser as user input, so the table
+ * cannot disagree with the code) and its meaning.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+
+enum opt_kind {
+    OPT_BOOL, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
+    OPT_PATH, OPT_LOG
+};
+
+typedef struct option {
+    const char *name;
+    enum opt_kind kind;
+    size_t off;
+    const char *def;
+    const char *help;
+} option;
+
+#define F(field) offsetof(shim_config, field)
+
+static const option options[] = {
+    {"CUPOOL_DISABLE", OPT_BOOL, F(disable), "0",
+     "1 makes every call a pass-through to CUDA (for A/B runs)"},
+    {"CUPOOL_MAX_RESERVED", OPT_CAP, F(max_reserved), "none",
+     "cap on bytes reserved per device (SIZE or N%); "
+     "CUPOOL_MAX_RESERVED_<N> overrides it for device N"},
+    {"CUPOOL_RELEASE_THRESHOLD", OPT_THRESHOLD, F(release_threshold),
+     "unlimited", "idle cached bytes kept per device; fully free segments "
+     "above it go back to the driver"},
+    {"CUPOOL_FENCE", OPT_FENCE, F(fence), "barrier",
+     "stream safety on reuse: barrier, sync or none"},
+    {"CUPOOL_FLUSH_SIGNAL", OPT_SIGNAL, F(flush_signal), "USR1",
+     "signal that returns every cached segment to the driver, or none"},
+    {"CUPOOL_STATS_SIGNAL", OPT_SIGNAL, F(stats_signal), "USR2",
+     "signal that writes a statistics line, or none"},
+    {"CUPOOL_STATS_FILE", OPT_PATH, F(stats_file), "",
+     "file for statistics (appended; %p is the pid); empty = stderr"},
+    {"CUPOOL_LOG", OPT_LOG, F(log), "warn",
+     "messages shown: off, error, warn, info or debug"},
+    {"CUPOOL_SMALL_MAX", OPT_SIZE, F(pool.small_max), "1M",
+     "largest request served from small segments"},
+    {"CUPOOL_SMALL_SEGMENT", OPT_SIZE, F(pool.small_segment), "2M",
+     "size of a small segment"},
+    {"CUPOOL_LARGE_ROUND", OPT_SIZE, F(pool.large_round), "2M",
+     "large segments round up to a multiple of this"},
+    {"CUPOOL_LARGE_SPLIT_MIN", OPT_SIZE, F(pool.large_split_min), "1M",
+     "a large block is split only if more than this remains"},
+    {"CUPOOL_MAX_SPLIT", OPT_SIZE, F(pool.max_split), "0",
+     "blocks this large are never split (0 = off)"},
+    {"CUPOOL_OVERSIZE_SLACK", OPT_SIZE, F(pool.oversize_slack), "20M",
+     "how much larger than its request an unsplit block may be"},
+};
+
+enum { NOPTIONS = sizeof(options) / sizeof(options[0]) };
+
+static const char *const fence_names[] = {"barrier", "sync", "none", NULL};
+static const char *const log_names[] = {"off", "error", "warn", "info",
+                                        "debug", NULL};
+
+static const char *expected(enum opt_kind kind)
+{
+    switch (kind) {
+    case OPT_BOOL: return "1, 0, true, false, on, off, yes or no";
+    case OPT_SIZE: return "bytes with an optional K, M, G or T suffix "
+                          "(KiB, MB... all binary), e.g. 512M or 20GiB";
+    case OPT_CAP: return "none, a size such as 20G or 512MiB, or a "
+                         "percentage of device memory such as 50%";
+    case OPT_THRESHOLD: return "unlimited or a size such as 2G";
+    case OPT_FENCE: return "barrier, sync or none";
+    case OPT_SIGNAL: return "none, HUP, USR1, USR2, WINCH or RTMIN+N";
+    case OPT_PATH: return "a path shorter than 512 bytes";
+    case OPT_LOG: return "off, error, warn, info or debug";
+    }
+    return "";
+}
+
+int shim_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !isdigit((unsigned char)*s))
+        return -EINVAL;
+    uint64_t v = 0;
+    for (; isdigit((unsigned char)*s); s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -EINVAL;
+        v = v * 10 + d;
+    }
+    int shift = 0;
+    switch (toupper((unsigned char)*s)) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    }
+    if (shift) {
+        s++;
+        if (*s == 'i' || *s == 'I')
+            s++;
+    }
+    if (*s == 'B' || *s == 'b')
+        s++;
+    if (*s || (shift && v > (UINT64_MAX >> shift)))
+        return -EINVAL;
+    *out = v << shift;
+    return 0;
+}
+
+int shim_parse_cap(const char *s, shim_cap *out)
+{
+    if (!s)
+        return -EINVAL;
+    if (!strcasecmp(s, "none") || !strcmp(s, "0")) {
+        *out = (shim_cap){0, 0};
+        return 0;
+    }
+    size_t n = strlen(s);
+    if (n >= 2 && s[n - 1] == '%') {
+        unsigned pct = 0;
+        for (size_t i = 0; i + 1 < n; i++) {
+            if (!isdigit((unsigned char)s[i]) || pct > 100)
+                return -EINVAL;
+            pct = pct * 10 + (unsigned)(s[i] - '0');
+        }
+        if (pct < 1 || pct > 100)
+            return -EINVAL;
+        *out = (shim_cap){0, pct};
+        return 0;
+    }
+    uint64_t bytes;
+    if (shim_parse_size(s, &bytes))
+        return -EINVAL;
+    *out = (shim_cap){bytes, 0};
+    return 0;
+}
+
+int shim_parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"1", "true", "on", "yes"};
+    static const char *const no[] = {"0", "false", "off", "no"};
+    for (int i = 0; s && i < 4; i++) {
+        if (!strcasecmp(s, yes[i]))
+            return *out = true, 0;
+        if (!strcasecmp(s, no[i]))
+            return *out = false, 0;
+    }
+    return -EINVAL;
+}
+
+static const struct { const char *name; int sig; } signals[] = {
+    {"HUP", SIGHUP}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"WINCH", SIGWINCH},
+};
+
+int shim_parse_signal(const char *s, int *out)
+{
+    if (!s)
+        return -EINVAL;
+    if (!strcasecmp(s, "none") || !strcasecmp(s, "off")) {
+        *out = 0;
+        return 0;
+    }
+    if (!strncasecmp(s, "SIG", 3))
+        s += 3;
+    for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++) {
+        if (!strcasecmp(s, signals[i].name)) {
+            *out = signals[i].sig;
+            return 0;
+        }
+    }
+    if (!strncasecmp(s, "RTMIN+", 6) && isdigit((unsigned char)s[6])) {
+        uint64_t n;
+        if (shim_parse_size(s + 6, &n) || !isdigit((unsigned char)s[strlen(s) - 1]) ||
+            n > (uint64_t)(SIGRTMAX - SIGRTMIN))
+            return -EINVAL;
+        *out = SIGRTMIN + (int)n;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+const char *shim_signal_name(int sig, char *buf, size_t len)
+{
+    if (sig == 0)
+        return "none";
+    for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
+        if (signals[i].sig == sig)
+            return signals[i].name;
+    snprintf(buf, len, "RTMIN+%d", sig - SIGRTMIN);
+    return buf;
+}
+
+static int parse_name(const char *s, const char *const *names, int *out)
+{
+    for (int i = 0; s && names[i]; i++) {
+        if (!strcasecmp(s, names[i])) {
+            *out = i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+/* Parses s into the option's field. 0 or -EINVAL (field untouched). */
+static int parse_option(const option *o, const char *s, shim_config *c)
+{
+    void *field = (char *)c + o->off;
+    uint64_t v;
+    int i, err;
+    switch (o->kind) {
+    case OPT_BOOL:
+        return shim_parse_bool(s, field);
+    case OPT_SIZE:
+        if ((err = shim_parse_size(s, &v)) == 0)
+            *(size_t *)field = (size_t)v;
+        return err;
+    case OPT_CAP:
+        return shim_parse_cap(s, field);
+    case OPT_THRESHOLD:
+        if (!strcasecmp(s, "unlimited"))
+            return *(uint64_t *)field = UINT64_MAX, 0;
+        return shim_parse_size(s, field);
+    case OPT_FENCE:
+    case OPT_LOG:
+        if ((err = parse_name(s, o->kind == OPT_FENCE ? fence_names : log_names, &i)) == 0)
+            *(int *)field = i;
+        return err;
+    case OPT_SIGNAL:
+        return shim_parse_signal(s, field);
+    case OPT_PATH:
+        if (strlen(s) >= SHIM_PATH_MAX)
+            return -EINVAL;
+        strcpy(field, s);
+        return 0;
+    }
+    return -EINVAL;
+}
+
+static void complain(shim_warn_fn warn, const char *name, const char *value,
+                     enum opt_kind kind, const char *def)
+{
+    char line[512];
+    snprintf(line, sizeof(line), "%s=%.64s is invalid (expected %s); using %s",
+             name, value, expected(kind), *def ? def : "the default (empty)");
+    warn(line);
+}
+
+static int load_device_caps(shim_config *c, shim_getenv_fn get,
+                            shim_warn_fn warn)
+{
+    int bad = 0;
+    for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
+        char name[40];
+        snprintf(name, sizeof(name), "CUPOOL_MAX_RESERVED_%d", d);
+        const char *v = get(name);
+        if (!v)
+            continue;
+        if (shim_parse_cap(v, &c->max_reserved_dev[d]) == 0) {
+            c->has_dev_cap[d] = true;
+        } else {
+            complain(warn, name, v, OPT_CAP, "CUPOOL_MAX_RESERVED");
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* Checks that options agree with each other; resets what cannot stand. */
+static int cross_check(shim_config *c, shim_warn_fn warn)
+{
+    int bad = 0;
+    if (c->flush_signal && c->flush_signal == c->stats_signal) {
+        warn("CUPOOL_FLUSH_SIGNAL and CUPOOL_STATS_SIGNAL name the same "
+             "signal; using USR1 and USR2");
+        c->flush_signal = SIGUSR1;
+        c->stats_signal = SIGUSR2;
+        bad++;
+    }
+    if (pool_config_validate(&c->pool)) {
+        warn("the pool thresholds do not fit together (all multiples of 512, "
+             "CUPOOL_SMALL_MAX <= CUPOOL_SMALL_SEGMENT, CUPOOL_MAX_SPLIT 0 or "
+             "above CUPOOL_SMALL_SEGMENT, CUPOOL_OVERSIZE_SLACK >= "
+             "CUPOOL_LARGE_ROUND); using the defaults");
+        pool_config_default(&c->pool);
+        bad++;
+    }
+    return bad;
+}
+
+int shim_config_load(shim_config *c, shim_getenv_fn get, shim_warn_fn warn)
+{
+    memset(c, 0, sizeof(*c));
+    pool_config_default(&c->pool);
+    for (int i = 0; i < NOPTIONS; i++)
+        parse_option(&options[i], options[i].def, c);
+    int bad = 0;
+    for (int i = 0; i < NOPTIONS; i++) {
+        const char *v = get(options[i].name);
+        if (v && parse_option(&options[i], v, c)) {
+            complain(warn, options[i].name, v, options[i].kind, options[i].def);
+            bad++;
+        }
+    }
+    bad += load_device_caps(c, get, warn);
+    return bad + cross_check(c, warn);
+}
+
+uint64_t shim_cap_bytes(const shim_cap *cap, uint64_t total)
+{
+    if (cap->percent)
+        return total / 100 * cap->percent + total % 100 * cap->percent / 100;
+    return cap->bytes;
+}
+
+void shim_config_describe(int fd)
+{
+    for (int i = 0; i < NOPTIONS; i++)
+        dprintf(fd, "%-26s %-10s %s\n", options[i].name,
+                *options[i].def ? options[i].def : "(empty)", options[i].help);
+}

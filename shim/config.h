@@ -1,0 +1,73 @@
+/*
+ * config.h - cupool's options: one table, every option CUPOOL_*, parsed once
+ * and strictly. A bad value yields one line naming the variable, the value
+ * and the accepted forms, and the option keeps its default.
+ *
+ * Knows nothing of CUDA, so the tests drive it with a fake environment.
+ */
+#ifndef CUPOOL_SHIM_CONFIG_H
+#define CUPOOL_SHIM_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+#define SHIM_MAX_DEVICES 64
+#define SHIM_PATH_MAX 512
+
+typedef enum shim_fence_mode {
+    SHIM_FENCE_BARRIER, SHIM_FENCE_SYNC, SHIM_FENCE_NONE
+} shim_fence_mode;
+
+typedef enum shim_log_level {
+    SHIM_LOG_OFF, SHIM_LOG_ERROR, SHIM_LOG_WARN, SHIM_LOG_INFO, SHIM_LOG_DEBUG
+} shim_log_level;
+
+/* A cap: none, a byte count, or a percentage of the device's memory. */
+typedef struct shim_cap {
+    uint64_t bytes;     /* when percent == 0; 0 = no cap */
+    unsigned percent;   /* 1..100, or 0 */
+} shim_cap;
+
+typedef struct shim_config {
+    bool disable;
+    shim_cap max_reserved;
+    shim_cap max_reserved_dev[SHIM_MAX_DEVICES];
+    bool has_dev_cap[SHIM_MAX_DEVICES];
+    uint64_t release_threshold;     /* UINT64_MAX = keep everything */
+    shim_fence_mode fence;
+    int flush_signal;               /* 0 = none */
+    int stats_signal;               /* 0 = none */
+    char stats_file[SHIM_PATH_MAX]; /* "" = stderr; %p = pid */
+    shim_log_level log;
+    pool_config pool;               /* thresholds; max_reserved and
+                                       release_threshold filled per device */
+} shim_config;
+
+/* Looks up a variable (getenv in the shim, a table in the tests). */
+typedef const char *(*shim_getenv_fn)(const char *name);
+/* Receives one complete warning line, without "cupool: " and newline. */
+typedef void (*shim_warn_fn)(const char *line);
+
+/* Fills *c from the environment. Every invalid value is reported through
+ * warn and replaced by its default. Returns the number of invalid values. */
+int shim_config_load(shim_config *c, shim_getenv_fn get, shim_warn_fn warn);
+
+/* The cap for a device with total bytes of memory: 0 = none. */
+uint64_t shim_cap_bytes(const shim_cap *cap, uint64_t total);
+
+/* Parsers, exposed for the tests. Each returns 0 or -EINVAL. */
+int shim_parse_size(const char *s, uint64_t *out);
+int shim_parse_cap(const char *s, shim_cap *out);
+int shim_parse_bool(const char *s, bool *out);
+int shim_parse_signal(const char *s, int *out);
+
+/* Name of a signal number as the parser accepts it ("USR1", "none"). */
+const char *shim_signal_name(int sig, char *buf, size_t len);
+
+/* Writes the option table (name, default, meaning) to fd, one per line. */
+void shim_config_describe(int fd);
+
+#endif

@@ -1,0 +1,246 @@
+/*
+ * interpose.c - the CUDA runtime symbols libcupool.so exports.
+ *
+ * Each one falls through to the real function when the shim is off
+ * (CUPOOL_DISABLE=1, a forked child, the runtime not found) or when the
+ * calling thread is already inside the shim. Everything else is served by
+ * the current device's pool.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+
+#include "control.h"
+#include "device.h"
+#include "log.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+static _Thread_local int inside;
+
+/* True if this call must go straight to the real runtime. */
+static bool pass(void)
+{
+    return inside || !shim_active() || shim_real_resolve() != 0;
+}
+
+static int current_device(void)
+{
+    int dev = -1;
+    if (shim_real.cudaGetDevice(&dev) != cudaSuccess) {
+        shim_real.cudaGetLastError();
+        return -1;
+    }
+    return dev >= 0 && dev < SHIM_MAX_DEVICES ? dev : -1;
+}
+
+/* Calls the real function (or yields fail if it is missing) with the
+ * re-entry guard up, so that a runtime calling its own exported symbols
+ * internally reaches itself, not the shim. */
+static _Thread_local cudaError_t real_ret;
+#define REAL_OR(name, fail, ...)                                              \
+    (shim_real_resolve(), !shim_real.name ? (fail)                           \
+     : (inside++, real_ret = shim_real.name(__VA_ARGS__), inside--, real_ret))
+
+EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
+{
+    if (pass())
+        return REAL_OR(cudaMalloc, cudaErrorInitializationError, ptr, size);
+    if (!ptr)
+        return cudaErrorInvalidValue;
+    int dev = current_device();
+    pool *p = dev >= 0 ? shim_device_pool(dev) : NULL;
+    if (!p)
+        return REAL_OR(cudaMalloc, cudaErrorInitializationError, ptr, size);
+    inside++;
+    uintptr_t a;
+    int err = pool_alloc(p, size, &a);
+    inside--;
+    if (!err) {
+        *ptr = (void *)a;
+        return cudaSuccess;
+    }
+    shim_report_alloc_failure(dev, size, err);
+    if (err == -ENOMEM || err == -EDQUOT || err == -EOVERFLOW)
+        return cudaErrorMemoryAllocation;
+    return cudaErrorUnknown;
+}
+
+/* Frees ptr in whichever pool owns it: the current device's first.
+ * Returns 0, -ENOENT if no pool owns it, or pool_free's error. */
+static int free_pooled(void *ptr)
+{
+    int dev = current_device();
+    pool *p = dev >= 0 ? shim_device_pool_if_any(dev) : NULL;
+    int err = p ? pool_free(p, (uintptr_t)ptr) : -ENOENT;
+    for (int i = 0; err == -ENOENT && i < SHIM_MAX_DEVICES; i++) {
+        pool *q = i == dev ? NULL : shim_device_pool_if_any(i);
+        if (q)
+            err = pool_free(q, (uintptr_t)ptr);
+    }
+    if (err == -EINVAL || err == -EALREADY)
+        shim_log(SHIM_LOG_WARN, "cudaFree(%p): %s; nothing was freed", ptr,
+                 pool_strerror(err));
+    return err;
+}
+
+EXPORT cudaError_t cudaFree(void *ptr)
+{
+    if (!ptr || pass())
+        return REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
+    inside++;
+    int err = free_pooled(ptr);
+    inside--;
+    if (err == -ENOENT) {
+        shim_count(SHIM_FOREIGN_FREES);
+        return REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
+    }
+    return err ? cudaErrorInvalidValue : cudaSuccess;
+}
+
+EXPORT cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream)
+{
+    if (!ptr || pass())
+        return REAL_OR(cudaFreeAsync, cudaErrorInitializationError, ptr, stream);
+    /* A pooled block freed in stream order: the fence orders its reuse. */
+    inside++;
+    int err = free_pooled(ptr);
+    inside--;
+    if (err == -ENOENT)
+        return REAL_OR(cudaFreeAsync, cudaErrorInitializationError, ptr, stream);
+    return err ? cudaErrorInvalidValue : cudaSuccess;
+}
+
+EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    if (pass())
+        return REAL_OR(cudaMemGetInfo, cudaErrorInitializationError, free_b, total_b);
+    size_t f = 0, t = 0;
+    cudaError_t e = REAL_OR(cudaMemGetInfo, cudaErrorInitializationError, &f, &t);
+    int dev = current_device();
+    pool *p = dev >= 0 ? shim_device_pool_if_any(dev) : NULL;
+    if (e != cudaSuccess || !p) {
+        if (e == cudaSuccess) {
+            if (free_b) *free_b = f;
+            if (total_b) *total_b = t;
+        }
+        return e;
+    }
+    pool_stats s;
+    pool_stats_get(p, &s);
+    uint64_t cap = shim_devices[dev].cap;
+    /* Cached bytes are free to this process; a cap bounds both figures. */
+    uint64_t avail = (uint64_t)f + s.cached;
+    uint64_t total = t;
+    if (cap) {
+        total = cap < total ? cap : total;
+        uint64_t room = cap > s.allocated ? cap - s.allocated : 0;
+        avail = avail < room ? avail : room;
+    }
+    if (avail > total)
+        avail = total;
+    if (free_b) *free_b = (size_t)avail;
+    if (total_b) *total_b = (size_t)total;
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaDeviceReset(void)
+{
+    if (pass())
+        return REAL_OR(cudaDeviceReset, cudaErrorInitializationError);
+    int dev = current_device();
+    cudaError_t e = REAL_OR(cudaDeviceReset, cudaErrorInitializationError);
+    if (e == cudaSuccess && dev >= 0)
+        shim_device_abandon(dev);
+    return e;
+}
+
+static cudaError_t tracked(cudaError_t e, cudaStream_t *s, unsigned int flags)
+{
+    if (e == cudaSuccess && s && shim_active()) {
+        int dev = current_device();
+        if (dev >= 0) {
+            inside++;
+            shim_device_track_stream(dev, *s, flags);
+            inside--;
+        }
+    }
+    return e;
+}
+
+EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    cudaError_t e = REAL_OR(cudaStreamCreate, cudaErrorInitializationError, s);
+    return inside ? e : tracked(e, s, cudaStreamDefault);
+}
+
+EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
+{
+    cudaError_t e = REAL_OR(cudaStreamCreateWithFlags,
+                            cudaErrorInitializationError, s, flags);
+    return inside ? e : tracked(e, s, flags);
+}
+
+EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s,
+                                                unsigned int flags, int prio)
+{
+    cudaError_t e = REAL_OR(cudaStreamCreateWithPriority,
+                            cudaErrorInitializationError, s, flags, prio);
+    return inside ? e : tracked(e, s, flags);
+}
+
+EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (!inside && shim_real_resolve() == 0) {
+        inside++;
+        shim_device_untrack_stream(s);
+        inside--;
+    }
+    return REAL_OR(cudaStreamDestroy, cudaErrorInitializationError, s);
+}
+
+EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
+{
+    if (pass())
+        return REAL_OR(cudaIpcGetMemHandle, cudaErrorInitializationError, h, ptr);
+    for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
+        pool *p = shim_device_pool_if_any(i);
+        uintptr_t base;
+        size_t size;
+        if (!p || pool_segment_of(p, (uintptr_t)ptr, &base, &size) == -ENOENT)
+            continue;
+        /* The handle names the whole segment: an importer maps its base.
+         * That is right only for a block at the segment's start. */
+        if (base == (uintptr_t)ptr)
+            return REAL_OR(cudaIpcGetMemHandle, cudaErrorInitializationError, h, ptr);
+        shim_log(SHIM_LOG_ERROR, "cudaIpcGetMemHandle(%p): the block shares a "
+                 "pooled segment and does not start it, so an importer would "
+                 "map the wrong address; refused. Run with CUPOOL_DISABLE=1 "
+                 "for programs that export such blocks", ptr);
+        return cudaErrorInvalidValue;
+    }
+    return REAL_OR(cudaIpcGetMemHandle, cudaErrorInitializationError, h, ptr);
+}
+
+EXPORT cudaError_t cudaMallocPitch(void **ptr, size_t *pitch, size_t w, size_t h)
+{
+    shim_count(SHIM_PASS_PITCH);
+    return REAL_OR(cudaMallocPitch, cudaErrorInitializationError, ptr, pitch, w, h);
+}
+
+EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *ptr, struct cudaExtent e)
+{
+    shim_count(SHIM_PASS_3D);
+    return REAL_OR(cudaMalloc3D, cudaErrorInitializationError, ptr, e);
+}
+
+EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int flags)
+{
+    shim_count(SHIM_PASS_MANAGED);
+    return REAL_OR(cudaMallocManaged, cudaErrorInitializationError, ptr, size, flags);
+}
+
+EXPORT cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
+{
+    shim_count(SHIM_PASS_ASYNC);
+    return REAL_OR(cudaMallocAsync, cudaErrorInitializationError, ptr, size, s);
+}

@@ -1,0 +1,108 @@
+/*
+ * log.c - see log.h. The rate limit is a token bucket: a burst of 20
+ * messages, then 5 a second; what it drops is counted and reported with the
+ * next message that passes.
+ */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+enum { BURST = 20, PER_SECOND = 5 };
+
+static _Atomic int level = SHIM_LOG_WARN;
+static atomic_flag busy = ATOMIC_FLAG_INIT;
+static double tokens = BURST, last;
+static unsigned long dropped;
+
+void shim_log_set_level(shim_log_level l) { atomic_store(&level, (int)l); }
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Takes a token; returns the number of messages dropped before this one,
+ * or -1 if this one must be dropped too. */
+static long take_token(void)
+{
+    while (atomic_flag_test_and_set(&busy))
+        ;
+    double t = now_s();
+    tokens += (t - last) * PER_SECOND;
+    if (tokens > BURST)
+        tokens = BURST;
+    last = t;
+    long r;
+    if (tokens >= 1) {
+        tokens -= 1;
+        r = (long)dropped;
+        dropped = 0;
+    } else {
+        dropped++;
+        r = -1;
+    }
+    atomic_flag_clear(&busy);
+    return r;
+}
+
+/* Copies text into out, prefixing every line with "cupool: ". */
+static size_t prefix_lines(const char *text, char *out, size_t cap)
+{
+    size_t n = 0;
+    const char *p = text;
+    while (*p && n + 9 < cap) {
+        memcpy(out + n, "cupool: ", 8);
+        n += 8;
+        while (*p && *p != '\n' && n + 1 < cap)
+            out[n++] = *p++;
+        out[n++] = '\n';
+        if (*p == '\n')
+            p++;
+    }
+    return n;
+}
+
+void shim_log(shim_log_level l, const char *fmt, ...)
+{
+    if ((int)l > atomic_load(&level) || l == SHIM_LOG_OFF)
+        return;
+    long was_dropped = take_token();
+    if (was_dropped < 0)
+        return;
+    char text[2048], out[2560];
+    int k = 0;
+    if (was_dropped > 0)
+        k = snprintf(text, sizeof(text), "(%ld messages suppressed)\n",
+                     was_dropped);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text + k, sizeof(text) - (size_t)k, fmt, ap);
+    va_end(ap);
+    size_t n = prefix_lines(text, out, sizeof(out));
+    ssize_t w = write(STDERR_FILENO, out, n);
+    (void)w;
+}
+
+const char *shim_fmt_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (n < 1024) {
+        snprintf(buf, len, "%lu B", (unsigned long)n);
+        return buf;
+    }
+    double v = (double)n / 1024;
+    int u = 0;
+    while (v >= 1024 && u < 3) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, len, "%.2f %s", v, unit[u]);
+    return buf;
+}

@@ -1,0 +1,24 @@
+/*
+ * log.h - cupool's messages: every line starts with "cupool: " and goes to
+ * stderr through one write(2), formatted in a stack buffer (no malloc, no
+ * stdio), rate-limited. Never called from a signal handler.
+ */
+#ifndef CUPOOL_SHIM_LOG_H
+#define CUPOOL_SHIM_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+void shim_log_set_level(shim_log_level level);
+
+/* Logs one message (it may hold several lines; each gets the prefix) if
+ * level is enabled and the rate limit allows. */
+void shim_log(shim_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Writes n as "1.50 GiB" (or "512 B") into buf; returns buf. */
+const char *shim_fmt_bytes(uint64_t n, char *buf, size_t len);
+
+#endif

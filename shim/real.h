@@ -1,0 +1,67 @@
+/*
+ * real.h - the CUDA runtime functions cupool calls: one list, expanded into
+ * the pointer table, the resolver and (for the interposed ones) the export
+ * allowlist. The shim never calls a CUDA function by name: always through
+ * shim_real, so its own calls can never loop back into itself.
+ */
+#ifndef CUPOOL_SHIM_REAL_H
+#define CUPOOL_SHIM_REAL_H
+
+#include <cuda_runtime_api.h>
+
+/* Interposed: libcupool.so defines and exports exactly these. */
+#define SHIM_INTERPOSED(X)                                                    \
+    X(cudaError_t, cudaMalloc, (void **ptr, size_t size))                     \
+    X(cudaError_t, cudaFree, (void *ptr))                                     \
+    X(cudaError_t, cudaFreeAsync, (void *ptr, cudaStream_t stream))           \
+    X(cudaError_t, cudaMemGetInfo, (size_t *free, size_t *total))             \
+    X(cudaError_t, cudaDeviceReset, (void))                                   \
+    X(cudaError_t, cudaStreamCreate, (cudaStream_t *stream))                  \
+    X(cudaError_t, cudaStreamCreateWithFlags,                                 \
+      (cudaStream_t *stream, unsigned int flags))                             \
+    X(cudaError_t, cudaStreamCreateWithPriority,                              \
+      (cudaStream_t *stream, unsigned int flags, int priority))               \
+    X(cudaError_t, cudaStreamDestroy, (cudaStream_t stream))                  \
+    X(cudaError_t, cudaIpcGetMemHandle, (cudaIpcMemHandle_t *h, void *ptr))   \
+    X(cudaError_t, cudaMallocPitch,                                           \
+      (void **ptr, size_t *pitch, size_t width, size_t height))               \
+    X(cudaError_t, cudaMalloc3D,                                              \
+      (struct cudaPitchedPtr *ptr, struct cudaExtent extent))                 \
+    X(cudaError_t, cudaMallocManaged,                                         \
+      (void **ptr, size_t size, unsigned int flags))                          \
+    X(cudaError_t, cudaMallocAsync,                                           \
+      (void **ptr, size_t size, cudaStream_t stream))
+
+/* Called but not interposed. */
+#define SHIM_USED(X)                                                          \
+    X(cudaError_t, cudaGetDevice, (int *device))                              \
+    X(cudaError_t, cudaSetDevice, (int device))                               \
+    X(cudaError_t, cudaGetLastError, (void))                                  \
+    X(cudaError_t, cudaDeviceSynchronize, (void))                             \
+    X(cudaError_t, cudaEventCreateWithFlags,                                  \
+      (cudaEvent_t *event, unsigned int flags))                               \
+    X(cudaError_t, cudaEventDestroy, (cudaEvent_t event))                     \
+    X(cudaError_t, cudaEventRecord, (cudaEvent_t event, cudaStream_t stream)) \
+    X(cudaError_t, cudaStreamWaitEvent,                                       \
+      (cudaStream_t stream, cudaEvent_t event, unsigned int flags))           \
+    X(cudaError_t, cudaStreamIsCapturing,                                     \
+      (cudaStream_t stream, enum cudaStreamCaptureStatus *status))            \
+    X(cudaError_t, cudaThreadExchangeStreamCaptureMode,                       \
+      (enum cudaStreamCaptureMode *mode))                                     \
+    X(const char *, cudaGetErrorString, (cudaError_t error))
+
+typedef struct shim_real_table {
+#define SHIM_X_PTR(ret, name, params) ret (*name) params;
+    SHIM_INTERPOSED(SHIM_X_PTR)
+    SHIM_USED(SHIM_X_PTR)
+#undef SHIM_X_PTR
+} shim_real_table;
+
+extern shim_real_table shim_real;
+
+/* Resolves the table once (thread-safe). Returns 0 if every function was
+ * found, else -ENOENT after logging what is missing; missing entries stay
+ * NULL and callers must check. */
+int shim_real_resolve(void);
+
+#endif

@@ -1,0 +1,368 @@
+/*
+ * rt_prog.c - scenarios run under LD_PRELOAD=libcupool.so, linked only
+ * against a CUDA runtime: the simulated one (build/sim, -DSIMCUDA) on the
+ * CPU, the real one on a GPU. `rt_prog NAME` runs one scenario and exits 0
+ * if it held, 1 with a "FAIL:" line if not. test_shim.c runs them with the
+ * environment each one needs.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+#ifdef SIMCUDA
+#include "simcuda.h"
+#endif
+
+#define MIB ((size_t)1 << 20)
+
+#define CHECK(cond)                                                           \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            printf("FAIL: %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+
+#define OK(call) CHECK((call) == cudaSuccess)
+
+static void sleep_ms(int ms)
+{
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+#ifdef SIMCUDA
+static simcuda_stats sim(int dev)
+{
+    simcuda_stats s;
+    simcuda_get_stats(dev, &s);
+    return s;
+}
+
+/* 10 000 pairs reach the driver a handful of times. */
+static int pairs(void)
+{
+    unsigned long before = sim(0).mallocs;
+    for (int i = 0; i < 10000; i++) {
+        void *p;
+        OK(cudaMalloc(&p, 4096 + (size_t)(i % 7) * 512));
+        OK(cudaFree(p));
+    }
+    unsigned long calls = sim(0).mallocs - before;
+    printf("driver mallocs for 10000 pairs: %lu\n", calls);
+    CHECK(calls <= 4);
+    return 0;
+}
+
+/* A fence exactly when a block freed after the last fence is reused. */
+static int fence(void)
+{
+    cudaStream_t nb;
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    void *a, *b, *c;
+    OK(cudaMalloc(&a, 8192));
+    OK(cudaMalloc(&b, 8192));
+    simcuda_stats s0 = sim(0);
+    OK(cudaFree(a));
+    CHECK(sim(0).event_records == s0.event_records); /* free never fences */
+    OK(cudaMalloc(&c, 8192));
+    CHECK(c == a);
+    simcuda_stats s1 = sim(0);
+    /* One barrier: record on the non-blocking stream, legacy waits; record
+     * on legacy, the non-blocking stream waits. */
+    CHECK(s1.event_records - s0.event_records == 2);
+    CHECK(s1.legacy_records - s0.legacy_records == 1);
+    CHECK(s1.stream_waits - s0.stream_waits == 2);
+    void *d;
+    OK(cudaMalloc(&d, 8192)); /* never freed memory: no fence */
+    CHECK(sim(0).event_records == s1.event_records);
+    OK(cudaFree(b));
+    OK(cudaFree(d));
+    OK(cudaStreamDestroy(nb));
+    OK(cudaMalloc(&a, 8192)); /* reuse again; the stream is gone */
+    simcuda_stats s2 = sim(0);
+    CHECK(s2.event_records - s1.event_records == 1);
+    CHECK(s2.stream_waits == s1.stream_waits);
+    return 0;
+}
+
+/* CUPOOL_FENCE=sync: a device synchronization instead of events. */
+static int fence_sync(void)
+{
+    void *a, *b;
+    OK(cudaMalloc(&a, 8192));
+    OK(cudaFree(a));
+    simcuda_stats s0 = sim(0);
+    OK(cudaMalloc(&b, 8192));
+    CHECK(b == a);
+    CHECK(sim(0).syncs - s0.syncs == 1);
+    CHECK(sim(0).event_records == s0.event_records);
+    return 0;
+}
+
+/* A capture in progress: no fence is issued, fresh memory is used. */
+static int capture(void)
+{
+    void *a, *b;
+    OK(cudaMalloc(&a, 8192));
+    OK(cudaFree(a));
+    simcuda_set_capturing(cudaStreamLegacy, 1);
+    simcuda_stats s0 = sim(0);
+    OK(cudaMalloc(&b, 8192));
+    CHECK(b != a);
+    CHECK(sim(0).event_records == s0.event_records);
+    CHECK(sim(0).syncs == s0.syncs);
+    CHECK(sim(0).mallocs == s0.mallocs + 1);
+    simcuda_set_capturing(cudaStreamLegacy, 0);
+    return 0;
+}
+
+/* SIGUSR1 returns idle segments: the driver sees the frees. */
+static int flush(void)
+{
+    void *p[8];
+    for (int i = 0; i < 8; i++)
+        OK(cudaMalloc(&p[i], 3 * MIB));
+    for (int i = 0; i < 8; i++)
+        OK(cudaFree(p[i]));
+    unsigned long frees = sim(0).frees;
+    CHECK(sim(0).used >= 8 * 4 * MIB);
+    raise(SIGUSR1);
+    for (int i = 0; i < 200 && sim(0).used; i++)
+        sleep_ms(10);
+    printf("driver frees after SIGUSR1: %lu, still held %llu\n",
+           sim(0).frees - frees, sim(0).used);
+    CHECK(sim(0).frees - frees == 8);
+    CHECK(sim(0).used == 0);
+    return 0;
+}
+
+/* A pointer the pool does not own reaches the real cudaFree. */
+static int foreign(void)
+{
+    void *m;
+    OK(cudaMallocManaged(&m, 4096, cudaMemAttachGlobal));
+    unsigned long frees = sim(0).frees;
+    OK(cudaFree(m));
+    CHECK(sim(0).frees == frees + 1);
+    return 0;
+}
+
+/* cudaDeviceReset drops the pool without freeing; allocation goes on. */
+static int reset(void)
+{
+    void *a;
+    OK(cudaMalloc(&a, 4096));
+    unsigned long frees = sim(0).frees;
+    OK(cudaDeviceReset());
+    CHECK(sim(0).frees == frees); /* the reset freed it, not the pool */
+    CHECK(sim(0).used == 0);
+    OK(cudaMalloc(&a, 4096));
+    OK(cudaFree(a));
+    return 0;
+}
+
+/* Two devices: each has its pool; a free finds the right one from any. */
+static int multidev(void)
+{
+    void *a, *b;
+    OK(cudaSetDevice(0));
+    OK(cudaMalloc(&a, 4096));
+    OK(cudaSetDevice(1));
+    OK(cudaMalloc(&b, 4096));
+    CHECK(sim(1).mallocs == 1);
+    OK(cudaFree(a)); /* device 1 current, device 0's block */
+    OK(cudaSetDevice(0));
+    OK(cudaFree(b));
+    CHECK(sim(0).bad_frees == 0 && sim(1).bad_frees == 0);
+    CHECK(sim(0).frees == 0 && sim(1).frees == 0); /* both cached */
+    return 0;
+}
+#endif /* SIMCUDA */
+
+/* A cap: allocations fail cleanly past it, with the report. */
+static int cap(void)
+{
+    void *p[64];
+    int n = 0;
+    cudaError_t e = cudaSuccess;
+    while (n < 64 && (e = cudaMalloc(&p[n], 3 * MIB)) == cudaSuccess)
+        n++;
+    printf("allocated %d blocks of 3 MiB under the cap\n", n);
+    CHECK(e == cudaErrorMemoryAllocation);
+    CHECK(cudaGetLastError() == cudaSuccess || 1);
+    size_t free_b, total;
+    OK(cudaMemGetInfo(&free_b, &total));
+    printf("cudaMemGetInfo under the cap: free %zu total %zu\n", free_b, total);
+    CHECK(total == 16 * MIB);
+    CHECK(free_b <= total - (size_t)n * 4 * MIB);
+    for (int i = 0; i < n; i++)
+        OK(cudaFree(p[i]));
+    OK(cudaMemGetInfo(&free_b, &total));
+    CHECK(free_b == total);
+    return 0;
+}
+
+/* Double and interior frees fail and leave the pool intact. */
+static int badfree(void)
+{
+    char *a, *b;
+    OK(cudaMalloc((void **)&a, 8192));
+    OK(cudaMalloc((void **)&b, 8192));
+    OK(cudaFree(a));
+    CHECK(cudaFree(a) == cudaErrorInvalidValue);
+    CHECK(cudaFree(b + 512) == cudaErrorInvalidValue);
+    OK(cudaFree(b));
+    char *c;
+    OK(cudaMalloc((void **)&c, 16384));
+    CHECK(c == a); /* a and b merged back: nothing was lost */
+    OK(cudaFree(c));
+    return 0;
+}
+
+/* SIGUSR2 writes one JSON line to CUPOOL_STATS_FILE (%p = pid). */
+static int stats(void)
+{
+    void *a, *b;
+    OK(cudaMalloc(&a, 1000));
+    OK(cudaMalloc(&b, 3 * MIB));
+    char path[512];
+    const char *pat = getenv("CUPOOL_STATS_FILE");
+    CHECK(pat && strstr(pat, "%p"));
+    size_t k = (size_t)(strstr(pat, "%p") - pat);
+    snprintf(path, sizeof(path), "%.*s%d%s", (int)k, pat, (int)getpid(), pat + k + 2);
+    raise(SIGUSR2);
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(path, "r");
+        char line[16384];
+        if (f && fgets(line, sizeof(line), f) && strchr(line, '\n')) {
+            fclose(f);
+            return 0;
+        }
+        if (f)
+            fclose(f);
+        sleep_ms(10);
+    }
+    CHECK(!"no statistics line within 2 s");
+    return 1;
+}
+
+/* Under a cap, half-used small segments leave enough free bytes in total
+ * but no block for a larger request: the report must say fragmentation. */
+static int frag(void)
+{
+    void *p[8];
+    for (int i = 0; i < 8; i++)
+        OK(cudaMalloc(&p[i], 900 * 1024));
+    for (int i = 0; i < 8; i += 2)
+        OK(cudaFree(p[i]));
+    void *big;
+    CHECK(cudaMalloc(&big, 3 * MIB / 2) == cudaErrorMemoryAllocation);
+    return 0;
+}
+
+static int zero(void)
+{
+    void *p = (void *)1;
+    OK(cudaMalloc(&p, 0));
+    CHECK(p == NULL);
+    OK(cudaFree(NULL));
+    return 0;
+}
+
+static int ipc(void)
+{
+    char *a, *b;
+    OK(cudaMalloc((void **)&a, 4096)); /* starts a fresh segment */
+    OK(cudaMalloc((void **)&b, 4096)); /* inside it */
+    cudaIpcMemHandle_t h;
+    OK(cudaIpcGetMemHandle(&h, a));
+    CHECK(cudaIpcGetMemHandle(&h, b) == cudaErrorInvalidValue);
+    return 0;
+}
+
+/* Eight threads allocate, stamp, check and free while another thread
+ * sends flush and statistics signals by the thousand. A block handed out
+ * twice shows up as a stamp overwritten by another thread. */
+enum { THREADS = 8, ROUNDS = 3000, SIGNALS = 4000 };
+static atomic_int failures, running;
+
+static void *worker(void *arg)
+{
+    uint64_t id = (uint64_t)(uintptr_t)arg, rng = id * 7919 + 1;
+    for (int r = 0; r < ROUNDS; r++) {
+        uint64_t *p[4];
+        size_t n[4];
+        for (int k = 0; k < 4; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            n[k] = 64 + (rng >> 33) % (64 * 1024);
+            if (cudaMalloc((void **)&p[k], n[k] * 8) != cudaSuccess) {
+                atomic_fetch_add(&failures, 1);
+                n[k] = 0;
+                continue;
+            }
+            for (size_t i = 0; i < n[k]; i += 97)
+                p[k][i] = id << 32 | (uint64_t)r;
+        }
+        for (int k = 0; k < 4; k++) {
+            for (size_t i = 0; i < n[k]; i += 97)
+                if (p[k][i] != (id << 32 | (uint64_t)r))
+                    atomic_fetch_add(&failures, 1);
+            if (n[k] && cudaFree(p[k]) != cudaSuccess)
+                atomic_fetch_add(&failures, 1);
+        }
+    }
+    atomic_fetch_sub(&running, 1);
+    return NULL;
+}
+
+static int threads(void)
+{
+#ifndef SIMCUDA
+    puts("threads: host-writable memory needed; simulated runtime only");
+    return 0;
+#else
+    pthread_t t[THREADS];
+    atomic_store(&running, THREADS);
+    for (uintptr_t i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, worker, (void *)(i + 1)) == 0);
+    int sent = 0;
+    while (atomic_load(&running) > 0 || sent < SIGNALS) {
+        kill(getpid(), sent % 2 ? SIGUSR2 : SIGUSR1);
+        sent++;
+        if (sent % 64 == 0)
+            sleep_ms(1);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    printf("signals sent: %d, failures: %d\n", sent, atomic_load(&failures));
+    CHECK(atomic_load(&failures) == 0);
+    return 0;
+#endif
+}
+
+static const struct { const char *name; int (*run)(void); } scenarios[] = {
+#ifdef SIMCUDA
+    {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
+    {"capture", capture}, {"flush", flush}, {"foreign", foreign},
+    {"reset", reset}, {"multidev", multidev},
+#endif
+    {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc},
+    {"threads", threads},
+};
+
+int main(int argc, char **argv)
+{
+    for (size_t i = 0; argc > 1 && i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+        if (!strcmp(argv[1], scenarios[i].name))
+            return scenarios[i].run();
+    fprintf(stderr, "usage: rt_prog SCENARIO\n");
+    return 2;
+}

@@ -1,0 +1,24 @@
+/*
+ * simcuda.h - the simulated CUDA runtime's own interface, for tests.
+ *
+ * build/sim/libcudart.so.13 carries the real library's soname and version
+ * node and implements the runtime calls cupool uses, backed by host memory
+ * (mmap, so untouched bytes cost nothing). SIMCUDA_DEVICES (default 2) and
+ * SIMCUDA_CAPACITY (bytes per device, default 16 GiB) shape it.
+ */
+#ifndef CUPOOL_SIMCUDA_H
+#define CUPOOL_SIMCUDA_H
+
+#include <cuda_runtime_api.h>
+
+typedef struct simcuda_stats {
+    unsigned long mallocs, frees, bad_frees, syncs;
+    unsigned long event_records, legacy_records, stream_waits;
+    unsigned long long used, capacity;
+} simcuda_stats;
+
+void simcuda_get_stats(int dev, simcuda_stats *out);
+/* Marks a stream (cudaStreamLegacy included) as capturing a graph, or not. */
+void simcuda_set_capturing(cudaStream_t s, int on);
+
+#endif

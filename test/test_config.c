@@ -1,0 +1,219 @@
+/*
+ * test_config.c - the option table and parsers: every accepted form, every
+ * rejected one, and that a rejected value prints one clear line and keeps
+ * the default.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "config.h"
+
+#define MIB ((uint64_t)1 << 20)
+#define GIB ((uint64_t)1 << 30)
+
+static const char *const *env_table;
+static char warned[8][512];
+static int nwarned;
+
+static const char *fake_getenv(const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 0; env_table && env_table[i]; i++)
+        if (!strncmp(env_table[i], name, n) && env_table[i][n] == '=')
+            return env_table[i] + n + 1;
+    return NULL;
+}
+
+static void collect(const char *line)
+{
+    if (nwarned < 8)
+        snprintf(warned[nwarned++], sizeof(warned[0]), "%s", line);
+}
+
+/* The warning that mentions what, or NULL. */
+static const char *warning_with(const char *what)
+{
+    for (int i = 0; i < nwarned; i++)
+        if (strstr(warned[i], what))
+            return warned[i];
+    return NULL;
+}
+
+static int load(const char *const *env, shim_config *c)
+{
+    env_table = env;
+    nwarned = 0;
+    return shim_config_load(c, fake_getenv, collect);
+}
+
+static void test_sizes(void **state)
+{
+    (void)state;
+    static const struct { const char *s; uint64_t v; } ok[] = {
+        {"123", 123}, {"64K", 64 << 10}, {"64k", 64 << 10}, {"512MiB", 512 * MIB},
+        {"512M", 512 * MIB}, {"20G", 20 * GIB}, {"20GiB", 20 * GIB},
+        {"20GB", 20 * GIB}, {"1T", GIB << 10}, {"0", 0}, {"7B", 7},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        uint64_t v = 1;
+        assert_int_equal(shim_parse_size(ok[i].s, &v), 0);
+        assert_int_equal(v, ok[i].v);
+    }
+    static const char *const bad[] = {"", "G", "-1", "1.5G", "12 M", "20X",
+        "20GiBs", "99999999999999999999", "17179869184G", NULL};
+    for (int i = 0; bad[i]; i++) {
+        uint64_t v = 42;
+        assert_int_equal(shim_parse_size(bad[i], &v), -EINVAL);
+        assert_int_equal(v, 42);
+    }
+}
+
+static void test_caps(void **state)
+{
+    (void)state;
+    shim_cap c;
+    assert_int_equal(shim_parse_cap("50%", &c), 0);
+    assert_int_equal(c.percent, 50);
+    assert_int_equal(shim_cap_bytes(&c, 80 * GIB), 40 * GIB);
+    assert_int_equal(shim_parse_cap("100%", &c), 0);
+    assert_int_equal(shim_cap_bytes(&c, 80 * GIB + 3), 80 * GIB + 3);
+    assert_int_equal(shim_parse_cap("20G", &c), 0);
+    assert_int_equal(shim_cap_bytes(&c, 80 * GIB), 20 * GIB);
+    assert_int_equal(shim_parse_cap("none", &c), 0);
+    assert_int_equal(shim_cap_bytes(&c, 80 * GIB), 0);
+    static const char *const bad[] = {"0%", "101%", "%", "5x%", "-5%", "lots", NULL};
+    for (int i = 0; bad[i]; i++)
+        assert_int_equal(shim_parse_cap(bad[i], &c), -EINVAL);
+}
+
+static void test_bools_and_signals(void **state)
+{
+    (void)state;
+    bool b;
+    assert_int_equal(shim_parse_bool("on", &b), 0);
+    assert_true(b);
+    assert_int_equal(shim_parse_bool("FALSE", &b), 0);
+    assert_false(b);
+    assert_int_equal(shim_parse_bool("2", &b), -EINVAL);
+    int s;
+    assert_int_equal(shim_parse_signal("USR1", &s), 0);
+    assert_int_equal(s, SIGUSR1);
+    assert_int_equal(shim_parse_signal("SIGUSR2", &s), 0);
+    assert_int_equal(s, SIGUSR2);
+    assert_int_equal(shim_parse_signal("none", &s), 0);
+    assert_int_equal(s, 0);
+    assert_int_equal(shim_parse_signal("RTMIN+3", &s), 0);
+    assert_int_equal(s, SIGRTMIN + 3);
+    assert_int_equal(shim_parse_signal("KILL", &s), -EINVAL);
+    assert_int_equal(shim_parse_signal("RTMIN+999", &s), -EINVAL);
+    assert_int_equal(shim_parse_signal("RTMIN+2K", &s), -EINVAL);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    shim_config c;
+    assert_int_equal(load(NULL, &c), 0);
+    assert_false(c.disable);
+    assert_int_equal(c.max_reserved.bytes, 0);
+    assert_int_equal(c.max_reserved.percent, 0);
+    assert_int_equal(c.release_threshold, UINT64_MAX);
+    assert_int_equal(c.fence, SHIM_FENCE_BARRIER);
+    assert_int_equal(c.flush_signal, SIGUSR1);
+    assert_int_equal(c.stats_signal, SIGUSR2);
+    assert_string_equal(c.stats_file, "");
+    assert_int_equal(c.log, SHIM_LOG_WARN);
+    pool_config def;
+    pool_config_default(&def);
+    assert_memory_equal(&c.pool, &def, sizeof(def));
+}
+
+static void test_valid_values(void **state)
+{
+    (void)state;
+    static const char *const env[] = {
+        "CUPOOL_DISABLE=yes", "CUPOOL_MAX_RESERVED=20G",
+        "CUPOOL_MAX_RESERVED_1=50%", "CUPOOL_RELEASE_THRESHOLD=1G",
+        "CUPOOL_FENCE=sync", "CUPOOL_FLUSH_SIGNAL=HUP",
+        "CUPOOL_STATS_SIGNAL=none", "CUPOOL_STATS_FILE=/tmp/s.%p",
+        "CUPOOL_LOG=debug", "CUPOOL_MAX_SPLIT=64M", NULL};
+    shim_config c;
+    assert_int_equal(load(env, &c), 0);
+    assert_int_equal(nwarned, 0);
+    assert_true(c.disable);
+    assert_int_equal(c.max_reserved.bytes, 20 * GIB);
+    assert_true(c.has_dev_cap[1]);
+    assert_false(c.has_dev_cap[0]);
+    assert_int_equal(c.max_reserved_dev[1].percent, 50);
+    assert_int_equal(c.release_threshold, GIB);
+    assert_int_equal(c.fence, SHIM_FENCE_SYNC);
+    assert_int_equal(c.flush_signal, SIGHUP);
+    assert_int_equal(c.stats_signal, 0);
+    assert_string_equal(c.stats_file, "/tmp/s.%p");
+    assert_int_equal(c.log, SHIM_LOG_DEBUG);
+    assert_int_equal(c.pool.max_split, 64 * MIB);
+}
+
+static void test_invalid_values_warn_and_keep_default(void **state)
+{
+    (void)state;
+    static const char *const env[] = {
+        "CUPOOL_FENCE=bogus", "CUPOOL_MAX_RESERVED=lots",
+        "CUPOOL_MAX_RESERVED_3=200%", "CUPOOL_DISABLE=maybe", NULL};
+    shim_config c;
+    assert_int_equal(load(env, &c), 4);
+    assert_int_equal(nwarned, 4);
+    assert_int_equal(c.fence, SHIM_FENCE_BARRIER);
+    assert_int_equal(c.max_reserved.bytes, 0);
+    assert_false(c.has_dev_cap[3]);
+    assert_false(c.disable);
+    /* One line each: the variable, the value, the accepted forms, the
+     * default kept. */
+    const char *w = warning_with("CUPOOL_MAX_RESERVED=lots is invalid");
+    assert_non_null(w);
+    assert_non_null(strstr(w, "50%"));
+    assert_non_null(strstr(w, "using none"));
+    w = warning_with("CUPOOL_FENCE=bogus is invalid");
+    assert_non_null(w);
+    assert_non_null(strstr(w, "barrier, sync or none"));
+    assert_non_null(strstr(w, "using barrier"));
+    assert_non_null(warning_with("CUPOOL_MAX_RESERVED_3=200% is invalid"));
+    assert_non_null(warning_with("CUPOOL_DISABLE=maybe is invalid"));
+    for (int i = 0; i < nwarned; i++)
+        assert_null(strchr(warned[i], '\n'));
+}
+
+static void test_cross_checks(void **state)
+{
+    (void)state;
+    static const char *const same[] = {"CUPOOL_FLUSH_SIGNAL=USR2", NULL};
+    shim_config c;
+    assert_int_equal(load(same, &c), 1);
+    assert_int_equal(c.flush_signal, SIGUSR1);
+    assert_int_equal(c.stats_signal, SIGUSR2);
+    static const char *const pool_bad[] = {"CUPOOL_SMALL_MAX=4M", NULL};
+    assert_int_equal(load(pool_bad, &c), 1);
+    assert_int_equal(c.pool.small_max, MIB);
+    assert_non_null(warning_with("thresholds"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_bools_and_signals),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_valid_values),
+        cmocka_unit_test(test_invalid_values_warn_and_keep_default),
+        cmocka_unit_test(test_cross_checks),
+    };
+    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
