@@ -1,0 +1,43 @@
+"""A small deterministic PyTorch training loop with varying batch sizes.
+
+Prints one JSON line: the losses, and (when run under cupool with
+CUPOOL_STATS_FILE set) the shim's statistics after a SIGUSR2 to itself.
+The losses must match bit for bit between the native allocator and cupool.
+"""
+import json
+import os
+import signal
+import time
+
+import torch
+
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True)
+dev = "cuda"
+model = torch.nn.Sequential(
+    torch.nn.Linear(512, 2048), torch.nn.GELU(),
+    torch.nn.Linear(2048, 2048), torch.nn.GELU(),
+    torch.nn.Linear(2048, 10)).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+gen = torch.Generator(device="cpu").manual_seed(1)
+losses = []
+for step in range(60):
+    batch = int(torch.randint(8, 1024, (1,), generator=gen))
+    x = torch.randn(batch, 512, generator=gen).to(dev)
+    y = torch.randint(0, 10, (batch,), generator=gen).to(dev)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+out = {"losses": losses}
+path = os.environ.get("CUPOOL_STATS_FILE")
+if path and os.environ.get("LD_PRELOAD", "").find("libcupool") >= 0:
+    path = path.replace("%p", str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGUSR2)
+    for _ in range(200):
+        if os.path.exists(path) and open(path).read().endswith("\n"):
+            break
+        time.sleep(0.01)
+    out["cupool"] = json.loads(open(path).read().splitlines()[-1])
+print(json.dumps(out))
