@@ -34,8 +34,20 @@ POOL_TESTS := test_pool test_pool_random test_pool_frag
 # Threaded tests, built with TSan.
 TSAN_TESTS := test_pool_threads
 
-.PHONY: all test bench clean install
-all: $(BUILD)/libcupool.so $(BUILD)/libcupool_pool.a
+.PHONY: all test bench demo deps cmocka-check clean install
+all: deps $(BUILD)/libcupool.so $(BUILD)/libcupool_pool.a
+
+# Says exactly what to install when a build dependency is missing.
+deps:
+	@test -f $(CUDA)/include/cuda_runtime_api.h || { echo "cupool needs the \
+	CUDA toolkit's headers at $(CUDA)/include (install the CUDA toolkit, or \
+	run make CUDA=/path/to/cuda)"; exit 1; }
+	@command -v $(CC) >/dev/null || { echo "cupool needs a C compiler: \
+	apt-get install -y gcc make"; exit 1; }
+
+cmocka-check:
+	@test -f /usr/include/cmocka.h || { echo "the tests need cmocka: \
+	apt-get install -y libcmocka-dev"; exit 1; }
 
 # The preloadable library: not linked against any CUDA runtime (it finds the
 # program's own at run time), exporting only the interposed symbols.
@@ -102,7 +114,7 @@ $(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS))
 
-test: all $(TEST_BINS) $(SHIM_DEPS)
+test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done
 	$(BUILD)/test_shim $(BUILD)
 	$(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)
@@ -112,9 +124,13 @@ test: all $(TEST_BINS) $(SHIM_DEPS)
 bench: $(BUILD)/bench_pool
 	scripts/bench-pool
 
+demo: all
+	scripts/demo
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib
-	install -m 644 $(BUILD)/libcupool_pool.a $(DESTDIR)$(PREFIX)/lib/
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BUILD)/libcupool.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 scripts/cupool $(DESTDIR)$(PREFIX)/bin/
 
 clean:
 	rm -rf $(BUILD)
