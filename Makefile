@@ -17,7 +17,7 @@ TSAN    := -O1 -g -fsanitize=thread
 
 CUDA_INC := -I$(CUDA)/include
 
-POOL_SRC := pool/pool.c pool/bins.c pool/tree.c pool/addrmap.c pool/check.c
+POOL_SRC := pool/pool.c pool/bins.c pool/dirty.c pool/tree.c pool/addrmap.c pool/check.c
 POOL_HDR := $(wildcard pool/*.h)
 TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := test/sim_backend.c

@@ -11,7 +11,7 @@
 
 typedef struct totals {
     uint64_t requested, allocated, reserved, idle;
-    size_t live, free[POOL_KINDS];
+    size_t live, free[2][POOL_KINDS];   /* [dirty][kind] */
 } totals;
 
 static int fail(char *why, size_t len, const char *fmt, ...)
@@ -36,15 +36,20 @@ static int check_block(const pool *p, const pool_segment *s,
     if (b->next && b->next->prev != b)
         return fail(why, len, "block %#lx: broken back link", a);
     if (b->free) {
-        if (b->next && b->next->free)
-            return fail(why, len, "free neighbours at %#lx", a);
+        if (b->next && b->next->free && b->next->dirty == b->dirty)
+            return fail(why, len, "free neighbours of one state at %#lx", a);
         if (b->requested)
             return fail(why, len, "free block %#lx has a requested size", a);
-        if (!pool_bins_contains(&p->free_index[s->kind], b))
-            return fail(why, len, "free block %#lx not in the index", a);
+        if (b->dirty ? !pool_dirty_contains(&p->dirty[s->kind], b)
+                     : !pool_bins_contains(&p->clean[s->kind], b))
+            return fail(why, len, "free block %#lx not in its index", a);
         if (b->epoch > p->epoch)
             return fail(why, len, "block %#lx from a future epoch", a);
-        t->free[s->kind]++;
+        /* Dirty exactly when freed in this epoch with fences on. */
+        if (b->dirty != (p->be.fence && b->epoch == p->epoch))
+            return fail(why, len, "block %#lx: dirty flag disagrees with its "
+                        "epoch", a);
+        t->free[b->dirty][s->kind]++;
         return 0;
     }
     if (b->requested == 0 || b->requested > b->size)
@@ -67,6 +72,7 @@ static int check_segment(const pool *p, size_t i, totals *t, char *why,
     if (!s->first || s->first->addr != s->base || s->first->prev)
         return fail(why, len, "segment %#lx: bad first block", base);
     uintptr_t end = s->base;
+    size_t live_before = t->live;
     for (const pool_block *b = s->first; b; b = b->next) {
         if (b->addr != end)
             return fail(why, len, "segment %#lx: gap or overlap at %#lx",
@@ -80,7 +86,10 @@ static int check_segment(const pool *p, size_t i, totals *t, char *why,
         return fail(why, len, "segment %#lx: blocks cover %lu of %zu bytes",
                     base, (unsigned long)(end - s->base), s->size);
     t->reserved += s->size;
-    if (s->first->free && !s->first->next)
+    if (t->live - live_before != s->live)
+        return fail(why, len, "segment %#lx counts %zu live blocks, holds %zu",
+                    base, s->live, t->live - live_before);
+    if (s->live == 0)
         t->idle += s->size;
     return 0;
 }
@@ -119,14 +128,17 @@ static int check_locked(const pool *p, char *why, size_t len)
         if (err)
             return err;
     }
-    for (int k = 0; k < POOL_KINDS; k++) {
-        size_t n;
-        int err = pool_bins_check(&p->free_index[k], &n, why, len);
-        if (err)
-            return err;
-        if (n != t.free[k])
-            return fail(why, len, "free index %d holds %zu, walked %zu",
-                        k, n, t.free[k]);
+    for (int d = 0; d < 2; d++) {
+        for (int k = 0; k < POOL_KINDS; k++) {
+            size_t n;
+            int err = d ? pool_dirty_check(&p->dirty[k], &n, why, len)
+                        : pool_bins_check(&p->clean[k], &n, why, len);
+            if (err)
+                return err;
+            if (n != t.free[d][k])
+                return fail(why, len, "%s index %d holds %zu, walked %zu",
+                            d ? "dirty" : "clean", k, n, t.free[d][k]);
+        }
     }
     return check_counters(p, &t, why, len);
 }

@@ -26,6 +26,7 @@ void pool_config_default(pool_config *cfg)
     cfg->oversize_slack = 20 * MIB;
     cfg->max_reserved = 0;
     cfg->release_threshold = SIZE_MAX;
+    cfg->fence_interval = 64;
 }
 
 int pool_config_validate(const pool_config *c)
@@ -35,7 +36,7 @@ int pool_config_validate(const pool_config *c)
     if (c->small_segment % POOL_ALIGN || c->large_round % POOL_ALIGN ||
         c->small_max % POOL_ALIGN || c->max_split % POOL_ALIGN)
         return -EINVAL;
-    if (c->small_max > c->small_segment)
+    if (c->small_max > c->small_segment || c->fence_interval == 0)
         return -EINVAL;
     /* A fresh segment must always serve the request that made it. */
     if (c->max_split && (c->max_split <= c->small_segment ||
@@ -122,25 +123,23 @@ static void cached_update(pool *p)
 
 static enum pool_kind kind_of(const pool_block *b) { return b->seg->kind; }
 
-static bool whole_segment(const pool_block *b)
-{
-    return !b->prev && !b->next;
-}
-
+/* Puts free block b into the index its dirty flag names. */
 static void index_add(pool *p, pool_block *b)
 {
     b->free = true;
-    pool_bins_insert(&p->free_index[kind_of(b)], b);
-    if (whole_segment(b))
-        p->idle_bytes += b->size;
+    if (b->dirty)
+        pool_dirty_insert(&p->dirty[kind_of(b)], b);
+    else
+        pool_bins_insert(&p->clean[kind_of(b)], b);
 }
 
 static void index_del(pool *p, pool_block *b)
 {
-    pool_bins_remove(&p->free_index[kind_of(b)], b);
+    if (b->dirty)
+        pool_dirty_remove(&p->dirty[kind_of(b)], b);
+    else
+        pool_bins_remove(&p->clean[kind_of(b)], b);
     b->free = false;
-    if (whole_segment(b))
-        p->idle_bytes -= b->size;
 }
 
 /* ---- segments --------------------------------------------------------- */
@@ -181,12 +180,17 @@ static int segs_insert(pool *p, pool_segment *s)
     return 0;
 }
 
-/* Releases segment i, which must hold exactly one free block. */
+/* Releases segment i, which must hold no live block. Its free blocks (clean
+ * and dirty alternate at most) leave their indexes. */
 static void segment_release(pool *p, size_t i)
 {
     pool_segment *s = p->segs[i];
-    index_del(p, s->first);
-    node_give(p, s->first);
+    for (pool_block *b = s->first, *next; b; b = next) {
+        next = b->next;
+        index_del(p, b);
+        node_give(p, b);
+    }
+    p->idle_bytes -= s->size;
     memmove(&p->segs[i], &p->segs[i + 1],
             (p->nsegs - i - 1) * sizeof(*p->segs));
     p->nsegs--;
@@ -198,14 +202,14 @@ static void segment_release(pool *p, size_t i)
     free(s);
 }
 
-/* Releases fully free segments until idle bytes are at most keep.
+/* Releases segments with no live block until idle bytes are at most keep.
  * Returns the bytes released. */
 static size_t release_idle(pool *p, size_t keep)
 {
     size_t released = 0;
     for (size_t i = p->nsegs; i-- > 0 && p->idle_bytes > keep;) {
         pool_segment *s = p->segs[i];
-        if (s->first->free && whole_segment(s->first)) {
+        if (s->live == 0) {
             released += s->size;
             segment_release(p, i);
         }
@@ -248,6 +252,7 @@ static int segment_grow(pool *p, enum pool_kind kind, size_t size,
     cached_update(p);
     p->st.seg_reserves++;
     p->st.reserved_bytes_total += size;
+    p->idle_bytes += size;
     index_add(p, b);
     *out = b;
     return 0;
@@ -269,10 +274,10 @@ static bool oversize(const pool *p, size_t size)
     return p->cfg.max_split && size >= p->cfg.max_split;
 }
 
-/* Best-fitting free block for a rounded request, honouring max_split. */
+/* Best-fitting clean block for a rounded request, honouring max_split. */
 static pool_block *find_fit(pool *p, enum pool_kind kind, size_t size)
 {
-    pool_block *b = pool_bins_lower_bound(&p->free_index[kind], size);
+    pool_block *b = pool_bins_lower_bound(&p->clean[kind], size);
     if (!b || !oversize(p, b->size))
         return b;
     if (!oversize(p, size))
@@ -294,8 +299,8 @@ static void block_split(pool *p, pool_block *b, size_t size)
 {
     pool_block *r = node_take(p);
     *r = (pool_block){.addr = b->addr + size, .size = b->size - size,
-                      .epoch = b->epoch, .seg = b->seg, .prev = b,
-                      .next = b->next};
+                      .epoch = b->epoch, .dirty = b->dirty, .seg = b->seg,
+                      .prev = b, .next = b->next};
     if (b->next)
         b->next->prev = r;
     b->next = r;
@@ -330,11 +335,39 @@ static int block_grow(pool *p, enum pool_kind kind, size_t size,
     return err;
 }
 
-/* Fences if b was freed in the current epoch. */
-static int block_fence(pool *p, const pool_block *b)
+/* Merges free block b into its free left neighbour a; returns a. */
+static pool_block *block_merge(pool *p, pool_block *a, pool_block *b)
 {
-    if (!p->be.fence || b->epoch != p->epoch)
-        return 0;
+    a->size += b->size;
+    a->next = b->next;
+    if (b->next)
+        b->next->prev = a;
+    if (b->epoch > a->epoch)
+        a->epoch = b->epoch;
+    node_give(p, b);
+    return a;
+}
+
+/* Merges block b (free, in no index) with each free neighbour of its own
+ * state, clean or dirty; returns the merged block, in no index. */
+static pool_block *block_coalesce(pool *p, pool_block *b)
+{
+    if (b->prev && b->prev->free && b->prev->dirty == b->dirty) {
+        index_del(p, b->prev);
+        b = block_merge(p, b->prev, b);
+    }
+    if (b->next && b->next->free && b->next->dirty == b->dirty) {
+        index_del(p, b->next);
+        b = block_merge(p, b, b->next);
+    }
+    return b;
+}
+
+/* Issues the backend's fence. On success every dirty block becomes clean
+ * and merges with its free neighbours; returns 0, or the fence's error
+ * (-EAGAIN: no fence possible now) with nothing changed. */
+static int pool_fence(pool *p)
+{
     int err = p->be.fence(p->be.ctx);
     if (err) {
         p->st.fence_failures += err != -EAGAIN;
@@ -343,7 +376,55 @@ static int block_fence(pool *p, const pool_block *b)
     }
     p->st.fences++;
     p->epoch++;
+    p->allocs_since_fence = 0;
+    for (int k = 0; k < POOL_KINDS; k++) {
+        pool_block *d;
+        while ((d = pool_dirty_any(&p->dirty[k]))) {
+            index_del(p, d);
+            d->dirty = false;
+            index_add(p, block_coalesce(p, d));
+        }
+    }
     return 0;
+}
+
+/* Whether to fence before serving a request whose best clean fit is c.
+ * Always when nothing clean fits but dirty blocks exist (a fence is far
+ * cheaper than a new segment, and merging may make a fit). Otherwise only
+ * once fence_interval allocations have passed since the last fence, and
+ * then if a dirty block fits in a smaller size bin than c, or if the dirty
+ * set has grown past 4 x fence_interval blocks. So a loop that frees and
+ * reallocates the same block pays one fence per fence_interval pairs
+ * instead of one per pair, and the blocks a fence moves to the clean index
+ * stay few and recently touched. */
+static bool fence_wanted(pool *p, enum pool_kind kind, size_t size,
+                         const pool_block *c)
+{
+    if (!p->dirty[kind].count)
+        return false;
+    if (!c)
+        return true;
+    if (p->allocs_since_fence < p->cfg.fence_interval)
+        return false;
+    if (p->dirty[kind].count > 4 * p->cfg.fence_interval)
+        return true;
+    return pool_dirty_fits_below(&p->dirty[kind], size, pool_bin_of(c->size));
+}
+
+/* Finds a clean block for the request, fencing first when fence_wanted
+ * says so. *b is NULL when nothing fits even then. */
+static int block_find(pool *p, enum pool_kind kind, size_t size,
+                      pool_block **b)
+{
+    *b = find_fit(p, kind, size);
+    if (!fence_wanted(p, kind, size, *b))
+        return 0;
+    int err = pool_fence(p);
+    if (err == -EAGAIN) /* no fence now: fresh memory is safe */
+        return 0;
+    if (!err)
+        *b = find_fit(p, kind, size);
+    return err;
 }
 
 static int alloc_locked(pool *p, size_t size, uintptr_t *addr)
@@ -358,9 +439,9 @@ static int alloc_locked(pool *p, size_t size, uintptr_t *addr)
         return err;
     enum pool_kind kind = rounded <= p->cfg.small_max ? POOL_SMALL : POOL_LARGE;
     uint64_t grew = p->st.seg_reserves;
-    pool_block *b = find_fit(p, kind, rounded);
-    err = b ? block_fence(p, b) : block_grow(p, kind, rounded, &b);
-    if (err == -EAGAIN) /* no fence possible now: fresh memory is safe */
+    pool_block *b;
+    err = block_find(p, kind, rounded, &b);
+    if (!err && !b)
         err = block_grow(p, kind, rounded, &b);
     if (err) {
         if (err == -EDQUOT || err == -ENOMEM)
@@ -368,10 +449,13 @@ static int alloc_locked(pool *p, size_t size, uintptr_t *addr)
         return err;
     }
     index_del(p, b);
+    if (b->seg->live++ == 0)
+        p->idle_bytes -= b->seg->size;
     if (split_worth(p, b, rounded))
         block_split(p, b, rounded);
     b->requested = size;
     p->st.hits += grew == p->st.seg_reserves;
+    p->allocs_since_fence++;
     pool_addrmap_put(&p->live, b->addr, b);
     gauge_add(&p->st.requested, &p->st.requested_peak, size);
     gauge_add(&p->st.allocated, &p->st.allocated_peak, b->size);
@@ -407,19 +491,6 @@ static int diagnose(const pool *p, uintptr_t addr)
     return b->free ? -EALREADY : -EINVAL;
 }
 
-/* Merges free block b into its free left neighbour a; returns a. */
-static pool_block *block_merge(pool *p, pool_block *a, pool_block *b)
-{
-    a->size += b->size;
-    a->next = b->next;
-    if (b->next)
-        b->next->prev = a;
-    if (b->epoch > a->epoch)
-        a->epoch = b->epoch;
-    node_give(p, b);
-    return a;
-}
-
 static int free_locked(pool *p, uintptr_t addr)
 {
     pool_block *b = pool_addrmap_take(&p->live, addr);
@@ -433,15 +504,10 @@ static int free_locked(pool *p, uintptr_t addr)
     p->st.frees++;
     b->requested = 0;
     b->epoch = p->epoch;
-    if (b->prev && b->prev->free) {
-        index_del(p, b->prev);
-        b = block_merge(p, b->prev, b);
-    }
-    if (b->next && b->next->free) {
-        index_del(p, b->next);
-        b = block_merge(p, b, b->next);
-    }
-    index_add(p, b);
+    b->dirty = p->be.fence != NULL;
+    if (--b->seg->live == 0)
+        p->idle_bytes += b->seg->size;
+    index_add(p, block_coalesce(p, b));
     if (p->idle_bytes > p->cfg.release_threshold)
         release_idle(p, p->cfg.release_threshold);
     return 0;
@@ -513,16 +579,19 @@ void pool_stats_get(pool *p, pool_stats *out)
 {
     pthread_mutex_lock(&p->lock);
     *out = p->st;
-    out->free_blocks = p->free_index[POOL_SMALL].count +
-                       p->free_index[POOL_LARGE].count;
+    out->free_blocks = 0;
     out->segments = p->nsegs;
     out->idle_bytes = p->idle_bytes;
     out->epoch = p->epoch;
     out->largest_free = 0;
     for (int k = 0; k < POOL_KINDS; k++) {
-        pool_block *m = pool_bins_max(&p->free_index[k]);
+        pool_block *m = pool_bins_max(&p->clean[k]);
+        size_t dm = pool_dirty_max(&p->dirty[k]);
         if (m && m->size > out->largest_free)
             out->largest_free = m->size;
+        if (dm > out->largest_free)
+            out->largest_free = dm;
+        out->free_blocks += p->clean[k].count + p->dirty[k].count;
     }
     pthread_mutex_unlock(&p->lock);
 }

@@ -12,8 +12,8 @@
  *     aligned, provided the backend's segments are;
  *   - requests up to small_max come from small_segment-sized segments, the
  *     rest from segments rounded up to large_round, so the two never mix;
- *   - best fit by (size, address) among the free blocks of the right kind,
- *     in O(log n); ties go to the lowest address;
+ *   - best fit by (size, address) among the clean free blocks of the right
+ *     kind, in O(log n); ties go to the lowest address;
  *   - a block is split only when the remainder is useful, and a cached block
  *     of max_split bytes or more is never split nor given to a request much
  *     smaller than itself;
@@ -21,9 +21,13 @@
  *   - when nothing fits, grow; if the backend fails or the cap would be
  *     exceeded, release every fully free segment and retry once.
  *
- * Stream safety: every free stamps the block with the pool's epoch. Handing
- * out a block freed in the current epoch first calls the backend's fence,
- * which makes every earlier free safe, and opens a new epoch.
+ * Stream safety: a freed block is "dirty" until the backend's next fence,
+ * and is never handed out before it. Allocation takes the best clean fit.
+ * It fences first when nothing clean fits but dirty blocks exist, or when
+ * a dirty block would fit clearly better (a smaller size bin) and at least
+ * fence_interval allocations have passed since the last fence. One fence
+ * makes every earlier free clean and merges it with its free neighbours;
+ * until then dirty blocks merge only with dirty neighbours.
  *
  * Errors: every function that can fail returns 0 or a negative errno.
  * Thread safety: every function takes the pool's lock; a pool may be shared
@@ -68,6 +72,9 @@ typedef struct pool_config {
     size_t max_reserved;      /* cap on reserved bytes: 0 = none */
     size_t release_threshold; /* idle bytes (fully free segments) kept
                                  cached: SIZE_MAX = keep everything */
+    size_t fence_interval;    /* at most one fence per this many
+                                 allocations to reach a better-fitting
+                                 dirty block; 1 = always: 64 */
 } pool_config;
 
 /* Gauges: current value and peak. Counters: monotonic. One list, expanded

@@ -3,9 +3,13 @@
  *
  * A segment is one range from the backend. Its blocks tile it exactly and
  * form a doubly linked list in address order. Free blocks also sit in a
- * free index per kind (small, large) ordered by (size, address): size bins,
- * each an AVL tree. The best fit for n bytes is the index's lower bound of
- * (n, 0). Live blocks sit in a hash
+ * free index ordered by (size, address): size bins, each an AVL tree. There
+ * are two indexes per kind (small, large): clean blocks, safe to hand out,
+ * and dirty ones, freed since the last fence (unordered lists per bin: they
+ * are never handed out, so they need no order). A dirty block merges only with
+ * dirty neighbours; the fence turns every dirty block clean and merges it
+ * with its free neighbours. The best fit for n bytes is the clean index's
+ * lower bound of (n, 0). Live blocks sit in a hash
  * map keyed by address, so a free finds its block in O(1). Segments sit in
  * an array sorted by base, for pool_owns and bad-free diagnosis.
  */
@@ -30,6 +34,8 @@ typedef struct pool_block {
     struct pool_block *parent;
     int height;
     bool free;
+    bool dirty;                /* free since the last fence: in the dirty
+                                  index, not to be handed out before one */
     size_t requested;          /* 0 while free */
     uint64_t epoch;            /* epoch of the last free; 0 = never used */
     pool_segment *seg;
@@ -41,6 +47,7 @@ struct pool_segment {
     uintptr_t base;
     size_t size;
     enum pool_kind kind;
+    size_t live;        /* live blocks; 0 = idle, releasable */
     pool_block *first;
 };
 
@@ -79,6 +86,24 @@ pool_block *pool_bins_max(const pool_bins *b);
 bool pool_bins_contains(const pool_bins *b, const pool_block *blk);
 int pool_bins_check(const pool_bins *b, size_t *count, char *why, size_t len);
 
+/* dirty.c: blocks freed since the last fence, unordered per bin. */
+typedef struct pool_dirty {
+    pool_block *head[POOL_BINS];
+    uint64_t map[POOL_BIN_WORDS];   /* bit i set <=> head[i] != NULL */
+    size_t count;
+} pool_dirty;
+
+void pool_dirty_insert(pool_dirty *d, pool_block *b);
+void pool_dirty_remove(pool_dirty *d, pool_block *b);
+/* Some dirty block, or NULL. */
+pool_block *pool_dirty_any(const pool_dirty *d);
+/* True if a dirty block of at least size bytes sits in a bin below limit
+ * (for the request's own bin only its first block is looked at). */
+bool pool_dirty_fits_below(const pool_dirty *d, size_t size, unsigned limit);
+size_t pool_dirty_max(const pool_dirty *d);
+bool pool_dirty_contains(const pool_dirty *d, const pool_block *b);
+int pool_dirty_check(const pool_dirty *d, size_t *count, char *why, size_t len);
+
 /* addrmap.c: open-addressing map from live block address to block. */
 typedef struct pool_addrmap {
     struct pool_addrmap_slot *slots;
@@ -103,8 +128,10 @@ struct pool {
     pool_stats st;               /* gauges and counters; derived fields are
                                     filled by pool_stats_get */
     uint64_t epoch;              /* current epoch, starts at 1 */
-    size_t idle_bytes;           /* bytes of fully free segments */
-    pool_bins free_index[POOL_KINDS];
+    size_t allocs_since_fence;
+    size_t idle_bytes;           /* bytes of segments with no live block */
+    pool_bins clean[POOL_KINDS];  /* free blocks safe to hand out now */
+    pool_dirty dirty[POOL_KINDS]; /* freed since the last fence */
     pool_addrmap live;
     pool_segment **segs;         /* sorted by base */
     size_t nsegs, segs_cap;

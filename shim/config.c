@@ -16,7 +16,7 @@
 #include "config.h"
 
 enum opt_kind {
-    OPT_BOOL, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
+    OPT_BOOL, OPT_COUNT, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
     OPT_PATH, OPT_LOG
 };
 
@@ -41,6 +41,9 @@ static const option options[] = {
      "above it go back to the driver"},
     {"CUPOOL_FENCE", OPT_FENCE, F(fence), "barrier",
      "stream safety on reuse: barrier, sync or none"},
+    {"CUPOOL_FENCE_INTERVAL", OPT_COUNT, F(pool.fence_interval), "64",
+     "at most one fence per this many allocations to reach a better-fitting "
+     "block freed since the last fence (1 = always take the best fit)"},
     {"CUPOOL_FLUSH_SIGNAL", OPT_SIGNAL, F(flush_signal), "USR1",
      "signal that returns every cached segment to the driver, or none"},
     {"CUPOOL_STATS_SIGNAL", OPT_SIGNAL, F(stats_signal), "USR2",
@@ -73,6 +76,7 @@ static const char *expected(enum opt_kind kind)
 {
     switch (kind) {
     case OPT_BOOL: return "1, 0, true, false, on, off, yes or no";
+    case OPT_COUNT: return "a whole number from 1 up";
     case OPT_SIZE: return "bytes with an optional K, M, G or T suffix "
                           "(KiB, MB... all binary), e.g. 512M or 20GiB";
     case OPT_CAP: return "none, a size such as 20G or 512MiB, or a "
@@ -220,6 +224,15 @@ static int parse_option(const option *o, const char *s, shim_config *c)
     switch (o->kind) {
     case OPT_BOOL:
         return shim_parse_bool(s, field);
+    case OPT_COUNT:
+        for (const char *d = s; *d; d++)
+            if (!isdigit((unsigned char)*d))
+                return -EINVAL;
+        if ((err = shim_parse_size(s, &v)) == 0 && v == 0)
+            err = -EINVAL;
+        if (!err)
+            *(size_t *)field = (size_t)v;
+        return err;
     case OPT_SIZE:
         if ((err = shim_parse_size(s, &v)) == 0)
             *(size_t *)field = (size_t)v;

@@ -44,6 +44,16 @@ static inline void fx_open(fixture *fx, size_t capacity, const pool_config *cfg)
     checked(fx->p);
 }
 
+/* A pool whose backend has no fence: every free is clean at once, so tests
+ * of placement (best fit, coalescing) see it without the fence policy. */
+static inline void fx_open_nofence(fixture *fx)
+{
+    sim_backend_init(&fx->sim, 0, &fx->be);
+    fx->be.fence = NULL;
+    pool_config_default(&fx->cfg);
+    assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+}
+
 static inline void fx_close(fixture *fx)
 {
     pool_destroy(fx->p);

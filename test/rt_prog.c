@@ -61,18 +61,26 @@ static int pairs(void)
     return 0;
 }
 
+/* Two 1 MiB blocks fill one 2 MiB small segment, so a freed one can only
+ * be reused through a fence. */
+static void fill_segment(void **a, void **b)
+{
+    OK(cudaMalloc(a, MIB));
+    OK(cudaMalloc(b, MIB));
+    CHECK((char *)*b == (char *)*a + MIB);
+}
+
 /* A fence exactly when a block freed after the last fence is reused. */
 static int fence(void)
 {
     cudaStream_t nb;
     OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
-    void *a, *b, *c;
-    OK(cudaMalloc(&a, 8192));
-    OK(cudaMalloc(&b, 8192));
+    void *a, *b, *c, *d;
+    fill_segment(&a, &b);
     simcuda_stats s0 = sim(0);
     OK(cudaFree(a));
     CHECK(sim(0).event_records == s0.event_records); /* free never fences */
-    OK(cudaMalloc(&c, 8192));
+    OK(cudaMalloc(&c, MIB));
     CHECK(c == a);
     simcuda_stats s1 = sim(0);
     /* One barrier: record on the non-blocking stream, legacy waits; record
@@ -80,15 +88,17 @@ static int fence(void)
     CHECK(s1.event_records - s0.event_records == 2);
     CHECK(s1.legacy_records - s0.legacy_records == 1);
     CHECK(s1.stream_waits - s0.stream_waits == 2);
-    void *d;
-    OK(cudaMalloc(&d, 8192)); /* never freed memory: no fence */
+    OK(cudaMalloc(&d, MIB)); /* nothing dirty: a new segment, no fence */
     CHECK(sim(0).event_records == s1.event_records);
-    OK(cudaFree(b));
-    OK(cudaFree(d));
     OK(cudaStreamDestroy(nb));
-    OK(cudaMalloc(&a, 8192)); /* reuse again; the stream is gone */
+    OK(cudaFree(c));
+    void *e, *f;
+    OK(cudaMalloc(&e, MIB)); /* the clean rest of d's segment: no fence */
+    CHECK(sim(0).event_records == s1.event_records);
+    OK(cudaMalloc(&f, MIB)); /* only c's dirty block fits: fence */
+    CHECK(f == c);
     simcuda_stats s2 = sim(0);
-    CHECK(s2.event_records - s1.event_records == 1);
+    CHECK(s2.event_records - s1.event_records == 1); /* the stream is gone */
     CHECK(s2.stream_waits == s1.stream_waits);
     return 0;
 }
@@ -96,12 +106,12 @@ static int fence(void)
 /* CUPOOL_FENCE=sync: a device synchronization instead of events. */
 static int fence_sync(void)
 {
-    void *a, *b;
-    OK(cudaMalloc(&a, 8192));
+    void *a, *b, *c;
+    fill_segment(&a, &b);
     OK(cudaFree(a));
     simcuda_stats s0 = sim(0);
-    OK(cudaMalloc(&b, 8192));
-    CHECK(b == a);
+    OK(cudaMalloc(&c, MIB));
+    CHECK(c == a);
     CHECK(sim(0).syncs - s0.syncs == 1);
     CHECK(sim(0).event_records == s0.event_records);
     return 0;
@@ -110,13 +120,13 @@ static int fence_sync(void)
 /* A capture in progress: no fence is issued, fresh memory is used. */
 static int capture(void)
 {
-    void *a, *b;
-    OK(cudaMalloc(&a, 8192));
+    void *a, *b, *c;
+    fill_segment(&a, &b);
     OK(cudaFree(a));
     simcuda_set_capturing(cudaStreamLegacy, 1);
     simcuda_stats s0 = sim(0);
-    OK(cudaMalloc(&b, 8192));
-    CHECK(b != a);
+    OK(cudaMalloc(&c, MIB));
+    CHECK(c != a);
     CHECK(sim(0).event_records == s0.event_records);
     CHECK(sim(0).syncs == s0.syncs);
     CHECK(sim(0).mallocs == s0.mallocs + 1);
@@ -213,17 +223,20 @@ static int cap(void)
 /* Double and interior frees fail and leave the pool intact. */
 static int badfree(void)
 {
-    char *a, *b;
-    OK(cudaMalloc((void **)&a, 8192));
-    OK(cudaMalloc((void **)&b, 8192));
+    char *a, *b, *c, *d;
+    OK(cudaMalloc((void **)&a, MIB)); /* a and b fill one segment */
+    OK(cudaMalloc((void **)&b, MIB));
+    CHECK(b == a + MIB);
     OK(cudaFree(a));
     CHECK(cudaFree(a) == cudaErrorInvalidValue);
     CHECK(cudaFree(b + 512) == cudaErrorInvalidValue);
     OK(cudaFree(b));
-    char *c;
-    OK(cudaMalloc((void **)&c, 16384));
-    CHECK(c == a); /* a and b merged back: nothing was lost */
+    /* Nothing was lost: both blocks come back, from the same segment. */
+    OK(cudaMalloc((void **)&c, MIB));
+    OK(cudaMalloc((void **)&d, MIB));
+    CHECK((c == a && d == b) || (c == b && d == a));
     OK(cudaFree(c));
+    OK(cudaFree(d));
     return 0;
 }
 

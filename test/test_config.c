@@ -143,7 +143,8 @@ static void test_valid_values(void **state)
         "CUPOOL_MAX_RESERVED_1=50%", "CUPOOL_RELEASE_THRESHOLD=1G",
         "CUPOOL_FENCE=sync", "CUPOOL_FLUSH_SIGNAL=HUP",
         "CUPOOL_STATS_SIGNAL=none", "CUPOOL_STATS_FILE=/tmp/s.%p",
-        "CUPOOL_LOG=debug", "CUPOOL_MAX_SPLIT=64M", NULL};
+        "CUPOOL_LOG=debug", "CUPOOL_MAX_SPLIT=64M",
+        "CUPOOL_FENCE_INTERVAL=1", NULL};
     shim_config c;
     assert_int_equal(load(env, &c), 0);
     assert_int_equal(nwarned, 0);
@@ -159,6 +160,7 @@ static void test_valid_values(void **state)
     assert_string_equal(c.stats_file, "/tmp/s.%p");
     assert_int_equal(c.log, SHIM_LOG_DEBUG);
     assert_int_equal(c.pool.max_split, 64 * MIB);
+    assert_int_equal(c.pool.fence_interval, 1);
 }
 
 static void test_invalid_values_warn_and_keep_default(void **state)
@@ -166,10 +168,13 @@ static void test_invalid_values_warn_and_keep_default(void **state)
     (void)state;
     static const char *const env[] = {
         "CUPOOL_FENCE=bogus", "CUPOOL_MAX_RESERVED=lots",
-        "CUPOOL_MAX_RESERVED_3=200%", "CUPOOL_DISABLE=maybe", NULL};
+        "CUPOOL_MAX_RESERVED_3=200%", "CUPOOL_DISABLE=maybe",
+        "CUPOOL_FENCE_INTERVAL=0", "CUPOOL_SMALL_MAX=8Q", NULL};
     shim_config c;
-    assert_int_equal(load(env, &c), 4);
-    assert_int_equal(nwarned, 4);
+    assert_int_equal(load(env, &c), 6);
+    assert_int_equal(nwarned, 6);
+    assert_int_equal(c.pool.fence_interval, 64);
+    assert_non_null(warning_with("CUPOOL_FENCE_INTERVAL=0 is invalid (expected a whole number from 1 up); using 64"));
     assert_int_equal(c.fence, SHIM_FENCE_BARRIER);
     assert_int_equal(c.max_reserved.bytes, 0);
     assert_false(c.has_dev_cap[3]);

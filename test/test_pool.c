@@ -101,7 +101,7 @@ static void make_holes(fixture *fx, const size_t *sizes, int n, uintptr_t *at)
 static void test_best_fit(void **state)
 {
     fixture *fx = *state;
-    fx_open(fx, 0, NULL);
+    fx_open_nofence(fx);
     const size_t sizes[] = {4 * KIB, 16 * KIB, 8 * KIB, 8 * KIB};
     uintptr_t h[4];
     make_holes(fx, sizes, 4, h);
@@ -117,7 +117,7 @@ static void test_best_fit(void **state)
 static void test_ties_go_to_lowest_address(void **state)
 {
     fixture *fx = *state;
-    fx_open(fx, 0, NULL);
+    fx_open_nofence(fx);
     uintptr_t a = xalloc(fx, 8 * KIB), s1 = xalloc(fx, 512);
     uintptr_t b = xalloc(fx, 8 * KIB), s2 = xalloc(fx, 512);
     (void)s1;
@@ -181,7 +181,7 @@ static void test_max_split(void **state)
 static void test_coalesce_both_neighbours(void **state)
 {
     fixture *fx = *state;
-    fx_open(fx, 0, NULL);
+    fx_open_nofence(fx);
     uintptr_t a = xalloc(fx, 4 * KIB), b = xalloc(fx, 4 * KIB);
     uintptr_t c = xalloc(fx, 4 * KIB), d = xalloc(fx, 4 * KIB);
     xfree(fx, a);
@@ -328,20 +328,97 @@ static void test_release_threshold(void **state)
     assert_int_equal(stats(fx).reserved, 4 * MIB);
 }
 
-static void test_fence_on_reuse_only(void **state)
+/* Fills the rest of the current small segment (whose free tail is the
+ * largest clean small block) so that no clean small block remains. */
+static void fill_small_tail(fixture *fx)
+{
+    size_t left = stats(fx).largest_free;
+    while (left) {
+        size_t chunk = left < fx->cfg.small_max ? left : fx->cfg.small_max;
+        xalloc(fx, chunk);
+        left -= chunk;
+    }
+}
+
+static void test_fence_when_only_dirty_fits(void **state)
 {
     fixture *fx = *state;
     fx_open(fx, 0, NULL);
-    uintptr_t a = xalloc(fx, 4 * KIB);
-    xalloc(fx, 4 * KIB);
-    assert_int_equal(fx->sim.fences, 0); /* fresh memory: no fence */
+    uintptr_t a = xalloc(fx, 512 * KIB);
+    for (int i = 0; i < 3; i++)
+        xalloc(fx, 512 * KIB); /* the segment is full */
     xfree(fx, a);
     assert_int_equal(fx->sim.fences, 0); /* free itself never fences */
+    assert_int_equal(xalloc(fx, 512 * KIB), a);
+    assert_int_equal(fx->sim.fences, 1);
+    xalloc(fx, 512); /* nothing dirty left: grows, no fence */
+    assert_int_equal(fx->sim.fences, 1);
+    assert_int_equal(stats(fx).seg_reserves, 2);
+    assert_int_equal(stats(fx).fences, 1);
+}
+
+static void test_clean_first_defers_fence(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 4 * KIB), b = xalloc(fx, 4 * KIB);
+    xfree(fx, a);
+    /* The clean tail serves the request; a waits for a later fence. */
+    assert_int_equal(xalloc(fx, 4 * KIB), b + 4 * KIB);
+    assert_int_equal(fx->sim.fences, 0);
+    assert_int_equal(stats(fx).free_blocks, 2); /* a (dirty) and the tail */
+    /* Once fence_interval allocations have passed, a dirty block that fits
+     * better than any clean one is worth a fence. */
+    for (size_t i = 3; i < fx->cfg.fence_interval; i++)
+        xalloc(fx, 512);
+    assert_int_equal(fx->sim.fences, 0);
     assert_int_equal(xalloc(fx, 4 * KIB), a);
     assert_int_equal(fx->sim.fences, 1);
-    xalloc(fx, 4 * KIB); /* from the tail, never freed: no fence */
+}
+
+static void test_fence_interval_one_is_strict(void **state)
+{
+    fixture *fx = *state;
+    pool_config cfg;
+    pool_config_default(&cfg);
+    cfg.fence_interval = 1;
+    fx_open(fx, 0, &cfg);
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    xalloc(fx, 4 * KIB);
+    xfree(fx, a);
+    assert_int_equal(xalloc(fx, 4 * KIB), a); /* best fit, fenced */
     assert_int_equal(fx->sim.fences, 1);
-    assert_int_equal(stats(fx).fences, 1);
+}
+
+static void test_dirty_set_is_bounded(void **state)
+{
+    fixture *fx = *state;
+    pool_config cfg;
+    pool_config_default(&cfg);
+    cfg.fence_interval = 2; /* at most 8 dirty blocks before a fence */
+    fx_open(fx, 0, &cfg);
+    /* Clean 512-byte holes: freed, then made clean by a forced fence. */
+    uintptr_t p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = xalloc(fx, 512);
+        xalloc(fx, 4 * KIB);
+    }
+    for (int i = 0; i < 4; i++)
+        xfree(fx, p[i]);
+    fill_small_tail(fx);
+    assert_int_equal(xalloc(fx, 512), p[0]);
+    assert_int_equal(fx->sim.fences, 1);
+    /* Nine dirty 64 KiB holes in a second segment: none fits a 512-byte
+     * request better than the clean holes do, but there are too many. */
+    uintptr_t h[9];
+    for (int i = 0; i < 9; i++) {
+        h[i] = xalloc(fx, 64 * KIB);
+        xalloc(fx, KIB); /* not 512: that would take the clean holes */
+    }
+    for (int i = 0; i < 9; i++)
+        xfree(fx, h[i]);
+    assert_int_equal(xalloc(fx, 512), p[1]);
+    assert_int_equal(fx->sim.fences, 2);
 }
 
 static void test_one_fence_covers_earlier_frees(void **state)
@@ -351,6 +428,7 @@ static void test_one_fence_covers_earlier_frees(void **state)
     const size_t sizes[] = {4 * KIB, 8 * KIB, 16 * KIB};
     uintptr_t h[3];
     make_holes(fx, sizes, 3, h);
+    fill_small_tail(fx);
     assert_int_equal(xalloc(fx, 4 * KIB), h[0]);
     assert_int_equal(xalloc(fx, 8 * KIB), h[1]);
     assert_int_equal(xalloc(fx, 16 * KIB), h[2]);
@@ -358,22 +436,41 @@ static void test_one_fence_covers_earlier_frees(void **state)
     assert_int_equal(stats(fx).epoch, 2);
 }
 
-static void test_merged_block_keeps_newest_epoch(void **state)
+static void test_dirty_merges_only_with_dirty(void **state)
 {
     fixture *fx = *state;
     fx_open(fx, 0, NULL);
     uintptr_t a = xalloc(fx, 4 * KIB), b = xalloc(fx, 4 * KIB);
-    xalloc(fx, 512);
-    uintptr_t x = xalloc(fx, 64 * KIB);
-    xalloc(fx, 512);
-    xfree(fx, a);               /* epoch 1 */
-    xfree(fx, x);
-    assert_int_equal(xalloc(fx, 64 * KIB), x); /* fence: epoch 2 */
+    uintptr_t c = xalloc(fx, 4 * KIB);
+    size_t tail = stats(fx).largest_free;
+    xfree(fx, a);
+    xfree(fx, c);
+    xfree(fx, b); /* joins a and c: all dirty */
+    /* The dirty run does not join the clean tail before a fence. */
+    assert_int_equal(stats(fx).free_blocks, 2);
+    assert_int_equal(stats(fx).largest_free, tail);
+    uintptr_t t1 = xalloc(fx, tail / 2), t2 = xalloc(fx, tail - tail / 2);
+    assert_int_equal(fx->sim.fences, 0); /* the clean tail, no fence */
+    assert_int_equal(xalloc(fx, 12 * KIB), a); /* only dirty fits: fence */
     assert_int_equal(fx->sim.fences, 1);
-    xfree(fx, b);               /* epoch 2, merges with a (epoch 1) */
-    /* The merged block holds b's bytes, freed after the last fence. */
-    assert_int_equal(xalloc(fx, 8 * KIB), a);
-    assert_int_equal(fx->sim.fences, 2);
+    xfree(fx, t1);
+    xfree(fx, t2);
+    xfree(fx, a);
+    /* Both dirty now, so they merge into the whole segment: idle. */
+    assert_int_equal(stats(fx).free_blocks, 1);
+    assert_int_equal(stats(fx).idle_bytes, 2 * MIB);
+}
+
+static void test_idle_segment_with_dirty_and_clean_blocks(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    xfree(fx, a); /* dirty a beside the clean tail: no live block */
+    assert_int_equal(stats(fx).free_blocks, 2);
+    assert_int_equal(stats(fx).idle_bytes, 2 * MIB);
+    assert_int_equal(pool_flush(fx->p), 2 * MIB);
+    assert_int_equal(stats(fx).reserved, 0);
 }
 
 static void test_fence_error(void **state)
@@ -381,6 +478,7 @@ static void test_fence_error(void **state)
     fixture *fx = *state;
     fx_open(fx, 0, NULL);
     uintptr_t a = xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
     xfree(fx, a);
     fx->sim.fence_error = -EIO;
     pool_stats before = stats(fx);
@@ -400,7 +498,7 @@ static void test_fence_impossible_uses_fresh_memory(void **state)
     fixture *fx = *state;
     fx_open(fx, 0, NULL);
     uintptr_t a = xalloc(fx, 4 * KIB);
-    xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
     xfree(fx, a);
     fx->sim.fence_error = -EAGAIN; /* e.g. a graph is being captured */
     uintptr_t b = xalloc(fx, 4 * KIB);
@@ -410,6 +508,7 @@ static void test_fence_impossible_uses_fresh_memory(void **state)
     assert_int_equal(stats(fx).fence_deferrals, 1);
     assert_int_equal(stats(fx).fence_failures, 0);
     fx->sim.fence_error = 0;
+    fill_small_tail(fx);
     assert_int_equal(xalloc(fx, 4 * KIB), a); /* fenced reuse once possible */
     assert_int_equal(fx->sim.fences, 1);
 }
@@ -501,6 +600,9 @@ static void test_config_validation(void **state)
     c.max_split = MIB; /* would refuse its own fresh small segments */
     assert_int_equal(pool_config_validate(&c), -EINVAL);
     pool_config_default(&c);
+    c.fence_interval = 0;
+    assert_int_equal(pool_config_validate(&c), -EINVAL);
+    pool_config_default(&c);
     c.small_segment = 0;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
     sim_backend sim;
@@ -574,9 +676,13 @@ int main(void)
         T(test_device_capacity),
         T(test_flush),
         T(test_release_threshold),
-        T(test_fence_on_reuse_only),
+        T(test_fence_when_only_dirty_fits),
+        T(test_clean_first_defers_fence),
+        T(test_fence_interval_one_is_strict),
+        T(test_dirty_set_is_bounded),
         T(test_one_fence_covers_earlier_frees),
-        T(test_merged_block_keeps_newest_epoch),
+        T(test_dirty_merges_only_with_dirty),
+        T(test_idle_segment_with_dirty_and_clean_blocks),
         T(test_fence_error),
         T(test_fence_impossible_uses_fresh_memory),
         T(test_no_fence_backend),

@@ -1,6 +1,6 @@
 // race.cu - does a reused block ever receive late writes from old work?
 //
-// Kernel A, on stream A, spins about 2 ms and then writes 1 into every
+// Kernel A, on stream A, spins (about 2 ms a wave) and then writes 1 into every
 // element of a block. The block is freed at once, allocated again (the
 // pool hands back the same address) and kernel B writes 2 into it on stream
 // B. If B's work is not ordered after A's, A's late writes leave 1s behind:
@@ -49,7 +49,9 @@ static cudaStream_t make(kind k)
 int main(int argc, char **argv)
 {
     int trials = argc > 1 ? atoi(argv[1]) : 20;
-    const int n = 128 * 1024; // 512 KiB: one wave of threads on an H100
+    // 4 MiB: exactly one large segment, so the block freed is the only
+    // free block and reusing it must go through the fence.
+    const int n = 1024 * 1024;
     const long long spin = 4000000; // about 2 ms at 1.98 GHz
     std::vector<int> host(n);
     struct { kind a, b; } pairs[] = {
