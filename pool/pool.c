@@ -391,7 +391,8 @@ static int pool_fence(pool *p)
 /* Whether to fence before serving a request whose best clean fit is c.
  * Always when nothing clean fits but dirty blocks exist (a fence is far
  * cheaper than a new segment, and merging may make a fit). Otherwise only
- * once fence_interval allocations have passed since the last fence, and
+ * once fence_interval allocations (1 for large requests) have passed since
+ * the last fence, and
  * then if a dirty block fits in a smaller size bin than c, or if the dirty
  * set has grown past 4 x fence_interval blocks. So a loop that frees and
  * reallocates the same block pays one fence per fence_interval pairs
@@ -404,7 +405,10 @@ static bool fence_wanted(pool *p, enum pool_kind kind, size_t size,
         return false;
     if (!c)
         return true;
-    if (p->allocs_since_fence < p->cfg.fence_interval)
+    /* Large blocks keep strict best fit: their packing matters most, and a
+     * fence is small next to what a large block is used for. */
+    size_t interval = kind == POOL_LARGE ? 1 : p->cfg.fence_interval;
+    if (p->allocs_since_fence < interval)
         return false;
     if (p->dirty[kind].count > 4 * p->cfg.fence_interval)
         return true;

@@ -25,7 +25,8 @@
  * and is never handed out before it. Allocation takes the best clean fit.
  * It fences first when nothing clean fits but dirty blocks exist, or when
  * a dirty block would fit clearly better (a smaller size bin) and at least
- * fence_interval allocations have passed since the last fence. One fence
+ * fence_interval allocations have passed since the last fence (for large
+ * requests, always: they keep strict best fit). One fence
  * makes every earlier free clean and merges it with its free neighbours;
  * until then dirty blocks merge only with dirty neighbours.
  *
@@ -72,9 +73,10 @@ typedef struct pool_config {
     size_t max_reserved;      /* cap on reserved bytes: 0 = none */
     size_t release_threshold; /* idle bytes (fully free segments) kept
                                  cached: SIZE_MAX = keep everything */
-    size_t fence_interval;    /* at most one fence per this many
-                                 allocations to reach a better-fitting
-                                 dirty block; 1 = always: 64 */
+    size_t fence_interval;    /* small requests: at most one fence per
+                                 this many allocations to reach a better-
+                                 fitting dirty block (large requests: 1,
+                                 always); 1 = always: 64 */
 } pool_config;
 
 /* Gauges: current value and peak. Counters: monotonic. One list, expanded

@@ -376,6 +376,25 @@ static void test_clean_first_defers_fence(void **state)
     assert_int_equal(fx->sim.fences, 1);
 }
 
+static void test_large_requests_keep_strict_best_fit(void **state)
+{
+    fixture *fx = *state;
+    fx_open(fx, 0, NULL);
+    uintptr_t a = xalloc(fx, 4 * MIB), b = xalloc(fx, 12 * MIB);
+    xfree(fx, a);
+    xfree(fx, b);
+    /* The clean tail of b's segment is gone with b; a (dirty, 4 MiB) fits
+     * 4 MiB exactly, b (dirty, 12 MiB) too: no clean block, so a fence. */
+    assert_int_equal(xalloc(fx, 4 * MIB), a);
+    assert_int_equal(fx->sim.fences, 1);
+    uintptr_t c = xalloc(fx, 4 * MIB); /* from b's clean 12 MiB block */
+    xfree(fx, c);
+    /* A dirty exact fit (c) beats the clean 8 MiB rest of b's block: large
+     * requests fence for it at once, whatever fence_interval says. */
+    assert_int_equal(xalloc(fx, 4 * MIB), c);
+    assert_int_equal(fx->sim.fences, 2);
+}
+
 static void test_fence_interval_one_is_strict(void **state)
 {
     fixture *fx = *state;
@@ -679,6 +698,7 @@ int main(void)
         T(test_fence_when_only_dirty_fits),
         T(test_clean_first_defers_fence),
         T(test_fence_interval_one_is_strict),
+        T(test_large_requests_keep_strict_best_fit),
         T(test_dirty_set_is_bounded),
         T(test_one_fence_covers_earlier_frees),
         T(test_dirty_merges_only_with_dirty),
