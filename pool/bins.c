@@ -29,21 +29,6 @@ unsigned pool_bin_of(size_t size)
 static void bit_set(pool_bins *b, unsigned i) { b->map[i / 64] |= 1ull << (i % 64); }
 static void bit_clear(pool_bins *b, unsigned i) { b->map[i / 64] &= ~(1ull << (i % 64)); }
 
-/* First non-empty bin at or after i, or POOL_BINS. */
-static unsigned next_bin(const pool_bins *b, unsigned i)
-{
-    if (i >= POOL_BINS)
-        return POOL_BINS;
-    unsigned w = i / 64;
-    uint64_t bits = b->map[w] & (~0ull << (i % 64));
-    while (!bits) {
-        if (++w == POOL_BIN_WORDS)
-            return POOL_BINS;
-        bits = b->map[w];
-    }
-    return w * 64 + (unsigned)__builtin_ctzll(bits);
-}
-
 void pool_bins_insert(pool_bins *b, pool_block *blk)
 {
     unsigned i = pool_bin_of(blk->size);
@@ -67,7 +52,7 @@ pool_block *pool_bins_lower_bound(const pool_bins *b, size_t size)
     pool_block *blk = pool_tree_lower_bound(&b->tree[i], size);
     if (blk)
         return blk;
-    i = next_bin(b, i + 1);
+    i = pool_bitmap_next(b->map, i + 1);
     return i < POOL_BINS ? b->tree[i].min : NULL;
 }
 

@@ -41,24 +41,9 @@ void pool_dirty_remove(pool_dirty *d, pool_block *b)
     d->count--;
 }
 
-/* First non-empty bin at or after i, or POOL_BINS. */
-static unsigned next_bin(const pool_dirty *d, unsigned i)
-{
-    if (i >= POOL_BINS)
-        return POOL_BINS;
-    unsigned w = i / 64;
-    uint64_t bits = d->map[w] & (~0ull << (i % 64));
-    while (!bits) {
-        if (++w == POOL_BIN_WORDS)
-            return POOL_BINS;
-        bits = d->map[w];
-    }
-    return w * 64 + (unsigned)__builtin_ctzll(bits);
-}
-
 pool_block *pool_dirty_any(const pool_dirty *d)
 {
-    unsigned i = next_bin(d, 0);
+    unsigned i = pool_bitmap_next(d->map, 0);
     return i < POOL_BINS ? d->head[i] : NULL;
 }
 
@@ -69,7 +54,7 @@ bool pool_dirty_fits_below(const pool_dirty *d, size_t size, unsigned limit)
         return false;
     if (d->head[own] && d->head[own]->size >= size)
         return true;
-    return next_bin(d, own + 1) < limit;
+    return pool_bitmap_next(d->map, own + 1) < limit;
 }
 
 size_t pool_dirty_max(const pool_dirty *d)

@@ -78,6 +78,21 @@ typedef struct pool_bins {
 } pool_bins;
 
 unsigned pool_bin_of(size_t size);
+
+/* First set bit at or after i in a POOL_BINS-bit map, or POOL_BINS. */
+static inline unsigned pool_bitmap_next(const uint64_t *map, unsigned i)
+{
+    if (i >= POOL_BINS)
+        return POOL_BINS;
+    unsigned w = i / 64;
+    uint64_t bits = map[w] & (~0ull << (i % 64));
+    while (!bits) {
+        if (++w == POOL_BIN_WORDS)
+            return POOL_BINS;
+        bits = map[w];
+    }
+    return w * 64 + (unsigned)__builtin_ctzll(bits);
+}
 void pool_bins_insert(pool_bins *b, pool_block *blk);
 void pool_bins_remove(pool_bins *b, pool_block *blk);
 /* Smallest block with size >= size (lowest address among equals), or NULL. */
