@@ -23,10 +23,12 @@ TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := test/sim_backend.c
 TEST_INC := -Ipool -Itest
 
+STATS_SRC := stats/format.c stats/page.c
+STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
-            shim/control.c shim/interpose.c
-SHIM_HDR := $(wildcard shim/*.h)
-SHIM_INC := -Ipool -Ishim $(CUDA_INC)
+            shim/control.c shim/interpose.c shim/nvml.c $(STATS_SRC)
+SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
+SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 SIMCUDA  := test/simcuda/simcuda.c test/simcuda/simcuda.h test/simcuda/libcudart.map
 
 # Unit and property tests of pool/, built with ASan+UBSan.
@@ -35,7 +37,7 @@ POOL_TESTS := test_pool test_pool_random test_pool_frag
 TSAN_TESTS := test_pool_threads
 
 .PHONY: all test bench demo deps cmocka-check clean install
-all: deps $(BUILD)/libcupool.so $(BUILD)/libcupool_pool.a
+all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/libcupool_pool.a
 
 # Says exactly what to install when a build dependency is missing.
 deps:
@@ -79,16 +81,25 @@ $(eval $(call shim_rt,$(BUILD),$(ALL_CFLAGS)))
 $(eval $(call shim_rt,$(BUILD)/asan,$(WARN) $(DEFS) $(ASAN)))
 $(eval $(call shim_rt,$(BUILD)/tsan,$(WARN) $(DEFS) $(TSAN)))
 
+# The reader behind `cupool stat/top/flush`.
+$(BUILD)/cupool-stat: stats/cli.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< $(STATS_SRC) -o $@
+
+$(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(STATS_SRC) -lcmocka -o $@
+
 $(BUILD)/asan/test_config: test/test_config.c shim/config.c $(POOL_SRC) $(SHIM_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Ishim $< shim/config.c $(POOL_SRC) \
 	    -lcmocka -lpthread -o $@
 
 $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
-	$(CC) $(ALL_CFLAGS) $(SHIM_INC) $< -lcmocka -o $@
+	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
-SHIM_DEPS := $(BUILD)/test_shim $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog)
+SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog)
 
 $(BUILD)/pool/%.o: pool/%.c $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -111,14 +122,14 @@ $(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -O2 $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) -lpthread -lm -o $@
 
-TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config) \
+TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS))
 
 test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS)
-	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done
-	$(BUILD)/test_shim $(BUILD)
-	$(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)
-	$(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)
+	@set -e; for t in $(TEST_BINS); do echo "== $$t"; timeout 600 $$t; done
+	timeout 600 $(BUILD)/test_shim $(BUILD)
+	timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)
+	timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)
 	@echo "make test: all test programs passed"
 
 bench: $(BUILD)/bench_pool
@@ -129,7 +140,7 @@ demo: all
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(BUILD)/libcupool.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 scripts/cupool $(DESTDIR)$(PREFIX)/bin/
 
 clean:

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pool_internal.h"
 
@@ -53,6 +54,12 @@ void pool_addrmap_fini(pool_addrmap *m)
 {
     free(m->slots);
     m->slots = NULL;
+    m->count = 0;
+}
+
+void pool_addrmap_clear(pool_addrmap *m)
+{
+    memset(m->slots, 0, (m->mask + 1) * sizeof(*m->slots));
     m->count = 0;
 }
 

@@ -642,6 +642,26 @@ static void pool_free_all(pool *p, bool release)
     free(p);
 }
 
+void pool_forget(pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->nsegs; i++)
+        free(p->segs[i]);
+    p->forgotten_segs += p->nsegs;
+    p->nsegs = 0;
+    for (size_t i = 0; i < p->nslabs; i++)
+        free(p->slabs[i]);
+    p->nslabs = 0;
+    p->spare = NULL;
+    memset(p->clean, 0, sizeof(p->clean));
+    memset(p->dirty, 0, sizeof(p->dirty));
+    pool_addrmap_clear(&p->live);
+    p->st.requested = p->st.allocated = p->st.reserved = p->st.cached = 0;
+    p->idle_bytes = 0;
+    p->allocs_since_fence = 0;
+    pthread_mutex_unlock(&p->lock);
+}
+
 void pool_destroy(pool *p)
 {
     if (p)

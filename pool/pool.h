@@ -141,6 +141,11 @@ void pool_destroy(pool *p);
  * memory is already gone), then frees the pool. NULL is a no-op. */
 void pool_abandon(pool *p);
 
+/* Forgets every segment and block without releasing any (the device was
+ * reset), leaving an empty pool that stays valid: other threads may still
+ * hold it. Gauges drop to zero; counters go on. */
+void pool_forget(pool *p);
+
 /* Allocates size bytes and stores the block's address in *addr.
  * A zero-byte request succeeds, stores 0 and allocates nothing (as
  * cudaMalloc does). Returns 0, or:

@@ -128,6 +128,7 @@ typedef struct pool_addrmap {
 
 int pool_addrmap_init(pool_addrmap *m);
 void pool_addrmap_fini(pool_addrmap *m);
+void pool_addrmap_clear(pool_addrmap *m);
 /* Makes room for one more entry; the only call that allocates. 0/-ENOMEM. */
 int pool_addrmap_reserve(pool_addrmap *m);
 /* Inserts key (nonzero, not present). Needs a prior pool_addrmap_reserve. */
@@ -150,6 +151,7 @@ struct pool {
     pool_addrmap live;
     pool_segment **segs;         /* sorted by base */
     size_t nsegs, segs_cap;
+    uint64_t forgotten_segs;     /* dropped by pool_forget, never released */
     pool_block *spare;           /* free list of block nodes (via next) */
     void **slabs;                /* node slabs, freed at destroy */
     size_t nslabs, slabs_cap;

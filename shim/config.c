@@ -16,7 +16,7 @@
 #include "config.h"
 
 enum opt_kind {
-    OPT_BOOL, OPT_COUNT, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
+    OPT_BOOL, OPT_FORMAT, OPT_COUNT, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
     OPT_PATH, OPT_LOG
 };
 
@@ -50,6 +50,12 @@ static const option options[] = {
      "signal that writes a statistics line, or none"},
     {"CUPOOL_STATS_FILE", OPT_PATH, F(stats_file), "",
      "file for statistics (appended; %p is the pid); empty = stderr"},
+    {"CUPOOL_STATS_FORMAT", OPT_FORMAT, F(stats_json), "table",
+     "format of the statistics dump: table or json (one line)"},
+    {"CUPOOL_STATS_AT_EXIT", OPT_BOOL, F(stats_at_exit), "0",
+     "1 dumps the statistics when the program exits"},
+    {"CUPOOL_LIVE_PAGE", OPT_BOOL, F(live_page), "1",
+     "keep a live statistics page for 'cupool stat' (0 = none)"},
     {"CUPOOL_LOG", OPT_LOG, F(log), "warn",
      "messages shown: off, error, warn, info or debug"},
     {"CUPOOL_SMALL_MAX", OPT_SIZE, F(pool.small_max), "1M",
@@ -71,12 +77,14 @@ enum { NOPTIONS = sizeof(options) / sizeof(options[0]) };
 static const char *const fence_names[] = {"barrier", "sync", "none", NULL};
 static const char *const log_names[] = {"off", "error", "warn", "info",
                                         "debug", NULL};
+static const char *const format_names[] = {"table", "json", NULL};
 
 static const char *expected(enum opt_kind kind)
 {
     switch (kind) {
     case OPT_BOOL: return "1, 0, true, false, on, off, yes or no";
     case OPT_COUNT: return "a whole number from 1 up";
+    case OPT_FORMAT: return "table or json";
     case OPT_SIZE: return "bytes with an optional K, M, G or T suffix "
                           "(KiB, MB... all binary), e.g. 512M or 20GiB";
     case OPT_CAP: return "none, a size such as 20G or 512MiB, or a "
@@ -224,6 +232,10 @@ static int parse_option(const option *o, const char *s, shim_config *c)
     switch (o->kind) {
     case OPT_BOOL:
         return shim_parse_bool(s, field);
+    case OPT_FORMAT:
+        if ((err = parse_name(s, format_names, &i)) == 0)
+            *(bool *)field = i == 1;
+        return err;
     case OPT_COUNT:
         for (const char *d = s; *d; d++)
             if (!isdigit((unsigned char)*d))

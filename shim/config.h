@@ -41,6 +41,9 @@ typedef struct shim_config {
     int flush_signal;               /* 0 = none */
     int stats_signal;               /* 0 = none */
     char stats_file[SHIM_PATH_MAX]; /* "" = stderr; %p = pid */
+    bool stats_json;                /* CUPOOL_STATS_FORMAT=json */
+    bool stats_at_exit;
+    bool live_page;
     shim_log_level log;
     pool_config pool;               /* thresholds; max_reserved and
                                        release_threshold filled per device */

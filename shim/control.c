@@ -10,6 +10,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -23,6 +25,7 @@
 #include "control.h"
 #include "device.h"
 #include "log.h"
+#include "nvml.h"
 
 static atomic_bool active;
 static _Atomic uint64_t counters[SHIM_NCOUNTERS];
@@ -80,65 +83,58 @@ static void install(int slot, int sig)
 
 /* ---- statistics ------------------------------------------------------------ */
 
-static size_t append(char *buf, size_t len, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static pthread_mutex_t page_lock = PTHREAD_MUTEX_INITIALIZER;
+static stats_page *page;                   /* guarded by page_lock */
+/* Process memory outside each pool, written by the helper (NVML). */
+static _Atomic uint64_t outside[SHIM_MAX_DEVICES];
 
-static size_t append(char *buf, size_t len, size_t n, const char *fmt, ...)
+void shim_stats_view(stats_view *v)
 {
-    if (n >= len)
-        return n;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf + n, len - n, fmt, ap);
-    va_end(ap);
-    return k < 0 ? n : n + (size_t)k;
-}
-
-static size_t device_json(char *buf, size_t len, size_t n, int dev,
-                          const pool_stats *s)
-{
-    n = append(buf, len, n, "{\"device\":%d,\"cap\":%lu,\"syncs\":%lu", dev,
-               (unsigned long)shim_devices[dev].cap,
-               (unsigned long)atomic_load(&shim_devices[dev].syncs));
-#define X_GAUGE(name, doc)                                                    \
-    n = append(buf, len, n, ",\"" #name "\":%lu,\"" #name "_peak\":%lu",      \
-               (unsigned long)s->name, (unsigned long)s->name##_peak);
-#define X_COUNTER(name, doc)                                                  \
-    n = append(buf, len, n, ",\"" #name "\":%lu", (unsigned long)s->name);
-    POOL_GAUGES(X_GAUGE)
-    POOL_COUNTERS(X_COUNTER)
-#undef X_GAUGE
-#undef X_COUNTER
-    return append(buf, len, n, ",\"largest_free\":%lu,\"free_blocks\":%lu,"
-                  "\"segments\":%lu}", (unsigned long)s->largest_free,
-                  (unsigned long)s->free_blocks, (unsigned long)s->segments);
-}
-
-size_t shim_stats_json(char *buf, size_t len)
-{
+    memset(v, 0, offsetof(stats_view, dev));
+    v->pid = (int32_t)getpid();
+    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, v->comm, sizeof(v->comm) - 1) : 0;
+    if (fd >= 0)
+        close(fd);
+    v->comm[n > 0 ? n - (v->comm[n - 1] == '\n') : 0] = '\0';
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    size_t n = append(buf, len, 0, "{\"cupool\":1,\"pid\":%d,\"time\":%ld.%03ld,"
-                      "\"devices\":[", (int)getpid(), (long)t.tv_sec,
-                      t.tv_nsec / 1000000);
-    bool first = true;
+    v->updated_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+    v->flush_signal = shim_cfg.flush_signal;
+    for (int i = 0; i < SHIM_MAX_DEVICES && v->ndevices < STATS_MAX_DEVICES; i++) {
+        pool *p = shim_device_pool_if_any(i);
+        if (!p)
+            continue;
+        pool_stats ps;
+        pool_stats_get(p, &ps);
+        stats_device *d = &v->dev[v->ndevices++];
+        stats_device_from_pool(d, i, &ps);
+        d->cap = shim_devices[i].cap;
+        d->syncs = atomic_load(&shim_devices[i].syncs);
+        uint64_t out = atomic_load_explicit(&outside[i], memory_order_relaxed);
+        d->outside_pool = out == 0 ? STATS_UNKNOWN : out;
+    }
+#define X(name, unit, kind, help) \
+    v->proc.name = atomic_load(&counters[SHIM_##name]);
+    STATS_PROCESS_FIELDS(X)
+#undef X
+}
+
+/* Asks NVML what the process holds on each device with a pool, and keeps
+ * the part the pool does not account for. Helper thread only. */
+static void refresh_outside(void)
+{
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
         pool *p = shim_device_pool_if_any(i);
         if (!p)
             continue;
-        pool_stats s;
-        pool_stats_get(p, &s);
-        n = append(buf, len, n, first ? "" : ",");
-        n = device_json(buf, len, n, i, &s);
-        first = false;
+        uint64_t used = shim_nvml_process_memory(i);
+        pool_stats ps;
+        pool_stats_get(p, &ps);
+        atomic_store_explicit(&outside[i], used == STATS_UNKNOWN ? 0
+                              : used > ps.reserved ? used - ps.reserved : 1,
+                              memory_order_relaxed);
     }
-    n = append(buf, len, n, "]");
-#define X_COUNT(id, name, doc)                                                \
-    n = append(buf, len, n, ",\"" #name "\":%lu",                             \
-               (unsigned long)atomic_load(&counters[SHIM_##id]));
-    SHIM_COUNTER_LIST(X_COUNT)
-#undef X_COUNT
-    return append(buf, len, n, "}\n");
 }
 
 /* Opens CUPOOL_STATS_FILE (with %p replaced by the pid) or stderr. */
@@ -165,10 +161,25 @@ static int stats_fd(void)
     return fd < 0 ? STDERR_FILENO : fd;
 }
 
+/* Writes the full view (table and every field, or one JSON line). From
+ * the helper (signal) or the exiting thread: the buffers are shared. */
+static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void dump_stats(void)
 {
-    char buf[16384];
-    size_t n = shim_stats_json(buf, sizeof(buf));
+    static stats_view v;
+    static char buf[65536];
+    pthread_mutex_lock(&dump_lock);
+    shim_stats_view(&v);
+    size_t n;
+    if (shim_cfg.stats_json) {
+        n = stats_format_json(&v, buf, sizeof(buf));
+    } else {
+        const stats_view *one = &v;
+        n = stats_format_table(&one, 1, buf, sizeof(buf));
+        if (n < sizeof(buf))
+            n += stats_format_detail(&v, buf + n, sizeof(buf) - n);
+    }
     if (n >= sizeof(buf))
         n = sizeof(buf) - 1;
     int fd = stats_fd();
@@ -176,9 +187,37 @@ static void dump_stats(void)
     (void)w;
     if (fd != STDERR_FILENO)
         close(fd);
+    pthread_mutex_unlock(&dump_lock);
+}
+
+static void publish(void)
+{
+    static stats_view v;
+    pthread_mutex_lock(&page_lock);
+    if (page) {
+        shim_stats_view(&v);
+        stats_page_publish(page, &v);
+    }
+    pthread_mutex_unlock(&page_lock);
 }
 
 /* ---- helper thread -------------------------------------------------------- */
+
+enum { PUBLISH_MS = 100, NVML_EVERY = 10 };
+
+static void handle(unsigned char b)
+{
+    if (b == shim_cfg.flush_signal) {
+        uint64_t n = shim_device_flush_all();
+        shim_count(SHIM_signal_flushes);
+        shim_count_add(SHIM_flushed, n);
+        char h[32];
+        shim_log(SHIM_LOG_WARN, "flush: returned %s to the driver",
+                 stats_fmt_bytes(n, h, sizeof(h)));
+    } else if (b == shim_cfg.stats_signal) {
+        dump_stats();
+    }
+}
 
 static void *helper(void *arg)
 {
@@ -186,28 +225,37 @@ static void *helper(void *arg)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
-    for (;;) {
-        unsigned char b;
-        ssize_t r = read(pipe_fd[0], &b, 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
+    for (unsigned tick = 0;; tick++) {
+        if (shim_cfg.live_page && tick % NVML_EVERY == 0)
+            refresh_outside();
+        publish();
+        struct pollfd pf = {.fd = pipe_fd[0], .events = POLLIN};
+        int r = poll(&pf, 1, shim_cfg.live_page ? PUBLISH_MS : -1);
+        if (r < 0 && errno != EINTR)
             return NULL;
-        if (b == shim_cfg.flush_signal) {
-            uint64_t n = shim_device_flush_all();
-            shim_count(SHIM_SIGNAL_FLUSHES);
-            shim_count_add(SHIM_FLUSHED_BYTES, n);
-            char h[32];
-            shim_log(SHIM_LOG_WARN, "flush: returned %s to the driver",
-                     shim_fmt_bytes(n, h, sizeof(h)));
-        } else if (b == shim_cfg.stats_signal) {
-            dump_stats();
-        }
+        if (r <= 0)
+            continue;
+        unsigned char b;
+        ssize_t k = read(pipe_fd[0], &b, 1);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return NULL;
+        handle(b);
     }
 }
 
 static void helper_spawn(void)
 {
+    if (shim_cfg.live_page) {
+        stats_page *p = stats_page_create();
+        if (!p)
+            shim_log(SHIM_LOG_WARN, "no live statistics page in %s: %s",
+                     stats_page_dir(), strerror(errno));
+        pthread_mutex_lock(&page_lock);
+        page = p;
+        pthread_mutex_unlock(&page_lock);
+    }
     pthread_t t;
     pthread_attr_t a;
     pthread_attr_init(&a);
@@ -228,32 +276,27 @@ void shim_helper_start(void)
 
 void shim_report_alloc_failure(int dev, size_t size, int err)
 {
-    shim_count(SHIM_OOM_REPORTS);
+    shim_count(SHIM_oom_reports);
     char rq[32];
-    shim_fmt_bytes(size, rq, sizeof(rq));
+    stats_fmt_bytes(size, rq, sizeof(rq));
     if (err != -ENOMEM && err != -EDQUOT) {
         shim_log(SHIM_LOG_ERROR, "device %d: cudaMalloc(%s) failed: %s", dev,
                  rq, err == -EOVERFLOW ? "size too large" : pool_strerror(err));
         return;
     }
-    pool *p = shim_device_pool_if_any(dev);
-    pool_stats s;
-    pool_stats_get(p, &s);
+    pool_stats ps;
+    pool_stats_get(shim_device_pool_if_any(dev), &ps);
+    stats_device d;
+    stats_device_from_pool(&d, dev, &ps);
+    d.cap = shim_devices[dev].cap;
     size_t dfree = 0, dtotal = 0;
     if (shim_real.cudaMemGetInfo(&dfree, &dtotal) != cudaSuccess)
         shim_real.cudaGetLastError();
-    uint64_t cap = shim_devices[dev].cap;
-    char c[32], r[32], a[32], f[32], l[32], d[32];
-    shim_fmt_bytes(cap, c, sizeof(c));
-    shim_fmt_bytes(s.reserved, r, sizeof(r));
-    shim_fmt_bytes(s.allocated, a, sizeof(a));
-    shim_fmt_bytes(s.cached, f, sizeof(f));
-    shim_fmt_bytes(s.largest_free, l, sizeof(l));
-    shim_fmt_bytes(dfree, d, sizeof(d));
+    char c[32], r[32], a[32], f[32], l[32], df[32];
     /* Fragmentation: the bytes exist (cached, or under the cap) but no
      * free block is large enough and the pool may not grow. */
-    bool frag = s.cached >= size ||
-                (err == -EDQUOT && cap > s.allocated && cap - s.allocated >= size);
+    bool frag = d.cached >= size ||
+                (err == -EDQUOT && d.cap > d.allocated && d.cap - d.allocated >= size);
     const char *cause =
         frag ? "fragmentation: enough memory is free in total, but no free "
                "block is large enough and no new segment fits"
@@ -264,9 +307,16 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
              "out of memory on device %d: cudaMalloc(%s) failed\n"
              "  cap %s, reserved %s, allocated %s, cached free %s\n"
              "  largest free block %s, %lu free blocks, %lu segments, "
-             "device free %s\n"
-             "  cause: %s", dev, rq, cap ? c : "none", r, a, f, l,
-             (unsigned long)s.free_blocks, (unsigned long)s.segments, d, cause);
+             "fragmentation %.0f%%, device free %s\n"
+             "  cause: %s", dev, rq,
+             d.cap ? stats_fmt_bytes(d.cap, c, sizeof(c)) : "none",
+             stats_fmt_bytes(d.reserved, r, sizeof(r)),
+             stats_fmt_bytes(d.allocated, a, sizeof(a)),
+             stats_fmt_bytes(d.cached, f, sizeof(f)),
+             stats_fmt_bytes(d.largest_free, l, sizeof(l)),
+             (unsigned long)d.free_blocks, (unsigned long)d.segments,
+             100.0 * stats_fragmentation(&d),
+             stats_fmt_bytes(dfree, df, sizeof(df)), cause);
 }
 
 /* ---- life cycle ----------------------------------------------------------- */
@@ -282,8 +332,25 @@ static void hold_warning(const char *line)
 
 static void after_fork_child(void)
 {
-    /* The child must not touch the parent's CUDA state. */
+    /* The child must not touch the parent's CUDA state, nor the parent's
+     * page, which the parent removes. It is single-threaded here, and its
+     * destructor returns early (inactive), so page_lock is not needed. */
     atomic_store(&active, false);
+    page = NULL;
+}
+
+__attribute__((destructor)) static void shim_fini(void)
+{
+    if (!shim_active())
+        return;
+    if (shim_cfg.stats_at_exit)
+        dump_stats();
+    /* The helper may be publishing: take the page from under it first. */
+    pthread_mutex_lock(&page_lock);
+    stats_page *p = page;
+    page = NULL;
+    pthread_mutex_unlock(&page_lock);
+    stats_page_remove(p);
 }
 
 static const char *env(const char *name) { return getenv(name); }

@@ -23,6 +23,7 @@
 #include "control.h"
 #include "device.h"
 #include "log.h"
+#include "stats.h"
 
 shim_device shim_devices[SHIM_MAX_DEVICES];
 shim_config shim_cfg;
@@ -163,7 +164,7 @@ static pool *create_locked(shim_device *d)
     }
     char c[32];
     shim_log(SHIM_LOG_INFO, "device %d: pool ready, cap %s, fence %s", d->id,
-             d->cap ? shim_fmt_bytes(d->cap, c, sizeof(c)) : "none",
+             d->cap ? stats_fmt_bytes(d->cap, c, sizeof(c)) : "none",
              shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
              : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none");
     return p;
@@ -189,15 +190,16 @@ pool *shim_device_pool(int dev)
 void shim_device_abandon(int dev)
 {
     shim_device *d = &shim_devices[dev];
-    pthread_mutex_lock(&create_lock);
-    pool *p = atomic_exchange(&d->pool, NULL);
+    /* Emptied in place, never freed: the helper thread and other threads
+     * may hold the pool. */
+    pool *p = shim_device_pool_if_any(dev);
+    if (p)
+        pool_forget(p);
     pthread_mutex_lock(&d->lock);
     /* The reset destroyed the device's streams and events too. */
     d->nstreams = 0;
     d->legacy_event = NULL;
     pthread_mutex_unlock(&d->lock);
-    pthread_mutex_unlock(&create_lock);
-    pool_abandon(p);
 }
 
 uint64_t shim_device_flush_all(void)

@@ -43,7 +43,8 @@ static inline pool *shim_device_pool_if_any(int dev)
     return atomic_load_explicit(&shim_devices[dev].pool, memory_order_acquire);
 }
 
-/* Forgets the device's pool without freeing (after cudaDeviceReset). */
+/* Empties the device's pool without releasing anything (after
+ * cudaDeviceReset: the reset freed it all). */
 void shim_device_abandon(int dev);
 
 /* Stream tracking for the fence. */

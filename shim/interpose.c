@@ -91,7 +91,7 @@ EXPORT cudaError_t cudaFree(void *ptr)
     int err = free_pooled(ptr);
     inside--;
     if (err == -ENOENT) {
-        shim_count(SHIM_FOREIGN_FREES);
+        shim_count(SHIM_foreign_frees);
         return REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
     }
     return err ? cudaErrorInvalidValue : cudaSuccess;
@@ -223,24 +223,24 @@ EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
 
 EXPORT cudaError_t cudaMallocPitch(void **ptr, size_t *pitch, size_t w, size_t h)
 {
-    shim_count(SHIM_PASS_PITCH);
+    shim_count(SHIM_passthrough_pitch);
     return REAL_OR(cudaMallocPitch, cudaErrorInitializationError, ptr, pitch, w, h);
 }
 
 EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *ptr, struct cudaExtent e)
 {
-    shim_count(SHIM_PASS_3D);
+    shim_count(SHIM_passthrough_3d);
     return REAL_OR(cudaMalloc3D, cudaErrorInitializationError, ptr, e);
 }
 
 EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int flags)
 {
-    shim_count(SHIM_PASS_MANAGED);
+    shim_count(SHIM_passthrough_managed);
     return REAL_OR(cudaMallocManaged, cudaErrorInitializationError, ptr, size, flags);
 }
 
 EXPORT cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
 {
-    shim_count(SHIM_PASS_ASYNC);
+    shim_count(SHIM_passthrough_async);
     return REAL_OR(cudaMallocAsync, cudaErrorInitializationError, ptr, size, s);
 }

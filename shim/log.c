@@ -89,20 +89,3 @@ void shim_log(shim_log_level l, const char *fmt, ...)
     ssize_t w = write(STDERR_FILENO, out, n);
     (void)w;
 }
-
-const char *shim_fmt_bytes(uint64_t n, char *buf, size_t len)
-{
-    static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
-    if (n < 1024) {
-        snprintf(buf, len, "%lu B", (unsigned long)n);
-        return buf;
-    }
-    double v = (double)n / 1024;
-    int u = 0;
-    while (v >= 1024 && u < 3) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, len, "%.2f %s", v, unit[u]);
-    return buf;
-}

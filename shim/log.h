@@ -18,7 +18,5 @@ void shim_log_set_level(shim_log_level level);
 void shim_log(shim_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Writes n as "1.50 GiB" (or "512 B") into buf; returns buf. */
-const char *shim_fmt_bytes(uint64_t n, char *buf, size_t len);
 
 #endif

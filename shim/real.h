@@ -48,6 +48,7 @@
       (cudaStream_t stream, enum cudaStreamCaptureStatus *status))            \
     X(cudaError_t, cudaThreadExchangeStreamCaptureMode,                       \
       (enum cudaStreamCaptureMode *mode))                                     \
+    X(cudaError_t, cudaDeviceGetPCIBusId, (char *id, int len, int device))   \
     X(const char *, cudaGetErrorString, (cudaError_t error))
 
 typedef struct shim_real_table {

@@ -281,6 +281,62 @@ static int frag(void)
     return 0;
 }
 
+/* Holds known amounts (1000 B and 3 MiB live, a 6 MiB segment cached),
+ * touches $READY, and waits up to 20 s for SIGTERM; then prints how many
+ * segments the driver saw freed. For cupool stat / flush from outside. */
+static volatile sig_atomic_t stop;
+static void on_term(int sig) { (void)sig; stop = 1; }
+
+static int serve(void)
+{
+    struct sigaction sa = {.sa_handler = on_term};
+    sigaction(SIGTERM, &sa, NULL);
+    void *a, *b, *c;
+    OK(cudaMalloc(&a, 1000));
+    OK(cudaMalloc(&b, 3 * MIB));
+    OK(cudaMalloc(&c, 5 * MIB));
+    OK(cudaFree(c));
+    const char *ready = getenv("READY");
+    FILE *f = ready ? fopen(ready, "w") : NULL;
+    if (f)
+        fclose(f);
+    for (int i = 0; i < 2000 && !stop; i++)
+        sleep_ms(10);
+#ifdef SIMCUDA
+    printf("driver frees: %lu\n", sim(0).frees);
+#endif
+    return 0;
+}
+
+/* Median ns of a cudaMalloc+cudaFree pair of 4 KiB over 9 batches. */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int pairbench(void)
+{
+    enum { N = 200000 };
+    double v[9];
+    void *p;
+    for (int r = -1; r < 9; r++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < N; i++) {
+            OK(cudaMalloc(&p, 4096));
+            OK(cudaFree(p));
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (r >= 0)
+            v[r] = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 +
+                    (double)(t1.tv_nsec - t0.tv_nsec)) / N;
+    }
+    qsort(v, 9, sizeof(v[0]), cmp_double);
+    printf("%.1f\n", v[4]);
+    return 0;
+}
+
 static int zero(void)
 {
     void *p = (void *)1;
@@ -367,6 +423,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev},
 #endif
+    {"serve", serve}, {"pairbench", pairbench},
     {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc},
     {"threads", threads},
 };

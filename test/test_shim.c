@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -44,11 +45,19 @@ static void slurp(const char *path, char *buf, size_t len)
     fclose(f);
 }
 
-/* Runs rt_prog SCENARIO preloaded, with extra NAME=VALUE strings (NULL
- * terminated) added to the environment. */
-static result *run(const char *scenario, ...)
+#ifndef READER
+#define READER "build/cupool-stat"
+#endif
+
+typedef struct child {
+    pid_t pid;
+    char out[32], err[32];
+} child;
+
+/* Starts rt_prog SCENARIO preloaded, with extra NAME=VALUE strings added to
+ * the environment (ap, NULL terminated). */
+static void start(child *c, const char *scenario, va_list ap)
 {
-    static result r;
     char *env[256];
     int n = 0;
     for (char **e = environ; *e && n < 200; e++)
@@ -58,14 +67,12 @@ static result *run(const char *scenario, ...)
     snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s/libcupool.so",
              runtime ? runtime : "", runtime ? ":" : "", dir);
     env[n++] = preload;
-    va_list ap;
-    va_start(ap, scenario);
     for (char *x; (x = va_arg(ap, char *)) && n < 254;)
         env[n++] = x;
-    va_end(ap);
     env[n] = NULL;
-    char out[] = "/tmp/cupool-test-outXXXXXX", err[] = "/tmp/cupool-test-errXXXXXX";
-    int fo = mkstemp(out), fe = mkstemp(err);
+    snprintf(c->out, sizeof(c->out), "/tmp/cupool-test-outXXXXXX");
+    snprintf(c->err, sizeof(c->err), "/tmp/cupool-test-errXXXXXX");
+    int fo = mkstemp(c->out), fe = mkstemp(c->err);
     assert_true(fo >= 0 && fe >= 0);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -74,22 +81,67 @@ static result *run(const char *scenario, ...)
     char prog[600];
     snprintf(prog, sizeof(prog), "%s/rt/rt_prog", dir);
     char *argv[] = {prog, (char *)scenario, NULL};
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, env), 0);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    assert_int_equal(posix_spawn(&c->pid, argv[0], &fa, NULL, argv, env), 0);
     close(fo);
     close(fe);
-    slurp(out, r.out, sizeof(r.out));
-    slurp(err, r.err, sizeof(r.err));
-    unlink(out);
-    unlink(err);
     posix_spawn_file_actions_destroy(&fa);
+}
+
+/* Waits for the child and collects its status and output. */
+static result *finish(child *c, const char *scenario)
+{
+    static result r;
+    int st;
+    assert_int_equal(waitpid(c->pid, &st, 0), c->pid);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    slurp(c->out, r.out, sizeof(r.out));
+    slurp(c->err, r.err, sizeof(r.err));
+    unlink(c->out);
+    unlink(c->err);
     if (r.status)
         print_message("%s exited %d\n--- stdout\n%s--- stderr\n%.4000s\n",
                       scenario, r.status, r.out, r.err);
     return &r;
+}
+
+/* Runs rt_prog SCENARIO preloaded to the end; extra NAME=VALUE strings
+ * (NULL terminated) are added to the environment. */
+static result *run(const char *scenario, ...)
+{
+    child c;
+    va_list ap;
+    va_start(ap, scenario);
+    start(&c, scenario, ap);
+    va_end(ap);
+    return finish(&c, scenario);
+}
+
+static child *spawn(child *c, const char *scenario, ...)
+{
+    va_list ap;
+    va_start(ap, scenario);
+    start(c, scenario, ap);
+    va_end(ap);
+    return c;
+}
+
+/* Runs a shell command; returns its exit status and its stdout in out. */
+static int shell(const char *cmd, char *out, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void wait_for_file(const char *path)
+{
+    for (int i = 0; i < 500 && access(path, F_OK); i++)
+        usleep(10000);
+    assert_int_equal(access(path, F_OK), 0);
+    usleep(300000); /* the page is published every 100 ms */
 }
 
 #define PASSES(...) assert_int_equal(run(__VA_ARGS__, NULL)->status, 0)
@@ -149,7 +201,7 @@ static void test_stats_signal(void **s)
     assert_non_null(mkdtemp(path));
     char env[600], check[1200];
     snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s/s.%%p", path);
-    result *r = run("stats", env, NULL);
+    result *r = run("stats", env, "CUPOOL_STATS_FORMAT=json", NULL);
     assert_int_equal(r->status, 0);
     /* A real JSON parser reads the line and the figures match the program:
      * 1000 B and 3 MiB live, rounded to 1024 B and 4 MiB. */
@@ -158,9 +210,115 @@ static void test_stats_signal(void **s)
              "assert len(f)==1, f; d=json.loads(open(f[0]).readline()); "
              "v=d[\"devices\"][0]; assert v[\"requested\"]==1000+3*2**20, v; "
              "assert v[\"allocated\"]==1024+4*2**20, v; "
-             "assert v[\"allocs\"]==2 and v[\"segments\"]==2, v' && rm -r %s",
+             "assert v[\"allocs\"]==2 and v[\"segments\"]==2, v; "
+             "assert d[\"pid\"]==d[\"process\"][\"pid\"]' && rm -r %s",
              path, path);
     assert_int_equal(system(check), 0);
+}
+
+static void test_stats_signal_table(void **s)
+{
+    (void)s;
+    char path[] = "/tmp/cupool-stats-XXXXXX";
+    assert_non_null(mkdtemp(path));
+    char env[600], cmd[700], out[8192];
+    snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s/s.%%p", path);
+    assert_int_equal(run("stats", env, NULL)->status, 0);
+    snprintf(cmd, sizeof(cmd), "cat %s/s.*; rm -r %s", path, path);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    /* The human table, then every field. */
+    assert_non_null(strstr(out, "ALLOCATED"));
+    assert_non_null(strstr(out, "4.00 MiB")); /* 1024 B + 4 MiB allocated */
+    assert_non_null(strstr(out, "device 0  requested"));
+    assert_non_null(strstr(out, "process   foreign_frees"));
+}
+
+static void test_stats_at_exit(void **s)
+{
+    (void)s;
+    result *r = run("zero", "CUPOOL_STATS_AT_EXIT=1", "CUPOOL_STATS_FORMAT=json", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "{\"cupool\":1,\"pid\":"));
+}
+
+static char pages[64];
+
+static int pages_setup(void **s)
+{
+    (void)s;
+    snprintf(pages, sizeof(pages), "/tmp/cupool-pages-XXXXXX");
+    return mkdtemp(pages) ? 0 : -1;
+}
+
+static int pages_teardown(void **s)
+{
+    (void)s;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", pages);
+    return system(cmd);
+}
+
+/* cupool stat and flush from outside a running program. */
+static void test_stat_and_flush_from_outside(void **s)
+{
+    (void)s;
+    char direnv[128], ready[128], readyenv[160], cmd[512], out[8192];
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    snprintf(ready, sizeof(ready), "%s/ready", pages);
+    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    child c;
+    spawn(&c, "serve", direnv, readyenv, NULL);
+    wait_for_file(ready);
+    /* The numbers match what the program did: 1000 B and 3 MiB live
+     * (1024 B and 4 MiB rounded), segments of 2, 4 and 6 MiB. */
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat --json %d | "
+             "python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); "
+             "v=d[\"devices\"][0]; M=2**20; "
+             "assert v[\"requested\"]==1000+3*M and v[\"allocated\"]==1024+4*M, v; "
+             "assert v[\"reserved\"]==12*M and v[\"segments\"]==3, v; "
+             "assert v[\"cached\"]==12*M-1024-4*M and v[\"largest_free\"]==6*M, v; "
+             "print(\"ok\")'", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_string_equal(out, "ok\n");
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat", pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    char pid[16];
+    snprintf(pid, sizeof(pid), "%d ", c.pid);
+    assert_non_null(strstr(out, pid));
+    assert_non_null(strstr(out, "rt_prog"));
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush %d", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "returned 6.00 MiB (6291456 bytes) to the driver"));
+    kill(c.pid, SIGTERM);
+    result *r = finish(&c, "serve");
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "driver frees: 1")); /* the simulated driver saw it */
+    /* The page went away with the program. */
+    snprintf(cmd, sizeof(cmd), "%s/cupool-%u-%d", pages, (unsigned)getuid(), c.pid);
+    assert_int_equal(access(cmd, F_OK), -1);
+}
+
+static void test_killed_process_page_is_cleaned(void **s)
+{
+    (void)s;
+    char direnv[128], ready[128], readyenv[160], cmd[512], out[8192];
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    snprintf(ready, sizeof(ready), "%s/ready2", pages);
+    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    child c;
+    spawn(&c, "serve", direnv, readyenv, NULL);
+    wait_for_file(ready);
+    kill(c.pid, SIGKILL);
+    assert_int_equal(finish(&c, "serve")->status, 128 + SIGKILL);
+    snprintf(cmd, sizeof(cmd), "%s/cupool-%u-%d", pages, (unsigned)getuid(), c.pid);
+    assert_int_equal(access(cmd, F_OK), 0); /* left behind */
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat %d", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 1); /* named: an error */
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat 2>&1", pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "removed 1 stale page of exited processes"));
+    snprintf(cmd, sizeof(cmd), "%s/cupool-%u-%d", pages, (unsigned)getuid(), c.pid);
+    assert_int_equal(access(cmd, F_OK), -1);
 }
 
 static void test_bad_config_keeps_default(void **s)
@@ -236,6 +394,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_capture_defers_fence),
         cmocka_unit_test(test_flush_signal),
         cmocka_unit_test(test_stats_signal),
+        cmocka_unit_test(test_stats_signal_table),
+        cmocka_unit_test(test_stats_at_exit),
+        cmocka_unit_test_setup_teardown(test_stat_and_flush_from_outside,
+                                        pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_killed_process_page_is_cleaned,
+                                        pages_setup, pages_teardown),
         cmocka_unit_test(test_cap_and_report),
         cmocka_unit_test(test_cap_percent),
         cmocka_unit_test(test_fragmentation_named),

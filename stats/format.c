@@ -1,0 +1,269 @@
+/*
+ * format.c - the human table, the detail listing, JSON and Prometheus,
+ * every one generated from STATS_DEVICE_FIELDS / STATS_PROCESS_FIELDS.
+ * Plain snprintf into the caller's buffer: no allocation.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "stats.h"
+
+typedef struct out { char *buf; size_t len, n; } out;
+
+static void put(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(out *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(o->n < o->len ? o->buf + o->n : NULL,
+                      o->n < o->len ? o->len - o->n : 0, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        o->n += (size_t)k;
+}
+
+static size_t done(out *o)
+{
+    if (o->len)
+        o->buf[o->n < o->len ? o->n : o->len - 1] = '\0';
+    return o->n;
+}
+
+void stats_device_from_pool(stats_device *d, int device, const pool_stats *p)
+{
+    d->device = device;
+    d->requested = p->requested;
+    d->requested_peak = p->requested_peak;
+    d->allocated = p->allocated;
+    d->allocated_peak = p->allocated_peak;
+    d->reserved = p->reserved;
+    d->reserved_peak = p->reserved_peak;
+    d->cached = p->cached;
+    d->cached_peak = p->cached_peak;
+    d->largest_free = p->largest_free;
+    d->free_blocks = p->free_blocks;
+    d->segments = p->segments;
+    d->allocs = p->allocs;
+    d->frees = p->frees;
+    d->hits = p->hits;
+    d->driver_allocs = p->seg_reserves;
+    d->driver_frees = p->seg_releases;
+    d->driver_alloc = p->reserved_bytes_total;
+    d->driver_free = p->released_bytes_total;
+    d->fences = p->fences;
+    d->fence_deferrals = p->fence_deferrals;
+    d->flushes = p->flushes;
+    d->retries = p->retries;
+    d->oom_failures = p->failures;
+    d->bad_frees = p->bad_frees;
+}
+
+double stats_fragmentation(const stats_device *d)
+{
+    if (!d->cached)
+        return 0.0;
+    double f = 1.0 - (double)d->largest_free / (double)d->cached;
+    return f < 0 ? 0.0 : f;
+}
+
+const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (n == STATS_UNKNOWN) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    if (n < 1024) {
+        snprintf(buf, len, "%lu B", (unsigned long)n);
+        return buf;
+    }
+    double v = (double)n / 1024;
+    int u = 0;
+    while (v >= 1024 && u < 3) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, len, "%.2f %s", v, unit[u]);
+    return buf;
+}
+
+/* ---- table --------------------------------------------------------------- */
+
+size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
+                          size_t len)
+{
+    out o = {buf, len, 0};
+    put(&o, "%-7s %-15s %3s %11s %11s %11s %11s %5s %11s %11s %9s %6s %7s\n",
+        "PID", "COMM", "DEV", "ALLOCATED", "RESERVED", "CACHED", "LARGEST",
+        "FRAG", "OUTSIDE", "PEAK RES", "ALLOCS", "HIT%", "FENCES");
+    for (size_t i = 0; i < n; i++) {
+        for (uint32_t k = 0; k < v[i]->ndevices; k++) {
+            const stats_device *d = &v[i]->dev[k];
+            char a[24], r[24], c[24], l[24], o2[24], p[24];
+            double hit = d->allocs ? 100.0 * (double)d->hits / (double)d->allocs : 0;
+            put(&o, "%-7d %-15.15s %3d %11s %11s %11s %11s %4.0f%% %11s %11s %9lu "
+                "%5.1f%% %7lu\n", v[i]->pid, v[i]->comm, d->device,
+                stats_fmt_bytes(d->allocated, a, sizeof(a)),
+                stats_fmt_bytes(d->reserved, r, sizeof(r)),
+                stats_fmt_bytes(d->cached, c, sizeof(c)),
+                stats_fmt_bytes(d->largest_free, l, sizeof(l)),
+                100.0 * stats_fragmentation(d),
+                stats_fmt_bytes(d->outside_pool, o2, sizeof(o2)),
+                stats_fmt_bytes(d->reserved_peak, p, sizeof(p)),
+                (unsigned long)d->allocs, hit, (unsigned long)d->fences);
+        }
+    }
+    return done(&o);
+}
+
+size_t stats_format_detail(const stats_view *v, char *buf, size_t len)
+{
+    out o = {buf, len, 0};
+    char h[24];
+    put(&o, "cupool statistics, pid %d (%s)\n", v->pid, v->comm);
+    for (uint32_t k = 0; k < v->ndevices; k++) {
+        const stats_device *d = &v->dev[k];
+#define X(name, unit, kind, help)                                             \
+        put(&o, "device %d  %-16s %20lu%s%s%s\n", d->device, #name,           \
+            (unsigned long)d->name, unit_##unit ? "  (" : "",                 \
+            unit_##unit ? stats_fmt_bytes(d->name, h, sizeof(h)) : "",        \
+            unit_##unit ? ")" : "");
+        enum { unit_BYTES = 1, unit_COUNT = 0 };
+        STATS_DEVICE_FIELDS(X)
+#undef X
+        put(&o, "device %d  %-16s %20.3f\n", d->device, "fragmentation",
+            stats_fragmentation(d));
+    }
+#define X(name, unit, kind, help)                                             \
+    put(&o, "process   %-16s %20lu\n", #name, (unsigned long)v->proc.name);
+    STATS_PROCESS_FIELDS(X)
+#undef X
+    return done(&o);
+}
+
+/* ---- JSON ------------------------------------------------------------------ */
+
+static void put_json_string(out *o, const char *s)
+{
+    put(o, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            put(o, "\\%c", c);
+        else if (c < 0x20)
+            put(o, "\\u%04x", c);
+        else
+            put(o, "%c", c);
+    }
+    put(o, "\"");
+}
+
+static void put_json_value(out *o, const char *name, uint64_t v)
+{
+    if (v == STATS_UNKNOWN)
+        put(o, ",\"%s\":null", name);
+    else
+        put(o, ",\"%s\":%lu", name, (unsigned long)v);
+}
+
+size_t stats_format_json(const stats_view *v, char *buf, size_t len)
+{
+    out o = {buf, len, 0};
+    put(&o, "{\"cupool\":1,\"pid\":%d,\"comm\":", v->pid);
+    put_json_string(&o, v->comm);
+    put(&o, ",\"updated_ns\":%lu,\"flush_signal\":%d,\"devices\":[",
+        (unsigned long)v->updated_ns, v->flush_signal);
+    for (uint32_t k = 0; k < v->ndevices; k++) {
+        const stats_device *d = &v->dev[k];
+        put(&o, "%s{\"device\":%d", k ? "," : "", d->device);
+#define X(name, unit, kind, help) put_json_value(&o, #name, d->name);
+        STATS_DEVICE_FIELDS(X)
+#undef X
+        put(&o, ",\"fragmentation\":%.4f}", stats_fragmentation(d));
+    }
+    put(&o, "],\"process\":{\"pid\":%d", v->pid);
+#define X(name, unit, kind, help) put_json_value(&o, #name, v->proc.name);
+    STATS_PROCESS_FIELDS(X)
+#undef X
+    put(&o, "}}\n");
+    return done(&o);
+}
+
+/* ---- Prometheus -------------------------------------------------------------- */
+
+static void put_label(out *o, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            put(o, "\\%c", *s);
+        else if (*s == '\n')
+            put(o, "\\n");
+        else
+            put(o, "%c", *s);
+    }
+}
+
+/* Prometheus name of a field: cupool_NAME[_bytes][_total]. */
+static void metric_name(char *m, size_t len, const char *name, int bytes,
+                        int counter)
+{
+    snprintf(m, len, "cupool_%s%s%s", name, bytes ? "_bytes" : "",
+             counter ? "_total" : "");
+}
+
+static void put_family(out *o, const char *m, int counter, const char *help)
+{
+    put(o, "# HELP %s %s\n# TYPE %s %s\n", m, help, m, counter ? "counter" : "gauge");
+}
+
+static void put_labels(out *o, const stats_view *v, int device)
+{
+    put(o, "{pid=\"%d\",comm=\"", v->pid);
+    put_label(o, v->comm);
+    if (device >= 0)
+        put(o, "\",device=\"%d\"}", device);
+    else
+        put(o, "\"}");
+}
+
+size_t stats_format_prometheus(const stats_view *const *v, size_t n,
+                               char *buf, size_t len)
+{
+    out o = {buf, len, 0};
+    char m[96];
+    enum { is_BYTES = 1, is_COUNT = 0, is_GAUGE = 0, is_COUNTER = 1 };
+#define X(name, unit, kind, help)                                             \
+    metric_name(m, sizeof(m), #name, is_##unit, is_##kind);                   \
+    put_family(&o, m, is_##kind, help);                                       \
+    for (size_t i = 0; i < n; i++)                                            \
+        for (uint32_t k = 0; k < v[i]->ndevices; k++) {                       \
+            if (v[i]->dev[k].name == STATS_UNKNOWN)                           \
+                continue;                                                     \
+            put(&o, "%s", m);                                                 \
+            put_labels(&o, v[i], v[i]->dev[k].device);                        \
+            put(&o, " %lu\n", (unsigned long)v[i]->dev[k].name);              \
+        }
+    STATS_DEVICE_FIELDS(X)
+#undef X
+    put_family(&o, "cupool_fragmentation_ratio", 0,
+               "1 - largest free block / cached bytes");
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t k = 0; k < v[i]->ndevices; k++) {
+            put(&o, "cupool_fragmentation_ratio");
+            put_labels(&o, v[i], v[i]->dev[k].device);
+            put(&o, " %.4f\n", stats_fragmentation(&v[i]->dev[k]));
+        }
+#define X(name, unit, kind, help)                                             \
+    metric_name(m, sizeof(m), #name, is_##unit, is_##kind);                   \
+    put_family(&o, m, is_##kind, help);                                       \
+    for (size_t i = 0; i < n; i++) {                                          \
+        put(&o, "%s", m);                                                     \
+        put_labels(&o, v[i], -1);                                             \
+        put(&o, " %lu\n", (unsigned long)v[i]->proc.name);                    \
+    }
+    STATS_PROCESS_FIELDS(X)
+#undef X
+    return done(&o);
+}

@@ -1,0 +1,138 @@
+/*
+ * stats.h - cupool's statistics: one list of fields, expanded into the
+ * snapshot structs, the human table, the JSON and the Prometheus names;
+ * and the live page, a small shared-memory file per process that the shim
+ * keeps current and the CLI reads.
+ *
+ * Knows nothing of CUDA. Fed from pool/ (pool_stats) and the shim through
+ * plain structs.
+ */
+#ifndef CUPOOL_STATS_H
+#define CUPOOL_STATS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+#define STATS_MAX_DEVICES 64
+#define STATS_UNKNOWN UINT64_MAX   /* a figure nobody could measure */
+
+/* Per device. X(name, unit, kind, help): unit BYTES or COUNT; kind GAUGE
+ * or COUNTER (Prometheus: *_bytes for byte gauges, *_total for counters). */
+#define STATS_DEVICE_FIELDS(X)                                                \
+    X(requested, BYTES, GAUGE, "bytes the program asked for, live")           \
+    X(requested_peak, BYTES, GAUGE, "peak of requested")                      \
+    X(allocated, BYTES, GAUGE, "bytes of live blocks, rounded")               \
+    X(allocated_peak, BYTES, GAUGE, "peak of allocated")                      \
+    X(reserved, BYTES, GAUGE, "bytes the pool holds from the driver")         \
+    X(reserved_peak, BYTES, GAUGE, "peak of reserved")                        \
+    X(cached, BYTES, GAUGE, "reserved but not allocated: free in the pool")   \
+    X(cached_peak, BYTES, GAUGE, "peak of cached")                            \
+    X(largest_free, BYTES, GAUGE, "largest free block")                       \
+    X(cap, BYTES, GAUGE, "cap on reserved (0 = none)")                        \
+    X(outside_pool, BYTES, GAUGE, "device memory the process holds outside "  \
+      "the pool: context, libraries, pass-through (from NVML)")               \
+    X(free_blocks, COUNT, GAUGE, "free blocks")                               \
+    X(segments, COUNT, GAUGE, "segments held from the driver")                \
+    X(allocs, COUNT, COUNTER, "allocations served")                           \
+    X(frees, COUNT, COUNTER, "frees")                                         \
+    X(hits, COUNT, COUNTER, "allocations served from the cache")              \
+    X(driver_allocs, COUNT, COUNTER, "segments reserved from the driver")     \
+    X(driver_frees, COUNT, COUNTER, "segments returned to the driver")        \
+    X(driver_alloc, BYTES, COUNTER, "bytes reserved from the driver")         \
+    X(driver_free, BYTES, COUNTER, "bytes returned to the driver")            \
+    X(fences, COUNT, COUNTER, "fences issued before reuse")                   \
+    X(fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)")   \
+    X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
+    X(flushes, COUNT, COUNTER, "flushes of the cache")                        \
+    X(retries, COUNT, COUNTER, "allocations retried after releasing cache")   \
+    X(oom_failures, COUNT, COUNTER, "allocations that failed for memory")     \
+    X(bad_frees, COUNT, COUNTER, "frees refused (double, interior)")
+
+/* Per process. */
+#define STATS_PROCESS_FIELDS(X)                                               \
+    X(foreign_frees, COUNT, COUNTER, "cudaFree of pointers no pool owns")     \
+    X(passthrough_pitch, COUNT, COUNTER, "cudaMallocPitch calls passed on")   \
+    X(passthrough_3d, COUNT, COUNTER, "cudaMalloc3D calls passed on")         \
+    X(passthrough_managed, COUNT, COUNTER, "cudaMallocManaged calls passed on") \
+    X(passthrough_async, COUNT, COUNTER, "cudaMallocAsync calls passed on")   \
+    X(signal_flushes, COUNT, COUNTER, "flushes asked for by signal")          \
+    X(flushed, BYTES, COUNTER, "bytes returned by signal flushes")            \
+    X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")
+
+typedef struct stats_device {
+    int32_t device;   /* CUDA device index; -1 = slot unused */
+#define STATS_X_FIELD(name, unit, kind, help) uint64_t name;
+    STATS_DEVICE_FIELDS(STATS_X_FIELD)
+} stats_device;
+
+typedef struct stats_process {
+    STATS_PROCESS_FIELDS(STATS_X_FIELD)
+#undef STATS_X_FIELD
+} stats_process;
+
+/* One process's view: what a page holds and what formatters print. */
+typedef struct stats_view {
+    int32_t pid;
+    char comm[32];
+    uint64_t updated_ns;      /* CLOCK_REALTIME of the last update */
+    int32_t flush_signal;     /* 0 = none */
+    uint32_t ndevices;        /* used entries of dev */
+    stats_process proc;
+    stats_device dev[STATS_MAX_DEVICES];
+} stats_view;
+
+/* Fills the pool-derived fields of d from a pool snapshot. */
+void stats_device_from_pool(stats_device *d, int device, const pool_stats *p);
+
+/* 1 - largest free / cached: the share of cached bytes that no single
+ * request of the largest free size could use. 0 when nothing is cached. */
+double stats_fragmentation(const stats_device *d);
+
+/* Writes n as "1.50 GiB" (or "512 B", "-" for STATS_UNKNOWN); returns buf. */
+const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len);
+
+/* ---- formatters (stats/format.c) ----------------------------------------
+ * Each writes into buf (NUL-terminated, truncated at len) and returns the
+ * length it needed, as snprintf does. */
+
+/* Table of views, one row per process and device, in the order given. */
+size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
+                          size_t len);
+/* Every field of one view, one "device N  name  value" line each. */
+size_t stats_format_detail(const stats_view *v, char *buf, size_t len);
+/* One JSON object per view, one line each. */
+size_t stats_format_json(const stats_view *v, char *buf, size_t len);
+/* Prometheus text exposition of views, cupool_ names, pid/device/comm
+ * labels. */
+size_t stats_format_prometheus(const stats_view *const *v, size_t n,
+                               char *buf, size_t len);
+
+/* ---- the live page (stats/page.c) ---------------------------------------
+ * /dev/shm/cupool-<uid>-<pid> (or $CUPOOL_PAGE_DIR), mode 0600. The writer
+ * publishes with a seqlock; readers retry while it is odd or changes. */
+
+typedef struct stats_page stats_page;
+
+/* Directory of the pages: $CUPOOL_PAGE_DIR, else /dev/shm, else /tmp. */
+const char *stats_page_dir(void);
+
+/* Creates this process's page. Returns NULL (errno set) on failure. */
+stats_page *stats_page_create(void);
+/* Publishes a view. Single writer. */
+void stats_page_publish(stats_page *p, const stats_view *v);
+/* Unmaps and removes the page. */
+void stats_page_remove(stats_page *p);
+
+/* Reads the page of pid into *v. 0, -ENOENT (no page), -ESRCH (a page
+ * whose process is gone: stale), -EPROTO (not a cupool page), -EAGAIN
+ * (kept changing while read). */
+int stats_page_read(int pid, stats_view *v);
+/* Lists the pids that have pages for this user, up to max; removes stale
+ * pages when clean is true. Returns the count. */
+size_t stats_page_list(int *pids, size_t max, bool clean, size_t *removed);
+
+#endif
