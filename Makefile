@@ -132,8 +132,9 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS)
 	timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)
 	@echo "make test: all test programs passed"
 
-bench: $(BUILD)/bench_pool
+bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog
 	scripts/bench-pool
+	scripts/bench-shim
 
 demo: all
 	scripts/demo

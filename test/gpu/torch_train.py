@@ -40,4 +40,10 @@ if path and os.environ.get("LD_PRELOAD", "").find("libcupool") >= 0:
             break
         time.sleep(0.01)
     out["cupool"] = json.loads(open(path).read().splitlines()[-1])
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+# HOLD_READY=path: keep the memory, touch path, and wait 10 s, so that
+# cupool stat and nvidia-smi can look at the process from outside.
+hold = os.environ.get("HOLD_READY")
+if hold:
+    open(hold, "w").close()
+    time.sleep(10)
