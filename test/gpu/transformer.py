@@ -1,0 +1,54 @@
+"""Variable-length transformer training (ANCHORS.md): an 8-layer encoder,
+d=1024, 16 heads, AdamW, about TOKENS tokens a step with the sequence length
+drawn from 8..1024 each step. Prints one JSON line: median step time (steps
+after the first 10), and peak reserved memory as PyTorch sees it (native
+allocator) or as cupool's statistics say (run under cupool, with
+CUPOOL_STATS_FILE set). Exit 3 on out-of-memory, so bisection can tell."""
+import json
+import os
+import random
+import signal
+import time
+
+import torch
+
+TOKENS = int(os.environ.get("TOKENS", "16384"))
+STEPS = int(os.environ.get("STEPS", "60"))
+torch.manual_seed(0)
+layer = torch.nn.TransformerEncoderLayer(1024, 16, dim_feedforward=4096,
+                                         dropout=0.0, batch_first=True)
+model = torch.nn.TransformerEncoder(layer, 8, enable_nested_tensor=False).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+rng = random.Random(1)
+times = []
+try:
+    for step in range(STEPS):
+        L = rng.randint(8, 1024)
+        B = max(1, TOKENS // L)
+        x = torch.randn(B, L, 1024, device="cuda")
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = model(x).float().pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+except torch.OutOfMemoryError:
+    print(json.dumps({"oom": True, "step": len(times)}))
+    raise SystemExit(3)
+out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
+       "steps": STEPS, "tokens": TOKENS,
+       "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
+path = os.environ.get("CUPOOL_STATS_FILE")
+if path and "libcupool" in os.environ.get("LD_PRELOAD", ""):
+    path = path.replace("%p", str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGUSR2)
+    for _ in range(300):
+        if os.path.exists(path) and open(path).read().endswith("\n"):
+            break
+        time.sleep(0.01)
+    dev = json.loads(open(path).read().splitlines()[-1])["devices"][0]
+    out["cupool_peak_reserved_mib"] = dev["reserved_peak"] >> 20
+    out["cupool_fences"] = dev["fences"]
+print(json.dumps(out))
