@@ -617,7 +617,16 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
     p->cfg = *cfg;
     p->be = *be;
     p->epoch = 1;
-    if (pool_addrmap_init(&p->live) || pthread_mutex_init(&p->lock, NULL)) {
+    /* Critical sections are short (tens of ns): spin briefly before
+     * sleeping, where the C library offers it. */
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+#ifdef PTHREAD_MUTEX_ADAPTIVE_NP
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+    int lock_err = pthread_mutex_init(&p->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    if (pool_addrmap_init(&p->live) || lock_err) {
         pool_addrmap_fini(&p->live);
         free(p);
         return -ENOMEM;
