@@ -1,6 +1,7 @@
 """Variable-length transformer training (ANCHORS.md): an 8-layer encoder,
 d=1024, 16 heads, AdamW, about TOKENS tokens a step with the sequence length
-drawn from 8..1024 each step. Prints one JSON line: median step time (steps
+drawn from 8..1024 each step. CAP_FRACTION caps PyTorch's own allocator
+(set_per_process_memory_fraction). Prints one JSON line: median step time (steps
 after the first 10), and peak reserved memory as PyTorch sees it (native
 allocator) or as cupool's statistics say (run under cupool, with
 CUPOOL_STATS_FILE set). Exit 3 on out-of-memory, so bisection can tell."""
@@ -13,6 +14,8 @@ import time
 import torch
 
 TOKENS = int(os.environ.get("TOKENS", "16384"))
+if os.environ.get("CAP_FRACTION"):  # the native allocator's cap
+    torch.cuda.set_per_process_memory_fraction(float(os.environ["CAP_FRACTION"]))
 STEPS = int(os.environ.get("STEPS", "60"))
 torch.manual_seed(0)
 layer = torch.nn.TransformerEncoderLayer(1024, 16, dim_feedforward=4096,
