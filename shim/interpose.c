@@ -7,6 +7,7 @@
  * the current device's pool.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "control.h"
@@ -23,8 +24,27 @@ static bool pass(void)
     return inside || !shim_active() || shim_real_resolve() != 0;
 }
 
+/* Devices this process sees: fixed at start-up (CUDA_VISIBLE_DEVICES is
+ * read once), so counted once. 0 = not known. */
+static int device_count;
+static pthread_once_t count_once = PTHREAD_ONCE_INIT;
+
+static void count_devices(void)
+{
+    int n = 0;
+    if (shim_real.cudaGetDeviceCount && shim_real.cudaGetDeviceCount(&n) == cudaSuccess)
+        device_count = n;
+    else if (shim_real.cudaGetDeviceCount)
+        shim_real.cudaGetLastError();
+}
+
+/* The current device, or -1. With one device it can only be 0, which
+ * saves a cudaGetDevice (about 33 ns on an H200) on every call. */
 static int current_device(void)
 {
+    pthread_once(&count_once, count_devices);
+    if (device_count == 1)
+        return 0;
     int dev = -1;
     if (shim_real.cudaGetDevice(&dev) != cudaSuccess) {
         shim_real.cudaGetLastError();

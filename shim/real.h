@@ -35,6 +35,7 @@
 /* Called but not interposed. */
 #define SHIM_USED(X)                                                          \
     X(cudaError_t, cudaGetDevice, (int *device))                              \
+    X(cudaError_t, cudaGetDeviceCount, (int *count))                          \
     X(cudaError_t, cudaSetDevice, (int device))                               \
     X(cudaError_t, cudaGetLastError, (void))                                  \
     X(cudaError_t, cudaDeviceSynchronize, (void))                             \

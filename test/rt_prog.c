@@ -38,6 +38,15 @@ static void sleep_ms(int ms)
     nanosleep(&t, NULL);
 }
 
+/* Two 1 MiB blocks fill one 2 MiB small segment, so a freed one can only
+ * be reused through a fence. */
+static void fill_segment(void **a, void **b)
+{
+    OK(cudaMalloc(a, MIB));
+    OK(cudaMalloc(b, MIB));
+    CHECK((char *)*b == (char *)*a + MIB);
+}
+
 #ifdef SIMCUDA
 static simcuda_stats sim(int dev)
 {
@@ -59,15 +68,6 @@ static int pairs(void)
     printf("driver mallocs for 10000 pairs: %lu\n", calls);
     CHECK(calls <= 4);
     return 0;
-}
-
-/* Two 1 MiB blocks fill one 2 MiB small segment, so a freed one can only
- * be reused through a fence. */
-static void fill_segment(void **a, void **b)
-{
-    OK(cudaMalloc(a, MIB));
-    OK(cudaMalloc(b, MIB));
-    CHECK((char *)*b == (char *)*a + MIB);
 }
 
 /* A fence exactly when a block freed after the last fence is reused. */
@@ -239,6 +239,34 @@ static int badfree(void)
     OK(cudaFree(d));
     return 0;
 }
+
+#ifndef SIMCUDA
+/* On a GPU: a reuse that needs a fence while a stream captures a graph
+ * gets fresh memory, and the capture comes out whole and runs. */
+static int capture_real(void)
+{
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *a, *b, *c;
+    fill_segment(&a, &b);
+    OK(cudaFree(a)); /* dirty: reusing it needs a fence */
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    OK(cudaMemsetAsync(b, 1, MIB, s));
+    OK(cudaMalloc(&c, MIB));
+    CHECK(c != a);
+    cudaGraph_t g;
+    OK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t e;
+    OK(cudaGraphInstantiate(&e, g, 0));
+    OK(cudaGraphLaunch(e, s));
+    OK(cudaStreamSynchronize(s));
+    unsigned char h = 0;
+    OK(cudaMemcpy(&h, b, 1, cudaMemcpyDeviceToHost));
+    CHECK(h == 1);
+    printf("capture intact; the fence waited, fresh memory served\n");
+    return 0;
+}
+#endif
 
 /* SIGUSR2 writes one JSON line to CUPOOL_STATS_FILE (%p = pid). */
 static int stats(void)
@@ -422,6 +450,9 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev},
+#endif
+#ifndef SIMCUDA
+    {"capture_real", capture_real},
 #endif
     {"serve", serve}, {"pairbench", pairbench},
     {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc},

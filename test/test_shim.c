@@ -157,6 +157,16 @@ static void test_two_devices(void **s) { (void)s; PASSES("multidev"); }
 static void test_zero_bytes(void **s) { (void)s; PASSES("zero"); }
 static void test_ipc_handles(void **s) { (void)s; PASSES("ipc"); }
 
+static void test_one_device(void **s)
+{
+    (void)s;
+    /* One device: the shim skips cudaGetDevice; device 0 is the only one. */
+    PASSES("pairs", "SIMCUDA_DEVICES=1");
+    PASSES("fence", "SIMCUDA_DEVICES=1");
+    PASSES("reset", "SIMCUDA_DEVICES=1");
+    PASSES("badfree", "SIMCUDA_DEVICES=1");
+}
+
 static void test_cap_and_report(void **s)
 {
     (void)s;
@@ -407,6 +417,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_foreign_pointer),
         cmocka_unit_test(test_device_reset),
         cmocka_unit_test(test_two_devices),
+        cmocka_unit_test(test_one_device),
         cmocka_unit_test(test_zero_bytes),
         cmocka_unit_test(test_ipc_handles),
         cmocka_unit_test(test_bad_config_keeps_default),
