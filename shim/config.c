@@ -44,6 +44,9 @@ static const option options[] = {
     {"CUPOOL_FENCE_INTERVAL", OPT_COUNT, F(pool.fence_interval), "64",
      "at most one fence per this many allocations to reach a better-fitting "
      "block freed since the last fence (1 = always take the best fit)"},
+    {"CUPOOL_SHARDS", OPT_COUNT, F(shards), "8",
+     "pools per device for small requests, one per thread round robin, so "
+     "threads do not queue on one lock (1 to 16; 1 = one pool)"},
     {"CUPOOL_FLUSH_SIGNAL", OPT_SIGNAL, F(flush_signal), "USR1",
      "signal that returns every cached segment to the driver, or none"},
     {"CUPOOL_STATS_SIGNAL", OPT_SIGNAL, F(stats_signal), "USR2",
@@ -309,6 +312,11 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
              "signal; using USR1 and USR2");
         c->flush_signal = SIGUSR1;
         c->stats_signal = SIGUSR2;
+        bad++;
+    }
+    if (c->shards > SHIM_SHARDS_MAX) {
+        warn("CUPOOL_SHARDS is above 16; using 8");
+        c->shards = 8;
         bad++;
     }
     if (pool_config_validate(&c->pool)) {

@@ -15,6 +15,7 @@
 #include "pool.h"
 
 #define SHIM_MAX_DEVICES 64
+#define SHIM_SHARDS_MAX 16
 #define SHIM_PATH_MAX 512
 
 typedef enum shim_fence_mode {
@@ -44,6 +45,7 @@ typedef struct shim_config {
     bool stats_json;                /* CUPOOL_STATS_FORMAT=json */
     bool stats_at_exit;
     bool live_page;
+    size_t shards;                  /* pools per device, 1..SHIM_SHARDS_MAX */
     shim_log_level log;
     pool_config pool;               /* thresholds; max_reserved and
                                        release_threshold filled per device */

@@ -102,11 +102,9 @@ void shim_stats_view(stats_view *v)
     v->updated_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
     v->flush_signal = shim_cfg.flush_signal;
     for (int i = 0; i < SHIM_MAX_DEVICES && v->ndevices < STATS_MAX_DEVICES; i++) {
-        pool *p = shim_device_pool_if_any(i);
-        if (!p)
-            continue;
         pool_stats ps;
-        pool_stats_get(p, &ps);
+        if (!shim_device_stats(i, &ps))
+            continue;
         stats_device *d = &v->dev[v->ndevices++];
         stats_device_from_pool(d, i, &ps);
         d->cap = shim_devices[i].cap;
@@ -125,12 +123,10 @@ void shim_stats_view(stats_view *v)
 static void refresh_outside(void)
 {
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
-        pool *p = shim_device_pool_if_any(i);
-        if (!p)
+        pool_stats ps;
+        if (!shim_device_stats(i, &ps))
             continue;
         uint64_t used = shim_nvml_process_memory(i);
-        pool_stats ps;
-        pool_stats_get(p, &ps);
         atomic_store_explicit(&outside[i], used == STATS_UNKNOWN ? 0
                               : used > ps.reserved ? used - ps.reserved : 1,
                               memory_order_relaxed);
@@ -285,7 +281,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
         return;
     }
     pool_stats ps;
-    pool_stats_get(shim_device_pool_if_any(dev), &ps);
+    shim_device_stats(dev, &ps);
     stats_device d;
     stats_device_from_pool(&d, dev, &ps);
     d.cap = shim_devices[dev].cap;

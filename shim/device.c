@@ -42,13 +42,23 @@ __attribute__((constructor(101))) static void devices_init(void)
 
 static int be_reserve(void *ctx, size_t size, uintptr_t *base)
 {
-    (void)ctx;
+    shim_device *d = ctx;
+    /* The cap covers every shard of the device. */
+    uint64_t now = atomic_fetch_add(&d->reserved, size) + size;
+    if (d->cap && now > d->cap) {
+        atomic_fetch_sub(&d->reserved, size);
+        return -EDQUOT;
+    }
+    uint64_t peak = atomic_load(&d->reserved_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&d->reserved_peak, &peak, now))
+        ;
     void *p = NULL;
     cudaError_t e = shim_real.cudaMalloc(&p, size);
     if (e == cudaSuccess) {
         *base = (uintptr_t)p;
         return 0;
     }
+    atomic_fetch_sub(&d->reserved, size);
     shim_real.cudaGetLastError(); /* the pool may still succeed: no residue */
     return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
@@ -56,7 +66,7 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
 static void be_release(void *ctx, uintptr_t base, size_t size)
 {
     shim_device *d = ctx;
-    (void)size;
+    atomic_fetch_sub(&d->reserved, size);
     cudaError_t e = shim_real.cudaFree((void *)base);
     if (e != cudaSuccess) {
         shim_real.cudaGetLastError();
@@ -138,19 +148,35 @@ static int be_fence(void *ctx)
     return err;
 }
 
-/* ---- pools -------------------------------------------------------------- */
+/* ---- pools ----------------------------------------------------------------
+ * Each device has up to CUPOOL_SHARDS pools. Shard 0 serves every large
+ * request; small requests (CUPOOL_SMALL_MAX or less) go to the calling
+ * thread's shard, assigned round robin at its first allocation, so threads
+ * allocating small blocks do not queue on one lock. The cap is the
+ * device's, enforced in be_reserve over all shards; the pools themselves
+ * have none. Pools are never freed (a device reset empties them in place):
+ * other threads may hold them. */
 
-static pool *create_locked(shim_device *d)
+static _Thread_local int my_shard = -1;
+static atomic_uint next_shard;
+
+static uint64_t device_cap(int dev, uint64_t total)
+{
+    const shim_cap *cap = shim_cfg.has_dev_cap[dev] ? &shim_cfg.max_reserved_dev[dev]
+                                                    : &shim_cfg.max_reserved;
+    return shim_cap_bytes(cap, total);
+}
+
+static pool *create_locked(shim_device *d, int shard)
 {
     pool_config pc = shim_cfg.pool;
-    size_t free_b = 0, total = 0;
-    if (shim_real.cudaMemGetInfo(&free_b, &total) != cudaSuccess)
-        shim_real.cudaGetLastError();
-    const shim_cap *cap = shim_cfg.has_dev_cap[d->id]
-                              ? &shim_cfg.max_reserved_dev[d->id]
-                              : &shim_cfg.max_reserved;
-    d->cap = shim_cap_bytes(cap, total);
-    pc.max_reserved = d->cap;
+    if (shard == 0) {
+        size_t free_b = 0, total = 0;
+        if (shim_real.cudaMemGetInfo(&free_b, &total) != cudaSuccess)
+            shim_real.cudaGetLastError();
+        d->cap = device_cap(d->id, total);
+    }
+    pc.max_reserved = 0; /* the device's cap, in be_reserve */
     pc.release_threshold = shim_cfg.release_threshold;
     pool_backend be = {.reserve = be_reserve, .release = be_release,
                        .fence = shim_cfg.fence == SHIM_FENCE_NONE ? NULL : be_fence,
@@ -163,38 +189,122 @@ static pool *create_locked(shim_device *d)
         return NULL;
     }
     char c[32];
-    shim_log(SHIM_LOG_INFO, "device %d: pool ready, cap %s, fence %s", d->id,
-             d->cap ? stats_fmt_bytes(d->cap, c, sizeof(c)) : "none",
-             shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
-             : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none");
+    if (shard == 0)
+        shim_log(SHIM_LOG_INFO, "device %d: pool ready, cap %s, fence %s, "
+                 "%zu shards", d->id,
+                 d->cap ? stats_fmt_bytes(d->cap, c, sizeof(c)) : "none",
+                 shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
+                 : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",
+                 shim_cfg.shards);
     return p;
 }
 
-pool *shim_device_pool(int dev)
+pool *shim_device_shard(int dev, int shard)
 {
     shim_device *d = &shim_devices[dev];
-    pool *p = atomic_load_explicit(&d->pool, memory_order_acquire);
+    pool *p = atomic_load_explicit(&d->pools[shard], memory_order_acquire);
     if (p)
         return p;
+    if (shard != 0 && !shim_device_shard(dev, 0))
+        return NULL; /* shard 0 first: it sets the device's cap */
     pthread_mutex_lock(&create_lock);
-    p = atomic_load_explicit(&d->pool, memory_order_acquire);
+    p = atomic_load_explicit(&d->pools[shard], memory_order_acquire);
     if (!p) {
-        p = create_locked(d);
-        atomic_store_explicit(&d->pool, p, memory_order_release);
+        p = create_locked(d, shard);
+        atomic_store_explicit(&d->pools[shard], p, memory_order_release);
     }
     pthread_mutex_unlock(&create_lock);
     shim_helper_start();
     return p;
 }
 
+static int thread_shard(void)
+{
+    if (my_shard < 0)
+        my_shard = (int)(atomic_fetch_add(&next_shard, 1) % shim_cfg.shards);
+    return my_shard;
+}
+
+pool *shim_device_pool_for(int dev, size_t size)
+{
+    return shim_device_shard(dev, size <= shim_cfg.pool.small_max ? thread_shard() : 0);
+}
+
+int shim_device_free(int dev, uintptr_t addr)
+{
+    int mine = thread_shard(), err = -ENOENT;
+    for (size_t k = 0; err == -ENOENT && k < shim_cfg.shards; k++) {
+        int s = k == 0 ? mine : (int)k == mine ? 0 : (int)k;
+        pool *p = shim_device_shard_if_any(dev, s);
+        if (p)
+            err = pool_free(p, addr);
+    }
+    return err;
+}
+
+int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *size)
+{
+    int err = -ENOENT;
+    for (size_t s = 0; err == -ENOENT && s < shim_cfg.shards; s++) {
+        pool *p = shim_device_shard_if_any(dev, (int)s);
+        if (p)
+            err = pool_segment_of(p, addr, base, size);
+    }
+    return err;
+}
+
+bool shim_device_stats(int dev, pool_stats *sum)
+{
+    bool any = false;
+    memset(sum, 0, sizeof(*sum));
+    for (size_t s = 0; s < shim_cfg.shards; s++) {
+        pool *p = shim_device_shard_if_any(dev, (int)s);
+        if (!p)
+            continue;
+        pool_stats one;
+        pool_stats_get(p, &one);
+#define X_GAUGE(name, doc) sum->name += one.name; sum->name##_peak += one.name##_peak;
+#define X_COUNTER(name, doc) sum->name += one.name;
+        POOL_GAUGES(X_GAUGE)
+        POOL_COUNTERS(X_COUNTER)
+#undef X_GAUGE
+#undef X_COUNTER
+        sum->free_blocks += one.free_blocks;
+        sum->segments += one.segments;
+        sum->idle_bytes += one.idle_bytes;
+        sum->largest_free = one.largest_free > sum->largest_free ? one.largest_free
+                                                                 : sum->largest_free;
+        sum->epoch = one.epoch > sum->epoch ? one.epoch : sum->epoch;
+        any = true;
+    }
+    /* The backend counts reserved bytes over all shards: its peak is exact. */
+    if (any)
+        sum->reserved_peak = atomic_load(&shim_devices[dev].reserved_peak);
+    return any;
+}
+
+uint64_t shim_device_flush(int dev)
+{
+    uint64_t n = 0;
+    for (size_t s = 0; s < shim_cfg.shards; s++) {
+        pool *p = shim_device_shard_if_any(dev, (int)s);
+        if (p)
+            n += pool_flush(p);
+    }
+    return n;
+}
+
 void shim_device_abandon(int dev)
 {
     shim_device *d = &shim_devices[dev];
     /* Emptied in place, never freed: the helper thread and other threads
-     * may hold the pool. */
-    pool *p = shim_device_pool_if_any(dev);
-    if (p)
-        pool_forget(p);
+     * may hold the pools. */
+    for (size_t s = 0; s < shim_cfg.shards; s++) {
+        pool *p = shim_device_shard_if_any(dev, (int)s);
+        if (p)
+            pool_forget(p);
+    }
+    atomic_store(&d->reserved, 0);
     pthread_mutex_lock(&d->lock);
     /* The reset destroyed the device's streams and events too. */
     d->nstreams = 0;
@@ -209,10 +319,9 @@ uint64_t shim_device_flush_all(void)
     if (shim_real.cudaGetDevice(&cur) != cudaSuccess)
         shim_real.cudaGetLastError();
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
-        pool *p = shim_device_pool_if_any(i);
-        if (!p || shim_real.cudaSetDevice(i) != cudaSuccess)
+        if (!shim_device_shard_if_any(i, 0) || shim_real.cudaSetDevice(i) != cudaSuccess)
             continue;
-        total += pool_flush(p);
+        total += shim_device_flush(i);
     }
     if (cur >= 0)
         shim_real.cudaSetDevice(cur);

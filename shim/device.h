@@ -21,8 +21,10 @@ typedef struct shim_stream {
 
 typedef struct shim_device {
     int id;
-    _Atomic(pool *) pool;      /* NULL until the device's first allocation */
-    uint64_t cap;              /* bytes; 0 = none */
+    _Atomic(pool *) pools[SHIM_SHARDS_MAX]; /* shards, created on first use */
+    uint64_t cap;              /* bytes over all shards; 0 = none */
+    _Atomic uint64_t reserved; /* bytes reserved by all shards */
+    _Atomic uint64_t reserved_peak;
     pthread_mutex_t lock;      /* guards streams and events */
     shim_stream *streams;
     size_t nstreams, streams_cap;
@@ -33,17 +35,35 @@ typedef struct shim_device {
 extern shim_device shim_devices[SHIM_MAX_DEVICES];
 extern shim_config shim_cfg;
 
-/* The device's pool, created on first use with the device current; NULL
- * if it cannot be created (then the caller passes through). */
-pool *shim_device_pool(int dev);
+/* Shard s of the device's pools, created on first use (with the device
+ * current); NULL if it cannot be created (the caller passes through). */
+pool *shim_device_shard(int dev, int s);
 
-/* The pool if it exists, else NULL. Never creates. */
-static inline pool *shim_device_pool_if_any(int dev)
+/* The shard if it exists, else NULL. Never creates. */
+static inline pool *shim_device_shard_if_any(int dev, int s)
 {
-    return atomic_load_explicit(&shim_devices[dev].pool, memory_order_acquire);
+    return atomic_load_explicit(&shim_devices[dev].pools[s], memory_order_acquire);
 }
 
-/* Empties the device's pool without releasing anything (after
+/* The pool that serves a request of size bytes from the calling thread. */
+pool *shim_device_pool_for(int dev, size_t size);
+
+/* Frees addr in whichever shard owns it (the calling thread's first):
+ * 0, or pool_free's error (-ENOENT: no shard of this device owns it). */
+int shim_device_free(int dev, uintptr_t addr);
+
+/* pool_segment_of over the device's shards. */
+int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *size);
+
+/* The device's statistics summed over its shards (peaks of gauges other
+ * than reserved are sums of the shards' peaks: upper bounds). False if the
+ * device has no pool. */
+bool shim_device_stats(int dev, pool_stats *sum);
+
+/* Releases the idle segments of every shard of dev; returns the bytes. */
+uint64_t shim_device_flush(int dev);
+
+/* Empties the device's pools without releasing anything (after
  * cudaDeviceReset: the reset freed it all). */
 void shim_device_abandon(int dev);
 

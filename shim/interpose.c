@@ -68,12 +68,15 @@ EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
     if (!ptr)
         return cudaErrorInvalidValue;
     int dev = current_device();
-    pool *p = dev >= 0 ? shim_device_pool(dev) : NULL;
+    pool *p = dev >= 0 ? shim_device_pool_for(dev, size) : NULL;
     if (!p)
         return REAL_OR(cudaMalloc, cudaErrorInitializationError, ptr, size);
     inside++;
     uintptr_t a;
     int err = pool_alloc(p, size, &a);
+    if ((err == -EDQUOT || err == -ENOMEM) && shim_cfg.shards > 1 &&
+        shim_device_flush(dev) > 0) /* other shards' idle segments */
+        err = pool_alloc(p, size, &a);
     inside--;
     if (!err) {
         *ptr = (void *)a;
@@ -90,13 +93,10 @@ EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
 static int free_pooled(void *ptr)
 {
     int dev = current_device();
-    pool *p = dev >= 0 ? shim_device_pool_if_any(dev) : NULL;
-    int err = p ? pool_free(p, (uintptr_t)ptr) : -ENOENT;
-    for (int i = 0; err == -ENOENT && i < SHIM_MAX_DEVICES; i++) {
-        pool *q = i == dev ? NULL : shim_device_pool_if_any(i);
-        if (q)
-            err = pool_free(q, (uintptr_t)ptr);
-    }
+    int err = dev >= 0 ? shim_device_free(dev, (uintptr_t)ptr) : -ENOENT;
+    for (int i = 0; err == -ENOENT && i < SHIM_MAX_DEVICES; i++)
+        if (i != dev && shim_device_shard_if_any(i, 0))
+            err = shim_device_free(i, (uintptr_t)ptr);
     if (err == -EINVAL || err == -EALREADY)
         shim_log(SHIM_LOG_WARN, "cudaFree(%p): %s; nothing was freed", ptr,
                  pool_strerror(err));
@@ -137,16 +137,15 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
     size_t f = 0, t = 0;
     cudaError_t e = REAL_OR(cudaMemGetInfo, cudaErrorInitializationError, &f, &t);
     int dev = current_device();
-    pool *p = dev >= 0 ? shim_device_pool_if_any(dev) : NULL;
-    if (e != cudaSuccess || !p) {
+    pool_stats s;
+    bool have = dev >= 0 && shim_device_stats(dev, &s);
+    if (e != cudaSuccess || !have) {
         if (e == cudaSuccess) {
             if (free_b) *free_b = f;
             if (total_b) *total_b = t;
         }
         return e;
     }
-    pool_stats s;
-    pool_stats_get(p, &s);
     uint64_t cap = shim_devices[dev].cap;
     /* Cached bytes are free to this process; a cap bounds both figures. */
     uint64_t avail = (uint64_t)f + s.cached;
@@ -223,10 +222,10 @@ EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
     if (pass())
         return REAL_OR(cudaIpcGetMemHandle, cudaErrorInitializationError, h, ptr);
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
-        pool *p = shim_device_pool_if_any(i);
         uintptr_t base;
         size_t size;
-        if (!p || pool_segment_of(p, (uintptr_t)ptr, &base, &size) == -ENOENT)
+        if (!shim_device_shard_if_any(i, 0) ||
+            shim_device_segment_of(i, (uintptr_t)ptr, &base, &size) == -ENOENT)
             continue;
         /* The handle names the whole segment: an importer maps its base.
          * That is right only for a block at the segment's start. */

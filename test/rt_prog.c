@@ -134,6 +134,72 @@ static int capture(void)
     return 0;
 }
 
+/* Runs fn in a second thread (which gets its own shard) and waits. */
+static void in_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, fn, arg) == 0);
+    pthread_join(t, NULL);
+}
+
+typedef struct job { size_t size; void *p; cudaError_t err; } job;
+
+static void *alloc_job(void *arg)
+{
+    job *j = arg;
+    j->err = cudaMalloc(&j->p, j->size);
+    return NULL;
+}
+
+static void *alloc_two_jobs(void *arg)
+{
+    job *j = arg;
+    void *second;
+    j->err = cudaMalloc(&j->p, j->size);
+    if (j->err == cudaSuccess)
+        j->err = cudaMalloc(&second, j->size);
+    return NULL;
+}
+
+/* Small requests of different threads come from different shards (with
+ * CUPOOL_SHARDS=1, from one pool), and a free from any thread finds the
+ * block's shard. Prints how many segments the driver gave. */
+static int shards(void)
+{
+    void *a;
+    OK(cudaMalloc(&a, 4096)); /* this thread's shard: a 2 MiB segment */
+    job j = {.size = 4096};
+    in_thread(alloc_job, &j);  /* another thread: another shard */
+    OK(j.err);
+    printf("driver segments: %lu\n", sim(0).mallocs);
+    OK(cudaFree(j.p));         /* its block, freed here */
+    CHECK(cudaFree(j.p) == cudaErrorInvalidValue);
+    OK(cudaFree(a));
+    return 0;
+}
+
+/* Under CUPOOL_MAX_RESERVED=4M: two threads hold 2 MiB each (the cap), so
+ * a fifth MiB fails; once this thread frees its blocks, the other thread's
+ * request succeeds by taking back this thread's idle segment. */
+static int shards_cap(void)
+{
+    void *mine[2];
+    OK(cudaMalloc(&mine[0], MIB));
+    OK(cudaMalloc(&mine[1], MIB));
+    job two = {.size = MIB}, t3 = {.size = MIB};
+    in_thread(alloc_two_jobs, &two); /* one thread, one shard, 2 MiB */
+    OK(two.err);
+    CHECK(sim(0).used == 4 * MIB);
+    in_thread(alloc_job, &t3);
+    CHECK(t3.err == cudaErrorMemoryAllocation);
+    OK(cudaFree(mine[0]));
+    OK(cudaFree(mine[1]));
+    in_thread(alloc_job, &t3);
+    OK(t3.err);
+    CHECK(sim(0).used <= 4 * MIB);
+    return 0;
+}
+
 /* SIGUSR1 returns idle segments: the driver sees the frees. */
 static int flush(void)
 {
@@ -449,7 +515,8 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
-    {"reset", reset}, {"multidev", multidev},
+    {"reset", reset}, {"multidev", multidev}, {"shards", shards},
+    {"shards_cap", shards_cap},
 #endif
 #ifndef SIMCUDA
     {"capture_real", capture_real},

@@ -157,6 +157,22 @@ static void test_two_devices(void **s) { (void)s; PASSES("multidev"); }
 static void test_zero_bytes(void **s) { (void)s; PASSES("zero"); }
 static void test_ipc_handles(void **s) { (void)s; PASSES("ipc"); }
 
+static void test_shards(void **s)
+{
+    (void)s;
+    /* Two threads, two shards: a segment each. */
+    result *r = run("shards", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "driver segments: 2"));
+    /* One pool: the second thread's block fits in the first segment. */
+    r = run("shards", "CUPOOL_SHARDS=1", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "driver segments: 1"));
+    result *c = run("shards_cap", "CUPOOL_MAX_RESERVED=4M", NULL);
+    assert_int_equal(c->status, 0);
+    assert_non_null(strstr(c->err, "cause: the cap"));
+}
+
 static void test_one_device(void **s)
 {
     (void)s;
@@ -418,6 +434,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_device_reset),
         cmocka_unit_test(test_two_devices),
         cmocka_unit_test(test_one_device),
+        cmocka_unit_test(test_shards),
         cmocka_unit_test(test_zero_bytes),
         cmocka_unit_test(test_ipc_handles),
         cmocka_unit_test(test_bad_config_keeps_default),
