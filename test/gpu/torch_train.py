@@ -6,10 +6,11 @@ The losses must match bit for bit between the native allocator and cupool.
 """
 import json
 import os
-import signal
 import time
 
 import torch
+
+from cupool_self import own_stats
 
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
@@ -31,15 +32,9 @@ for step in range(60):
     opt.step()
     losses.append(loss.item())
 out = {"losses": losses}
-path = os.environ.get("CUPOOL_STATS_FILE")
-if path and os.environ.get("LD_PRELOAD", "").find("libcupool") >= 0:
-    path = path.replace("%p", str(os.getpid()))
-    os.kill(os.getpid(), signal.SIGUSR2)
-    for _ in range(200):
-        if os.path.exists(path) and open(path).read().endswith("\n"):
-            break
-        time.sleep(0.01)
-    out["cupool"] = json.loads(open(path).read().splitlines()[-1])
+stats = own_stats()
+if stats:
+    out["cupool"] = stats
 print(json.dumps(out), flush=True)
 # HOLD_READY=path: keep the memory, touch path, and wait 10 s, so that
 # cupool stat and nvidia-smi can look at the process from outside.

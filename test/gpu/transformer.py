@@ -8,10 +8,11 @@ CUPOOL_STATS_FILE set). Exit 3 on out-of-memory, so bisection can tell."""
 import json
 import os
 import random
-import signal
 import time
 
 import torch
+
+from cupool_self import own_stats
 
 TOKENS = int(os.environ.get("TOKENS", "16384"))
 if os.environ.get("CAP_FRACTION"):  # the native allocator's cap
@@ -43,15 +44,9 @@ except torch.OutOfMemoryError:
 out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
        "steps": STEPS, "tokens": TOKENS,
        "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
-path = os.environ.get("CUPOOL_STATS_FILE")
-if path and "libcupool" in os.environ.get("LD_PRELOAD", ""):
-    path = path.replace("%p", str(os.getpid()))
-    os.kill(os.getpid(), signal.SIGUSR2)
-    for _ in range(300):
-        if os.path.exists(path) and open(path).read().endswith("\n"):
-            break
-        time.sleep(0.01)
-    dev = json.loads(open(path).read().splitlines()[-1])["devices"][0]
+stats = own_stats()
+if stats:
+    dev = stats["devices"][0]
     out["cupool_peak_reserved_mib"] = dev["reserved_peak"] >> 20
     out["cupool_fences"] = dev["fences"]
 print(json.dumps(out))

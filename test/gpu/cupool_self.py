@@ -1,0 +1,21 @@
+"""The statistics of the calling process, from cupool itself: when running
+under cupool with CUPOOL_STATS_FILE and CUPOOL_STATS_FORMAT=json set, send
+ourselves the statistics signal and read the line it writes."""
+import json
+import os
+import signal
+import time
+
+
+def own_stats():
+    """The JSON statistics object, or None when not under cupool."""
+    path = os.environ.get("CUPOOL_STATS_FILE")
+    if not path or "libcupool" not in os.environ.get("LD_PRELOAD", ""):
+        return None
+    path = path.replace("%p", str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGUSR2)
+    for _ in range(300):
+        if os.path.exists(path) and open(path).read().endswith("\n"):
+            break
+        time.sleep(0.01)
+    return json.loads(open(path).read().splitlines()[-1])
