@@ -635,11 +635,12 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
     return 0;
 }
 
-static void pool_free_all(pool *p, bool release)
+void pool_destroy(pool *p)
 {
+    if (!p)
+        return;
     for (size_t i = 0; i < p->nsegs; i++) {
-        if (release)
-            p->be.release(p->be.ctx, p->segs[i]->base, p->segs[i]->size);
+        p->be.release(p->be.ctx, p->segs[i]->base, p->segs[i]->size);
         free(p->segs[i]);
     }
     for (size_t i = 0; i < p->nslabs; i++)
@@ -671,14 +672,3 @@ void pool_forget(pool *p)
     pthread_mutex_unlock(&p->lock);
 }
 
-void pool_destroy(pool *p)
-{
-    if (p)
-        pool_free_all(p, true);
-}
-
-void pool_abandon(pool *p)
-{
-    if (p)
-        pool_free_all(p, false);
-}

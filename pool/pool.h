@@ -137,10 +137,6 @@ int pool_create(const pool_config *cfg, const pool_backend *backend,
  * are forgotten. NULL is a no-op. */
 void pool_destroy(pool *p);
 
-/* Forgets every segment without releasing it (the device was reset and the
- * memory is already gone), then frees the pool. NULL is a no-op. */
-void pool_abandon(pool *p);
-
 /* Forgets every segment and block without releasing any (the device was
  * reset), leaving an empty pool that stays valid: other threads may still
  * hold it. Gauges drop to zero; counters go on. */

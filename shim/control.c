@@ -85,7 +85,8 @@ static void install(int slot, int sig)
 
 static pthread_mutex_t page_lock = PTHREAD_MUTEX_INITIALIZER;
 static stats_page *page;                   /* guarded by page_lock */
-/* Process memory outside each pool, written by the helper (NVML). */
+/* Process memory outside each pool, written by the helper (NVML);
+ * STATS_UNKNOWN where NVML cannot tell. */
 static _Atomic uint64_t outside[SHIM_MAX_DEVICES];
 
 void shim_stats_view(stats_view *v)
@@ -109,8 +110,7 @@ void shim_stats_view(stats_view *v)
         stats_device_from_pool(d, i, &ps);
         d->cap = shim_devices[i].cap;
         d->syncs = atomic_load(&shim_devices[i].syncs);
-        uint64_t out = atomic_load_explicit(&outside[i], memory_order_relaxed);
-        d->outside_pool = out == 0 ? STATS_UNKNOWN : out;
+        d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
     }
 #define X(name, unit, kind, help) \
     v->proc.name = atomic_load(&counters[SHIM_##name]);
@@ -127,8 +127,8 @@ static void refresh_outside(void)
         if (!shim_device_stats(i, &ps))
             continue;
         uint64_t used = shim_nvml_process_memory(i);
-        atomic_store_explicit(&outside[i], used == STATS_UNKNOWN ? 0
-                              : used > ps.reserved ? used - ps.reserved : 1,
+        atomic_store_explicit(&outside[i], used == STATS_UNKNOWN ? STATS_UNKNOWN
+                              : used > ps.reserved ? used - ps.reserved : 0,
                               memory_order_relaxed);
     }
 }
@@ -243,6 +243,8 @@ static void *helper(void *arg)
 
 static void helper_spawn(void)
 {
+    for (int i = 0; i < SHIM_MAX_DEVICES; i++) /* until NVML answers */
+        atomic_store_explicit(&outside[i], STATS_UNKNOWN, memory_order_relaxed);
     if (shim_cfg.live_page) {
         stats_page *p = stats_page_create();
         if (!p)

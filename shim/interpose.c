@@ -92,11 +92,13 @@ EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
  * Returns 0, -ENOENT if no pool owns it, or pool_free's error. */
 static int free_pooled(void *ptr)
 {
+    inside++;
     int dev = current_device();
     int err = dev >= 0 ? shim_device_free(dev, (uintptr_t)ptr) : -ENOENT;
     for (int i = 0; err == -ENOENT && i < SHIM_MAX_DEVICES; i++)
         if (i != dev && shim_device_shard_if_any(i, 0))
             err = shim_device_free(i, (uintptr_t)ptr);
+    inside--;
     if (err == -EINVAL || err == -EALREADY)
         shim_log(SHIM_LOG_WARN, "cudaFree(%p): %s; nothing was freed", ptr,
                  pool_strerror(err));
@@ -107,9 +109,7 @@ EXPORT cudaError_t cudaFree(void *ptr)
 {
     if (!ptr || pass())
         return REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
-    inside++;
     int err = free_pooled(ptr);
-    inside--;
     if (err == -ENOENT) {
         shim_count(SHIM_foreign_frees);
         return REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
@@ -122,9 +122,7 @@ EXPORT cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream)
     if (!ptr || pass())
         return REAL_OR(cudaFreeAsync, cudaErrorInitializationError, ptr, stream);
     /* A pooled block freed in stream order: the fence orders its reuse. */
-    inside++;
     int err = free_pooled(ptr);
-    inside--;
     if (err == -ENOENT)
         return REAL_OR(cudaFreeAsync, cudaErrorInitializationError, ptr, stream);
     return err ? cudaErrorInvalidValue : cudaSuccess;
