@@ -27,6 +27,7 @@ void pool_config_default(pool_config *cfg)
     cfg->max_reserved = 0;
     cfg->release_threshold = SIZE_MAX;
     cfg->fence_interval = 64;
+    cfg->fit = POOL_FIT_BEST;
 }
 
 int pool_config_validate(const pool_config *c)
@@ -37,6 +38,9 @@ int pool_config_validate(const pool_config *c)
         c->small_max % POOL_ALIGN || c->max_split % POOL_ALIGN)
         return -EINVAL;
     if (c->small_max > c->small_segment || c->fence_interval == 0)
+        return -EINVAL;
+    if (c->fit != POOL_FIT_BEST && c->fit != POOL_FIT_FIRST &&
+        c->fit != POOL_FIT_NOSPLIT)
         return -EINVAL;
     /* A fresh segment must always serve the request that made it. */
     if (c->max_split && (c->max_split <= c->small_segment ||
@@ -274,10 +278,27 @@ static bool oversize(const pool *p, size_t size)
     return p->cfg.max_split && size >= p->cfg.max_split;
 }
 
-/* Best-fitting clean block for a rounded request, honouring max_split. */
+/* Lowest-addressed clean block of kind with at least size bytes: a walk
+ * over every block (first fit exists for replay, not for service). */
+static pool_block *first_fit(pool *p, enum pool_kind kind, size_t size)
+{
+    for (size_t i = 0; i < p->nsegs; i++) {
+        if (p->segs[i]->kind != kind)
+            continue;
+        for (pool_block *b = p->segs[i]->first; b; b = b->next)
+            if (b->free && !b->dirty && b->size >= size)
+                return b;
+    }
+    return NULL;
+}
+
+/* The clean block a rounded request gets under the pool's fit policy,
+ * honouring max_split; NULL if none. */
 static pool_block *find_fit(pool *p, enum pool_kind kind, size_t size)
 {
-    pool_block *b = pool_bins_lower_bound(&p->clean[kind], size);
+    pool_block *b = p->cfg.fit == POOL_FIT_FIRST
+                        ? first_fit(p, kind, size)
+                        : pool_bins_lower_bound(&p->clean[kind], size);
     if (!b || !oversize(p, b->size))
         return b;
     if (!oversize(p, size))
@@ -288,7 +309,7 @@ static pool_block *find_fit(pool *p, enum pool_kind kind, size_t size)
 static bool split_worth(const pool *p, const pool_block *b, size_t size)
 {
     size_t rest = b->size - size;
-    if (oversize(p, b->size) || rest == 0)
+    if (p->cfg.fit == POOL_FIT_NOSPLIT || oversize(p, b->size) || rest == 0)
         return false;
     return kind_of(b) == POOL_SMALL || rest > p->cfg.large_split_min;
 }
@@ -311,6 +332,8 @@ static void block_split(pool *p, pool_block *b, size_t size)
 /* Segment size for a rounded request of kind; 0 on overflow. */
 static size_t segment_size(const pool *p, enum pool_kind kind, size_t size)
 {
+    if (p->cfg.fit == POOL_FIT_NOSPLIT)
+        return size;
     return kind == POOL_SMALL ? p->cfg.small_segment
                               : round_up(size, p->cfg.large_round);
 }

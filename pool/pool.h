@@ -60,6 +60,18 @@ typedef struct pool_backend {
     void *ctx;
 } pool_backend;
 
+/* How a request picks its block. Only POOL_FIT_BEST is meant for service;
+ * the others exist so that `cupool replay` can show what best fit buys on a
+ * recorded workload. */
+typedef enum pool_fit {
+    POOL_FIT_BEST,    /* smallest clean block that fits, split: O(log n) */
+    POOL_FIT_FIRST,   /* lowest-addressed clean block that fits, split:
+                         O(free blocks), for replay only */
+    POOL_FIT_NOSPLIT  /* blocks are never split: each new segment is the
+                         request's size, and a request takes the smallest
+                         cached block that fits, whole */
+} pool_fit;
+
 /* Policy. pool_config_default() fills in the defaults given here. */
 typedef struct pool_config {
     size_t small_max;         /* largest "small" request: 1 MiB */
@@ -77,6 +89,7 @@ typedef struct pool_config {
                                  this many allocations to reach a better-
                                  fitting dirty block (large requests: 1,
                                  always); 1 = always: 64 */
+    pool_fit fit;             /* POOL_FIT_BEST */
 } pool_config;
 
 /* Gauges: current value and peak. Counters: monotonic. One list, expanded

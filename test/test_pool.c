@@ -622,6 +622,9 @@ static void test_config_validation(void **state)
     c.fence_interval = 0;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
     pool_config_default(&c);
+    c.fit = (pool_fit)7;
+    assert_int_equal(pool_config_validate(&c), -EINVAL);
+    pool_config_default(&c);
     c.small_segment = 0;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
     sim_backend sim;
@@ -693,6 +696,61 @@ static void test_owns_and_segment_of(void **state)
     assert_int_equal(pool_segment_of(fx->p, 42, &base, &size), -ENOENT);
 }
 
+/* A placement-only pool (no fence) with the given fit policy. */
+static void open_fit(fixture *fx, pool_fit fit)
+{
+    sim_backend_init(&fx->sim, 0, &fx->be);
+    fx->be.fence = NULL;
+    pool_config_default(&fx->cfg);
+    fx->cfg.fit = fit;
+    assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+}
+
+/* Free holes of 64, 16 and 32 KiB, in that address order. */
+static const size_t fit_holes[] = {64 * KIB, 16 * KIB, 32 * KIB};
+
+static void test_fit_best_vs_first(void **state)
+{
+    fixture *fx = *state;
+    uintptr_t hole[3];
+    open_fit(fx, POOL_FIT_BEST);
+    make_holes(fx, fit_holes, 3, hole);
+    assert_int_equal(xalloc(fx, 20 * KIB), hole[2]); /* the 32 KiB hole */
+    fx_close(fx);
+
+    open_fit(fx, POOL_FIT_FIRST);
+    make_holes(fx, fit_holes, 3, hole);
+    assert_int_equal(xalloc(fx, 20 * KIB), hole[0]); /* the lowest one */
+    /* Split like best fit: the rest of the 64 KiB hole serves next. */
+    assert_int_equal(xalloc(fx, 40 * KIB), hole[0] + 20 * KIB);
+    assert_int_equal(xalloc(fx, 16 * KIB), hole[1]);
+    assert_int_equal(stats(fx).seg_reserves, 1);
+}
+
+static void test_fit_nosplit(void **state)
+{
+    fixture *fx = *state;
+    open_fit(fx, POOL_FIT_NOSPLIT);
+    /* Each block is its own segment, of the request's rounded size. */
+    uintptr_t a = xalloc(fx, 1000);
+    uintptr_t b = xalloc(fx, 3 * MIB + 1);
+    assert_int_equal(stats(fx).reserved, 1024 + 3 * MIB + 512);
+    assert_int_equal(stats(fx).seg_reserves, 2);
+    xfree(fx, b);
+    /* A smaller request takes the cached block whole. */
+    uintptr_t c = xalloc(fx, 2 * MIB);
+    assert_int_equal(c, b);
+    size_t got;
+    assert_int_equal(pool_block_size(fx->p, c, &got), 0);
+    assert_int_equal(got, 3 * MIB + 512);
+    assert_int_equal(stats(fx).allocated, 1024 + 3 * MIB + 512);
+    /* Nothing cached fits: a new exact segment. */
+    xalloc(fx, 512);
+    assert_int_equal(stats(fx).seg_reserves, 3);
+    xfree(fx, a);
+    assert_int_equal(stats(fx).free_blocks, 1);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -733,6 +791,8 @@ int main(void)
         cmocka_unit_test(test_destroy_releases_everything),
         T(test_owns_and_segment_of),
         T(test_forget_after_device_reset),
+        T(test_fit_best_vs_first),
+        T(test_fit_nosplit),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }
