@@ -23,10 +23,10 @@ TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := test/sim_backend.c
 TEST_INC := -Ipool -Itest
 
-STATS_SRC := stats/format.c stats/page.c
+STATS_SRC := stats/format.c stats/page.c stats/trace.c
 STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
-            shim/control.c shim/interpose.c shim/nvml.c $(STATS_SRC)
+            shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 SIMCUDA  := test/simcuda/simcuda.c test/simcuda/simcuda.h test/simcuda/libcudart.map
@@ -37,7 +37,8 @@ POOL_TESTS := test_pool test_pool_random test_pool_frag
 TSAN_TESTS := test_pool_threads
 
 .PHONY: all test bench demo deps cmocka-check clean install
-all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/libcupool_pool.a
+all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
+     $(BUILD)/libcupool_pool.a
 
 # Says exactly what to install when a build dependency is missing.
 deps:
@@ -86,6 +87,13 @@ $(BUILD)/cupool-stat: stats/cli.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< $(STATS_SRC) -o $@
 
+# The trace tools behind `cupool replay/plot/import-torch`: the real pool
+# code on a simulated device.
+TRACE_SRC := stats/trace.c stats/replay.c stats/plot.c stats/format.c shim/config.c
+$(BUILD)/cupool-trace: stats/trace_cli.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR) shim/config.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -o $@
+
 $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(STATS_SRC) -lcmocka -o $@
@@ -96,10 +104,11 @@ $(BUILD)/asan/test_config: test/test_config.c shim/config.c $(POOL_SRC) $(SHIM_H
 	    -lcmocka -lpthread -o $@
 
 $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
-	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' $< -lcmocka -o $@
+	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' \
+	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
-SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog)
+SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog)
 
 $(BUILD)/pool/%.o: pool/%.c $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -122,7 +131,12 @@ $(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -O2 $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) -lpthread -lm -o $@
 
-TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats) \
+$(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim $< $(TRACE_SRC) $(POOL_SRC) \
+	    -lcmocka -lpthread -lm -o $@
+
+TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS))
 
 test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS)

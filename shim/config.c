@@ -53,6 +53,9 @@ static const option options[] = {
      "signal that writes a statistics line, or none"},
     {"CUPOOL_STATS_FILE", OPT_PATH, F(stats_file), "",
      "file for statistics (appended; %p is the pid); empty = stderr"},
+    {"CUPOOL_TRACE", OPT_PATH, F(trace), "",
+     "record every allocation event to this file (%p is the pid) for "
+     "'cupool replay' and 'cupool plot'; empty = off"},
     {"CUPOOL_STATS_FORMAT", OPT_FORMAT, F(stats_json), "table",
      "format of the statistics dump: table or json (one line)"},
     {"CUPOOL_STATS_AT_EXIT", OPT_BOOL, F(stats_at_exit), "0",
@@ -213,6 +216,27 @@ const char *shim_signal_name(int sig, char *buf, size_t len)
             return signals[i].name;
     snprintf(buf, len, "RTMIN+%d", sig - SIGRTMIN);
     return buf;
+}
+
+int shim_path_expand(const char *pattern, int pid, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const char *c = pattern; *c; c++) {
+        int w;
+        if (c[0] == '%' && c[1] == 'p') {
+            w = snprintf(out + n, len - n, "%d", pid);
+            c++;
+        } else {
+            w = snprintf(out + n, len - n, "%c", *c);
+        }
+        if (w < 0 || (size_t)w >= len - n)
+            return -1;
+        n += (size_t)w;
+    }
+    if (len == 0)
+        return -1;
+    out[n] = '\0';
+    return 0;
 }
 
 static int parse_name(const char *s, const char *const *names, int *out)

@@ -42,6 +42,7 @@ typedef struct shim_config {
     int flush_signal;               /* 0 = none */
     int stats_signal;               /* 0 = none */
     char stats_file[SHIM_PATH_MAX]; /* "" = stderr; %p = pid */
+    char trace[SHIM_PATH_MAX];      /* "" = no trace; %p = pid */
     bool stats_json;                /* CUPOOL_STATS_FORMAT=json */
     bool stats_at_exit;
     bool live_page;
@@ -71,6 +72,10 @@ int shim_parse_signal(const char *s, int *out);
 
 /* Name of a signal number as the parser accepts it ("USR1", "none"). */
 const char *shim_signal_name(int sig, char *buf, size_t len);
+
+/* Expands %p in pattern to pid into out (len bytes). Returns 0, or -1 if
+ * the result does not fit. */
+int shim_path_expand(const char *pattern, int pid, char *out, size_t len);
 
 /* Writes the option table (name, default, meaning) to fd, one per line. */
 void shim_config_describe(int fd);

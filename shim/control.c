@@ -26,6 +26,7 @@
 #include "device.h"
 #include "log.h"
 #include "nvml.h"
+#include "recorder.h"
 
 static atomic_bool active;
 static _Atomic uint64_t counters[SHIM_NCOUNTERS];
@@ -33,6 +34,11 @@ static int pipe_fd[2] = {-1, -1};
 static struct sigaction previous[2];
 static int handled[2];
 static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
+static atomic_bool helper_running;
+static struct sigaction previous_term;
+
+/* Pipe bytes: a signal number, or WAKE_DRAIN. */
+enum { WAKE_DRAIN = 0 };
 
 bool shim_active(void) { return atomic_load_explicit(&active, memory_order_relaxed); }
 
@@ -63,6 +69,36 @@ static void on_signal(int sig, siginfo_t *info, void *uctx)
         }
     }
     errno = saved;
+}
+
+/* SIGTERM while tracing, installed only over the default action: the
+ * helper drains the trace, then the signal is raised again with its default
+ * action. Without a helper there is nothing buffered: terminate now. */
+static void on_term(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (!atomic_load(&helper_running) || write(pipe_fd[1], &b, 1) != 1) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, NULL);
+        raise(sig); /* delivered when this handler returns */
+    }
+    errno = saved;
+}
+
+static void install_term(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    if (sigaction(SIGTERM, NULL, &previous_term) != 0 ||
+        previous_term.sa_handler != SIG_DFL || (previous_term.sa_flags & SA_SIGINFO))
+        return; /* the program handles or ignores it: its exit path drains */
+    sa.sa_handler = on_term;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 static void install(int slot, int sig)
@@ -136,24 +172,16 @@ static void refresh_outside(void)
 /* Opens CUPOOL_STATS_FILE (with %p replaced by the pid) or stderr. */
 static int stats_fd(void)
 {
-    const char *pat = shim_cfg.stats_file;
-    if (!*pat)
+    if (!*shim_cfg.stats_file)
         return STDERR_FILENO;
     char path[SHIM_PATH_MAX + 32];
-    size_t n = 0;
-    for (const char *c = pat; *c && n + 24 < sizeof(path); c++) {
-        if (c[0] == '%' && c[1] == 'p') {
-            n += (size_t)snprintf(path + n, sizeof(path) - n, "%d", (int)getpid());
-            c++;
-        } else {
-            path[n++] = *c;
-        }
-    }
-    path[n] = '\0';
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int fd = -1;
+    errno = ENAMETOOLONG;
+    if (shim_path_expand(shim_cfg.stats_file, (int)getpid(), path, sizeof(path)) == 0)
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd < 0)
         shim_log(SHIM_LOG_WARN, "cannot open CUPOOL_STATS_FILE %s: %s; "
-                 "writing to stderr", path, strerror(errno));
+                 "writing to stderr", shim_cfg.stats_file, strerror(errno));
     return fd < 0 ? STDERR_FILENO : fd;
 }
 
@@ -201,9 +229,22 @@ static void publish(void)
 
 enum { PUBLISH_MS = 100, NVML_EVERY = 10 };
 
+/* Drains the trace, then lets SIGTERM take its default course. */
+static void terminate_drained(void)
+{
+    shim_trace_finish();
+    signal(SIGTERM, SIG_DFL);
+    kill(getpid(), SIGTERM); /* process-directed: a thread that does not
+                                block it takes it */
+}
+
 static void handle(unsigned char b)
 {
-    if (b == shim_cfg.flush_signal) {
+    if (b == WAKE_DRAIN) {
+        shim_trace_drain();
+    } else if (b == SIGTERM && shim_tracing()) {
+        terminate_drained();
+    } else if (b == shim_cfg.flush_signal) {
         uint64_t n = shim_device_flush_all();
         shim_count(SHIM_signal_flushes);
         shim_count_add(SHIM_flushed, n);
@@ -221,12 +262,15 @@ static void *helper(void *arg)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
+    bool ticking = shim_cfg.live_page || shim_tracing();
     for (unsigned tick = 0;; tick++) {
         if (shim_cfg.live_page && tick % NVML_EVERY == 0)
             refresh_outside();
         publish();
+        if (shim_tracing())
+            shim_trace_drain();
         struct pollfd pf = {.fd = pipe_fd[0], .events = POLLIN};
-        int r = poll(&pf, 1, shim_cfg.live_page ? PUBLISH_MS : -1);
+        int r = poll(&pf, 1, ticking ? PUBLISH_MS : -1);
         if (r < 0 && errno != EINTR)
             return NULL;
         if (r <= 0)
@@ -261,6 +305,8 @@ static void helper_spawn(void)
     if (pthread_create(&t, &a, helper, NULL) != 0)
         shim_log(SHIM_LOG_ERROR, "cannot start the helper thread: signals "
                  "will not flush or dump statistics");
+    else
+        atomic_store(&helper_running, true);
     pthread_attr_destroy(&a);
 }
 
@@ -268,6 +314,15 @@ void shim_helper_start(void)
 {
     if (pipe_fd[0] >= 0)
         pthread_once(&helper_once, helper_spawn);
+}
+
+void shim_helper_wake(void)
+{
+    unsigned char b = WAKE_DRAIN;
+    if (atomic_load_explicit(&helper_running, memory_order_relaxed)) {
+        ssize_t w = write(pipe_fd[1], &b, 1); /* full pipe: already woken */
+        (void)w;
+    }
 }
 
 /* ---- out-of-memory report ------------------------------------------------- */
@@ -278,6 +333,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
     char rq[32];
     stats_fmt_bytes(size, rq, sizeof(rq));
     if (err != -ENOMEM && err != -EDQUOT) {
+        shim_trace(TRACE_OOM, TRACE_R_ERROR, dev, 0, size);
         shim_log(SHIM_LOG_ERROR, "device %d: cudaMalloc(%s) failed: %s", dev,
                  rq, err == -EOVERFLOW ? "size too large" : pool_strerror(err));
         return;
@@ -294,7 +350,10 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
     /* Fragmentation: the bytes exist (cached, or under the cap) but no
      * free block is large enough and the pool may not grow. */
     bool frag = d.cached >= size ||
-                (err == -EDQUOT && d.cap > d.allocated && d.cap - d.allocated >= size);
+                (err == -EDQUOT && d.cached && d.cap > d.allocated &&
+                 d.cap - d.allocated >= size);
+    shim_trace(TRACE_OOM, frag ? TRACE_R_FRAG : err == -EDQUOT ? TRACE_R_CAP
+                                                : TRACE_R_NOMEM, dev, 0, size);
     const char *cause =
         frag ? "fragmentation: enough memory is free in total, but no free "
                "block is large enough and no new segment fits"
@@ -334,7 +393,9 @@ static void after_fork_child(void)
      * page, which the parent removes. It is single-threaded here, and its
      * destructor returns early (inactive), so page_lock is not needed. */
     atomic_store(&active, false);
+    atomic_store(&helper_running, false);
     page = NULL;
+    shim_trace_after_fork();
 }
 
 __attribute__((destructor)) static void shim_fini(void)
@@ -343,6 +404,7 @@ __attribute__((destructor)) static void shim_fini(void)
         return;
     if (shim_cfg.stats_at_exit)
         dump_stats();
+    shim_trace_finish();
     /* The helper may be publishing: take the page from under it first. */
     pthread_mutex_lock(&page_lock);
     stats_page *p = page;
@@ -368,6 +430,11 @@ __attribute__((constructor(102))) static void shim_init(void)
         fcntl(pipe_fd[1], F_SETFL, O_NONBLOCK);
         install(0, shim_cfg.flush_signal);
         install(1, shim_cfg.stats_signal);
+        if (*shim_cfg.trace) {
+            shim_trace_open(shim_cfg.trace);
+            if (shim_tracing())
+                install_term();
+        }
     } else {
         shim_log(SHIM_LOG_WARN, "no pipe for signals: %s", strerror(errno));
     }

@@ -31,6 +31,9 @@ void shim_count_add(enum shim_counter c, uint64_t n);
 /* Starts the helper thread if it is not running (idempotent). */
 void shim_helper_start(void);
 
+/* Asks the helper thread to drain the trace rings now (never blocks). */
+void shim_helper_wake(void);
+
 /* Logs the out-of-memory (or other) report for a failed cudaMalloc. */
 void shim_report_alloc_failure(int dev, size_t size, int err);
 

@@ -23,6 +23,7 @@
 #include "control.h"
 #include "device.h"
 #include "log.h"
+#include "recorder.h"
 #include "stats.h"
 
 shim_device shim_devices[SHIM_MAX_DEVICES];
@@ -47,6 +48,7 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
     uint64_t now = atomic_fetch_add(&d->reserved, size) + size;
     if (d->cap && now > d->cap) {
         atomic_fetch_sub(&d->reserved, size);
+        shim_trace(TRACE_RESERVE, TRACE_R_CAP, d->id, 0, size);
         return -EDQUOT;
     }
     uint64_t peak = atomic_load(&d->reserved_peak);
@@ -56,17 +58,21 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
     cudaError_t e = shim_real.cudaMalloc(&p, size);
     if (e == cudaSuccess) {
         *base = (uintptr_t)p;
+        shim_trace(TRACE_RESERVE, TRACE_R_OK, d->id, *base, size);
         return 0;
     }
     atomic_fetch_sub(&d->reserved, size);
     shim_real.cudaGetLastError(); /* the pool may still succeed: no residue */
-    return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+    bool oom = e == cudaErrorMemoryAllocation;
+    shim_trace(TRACE_RESERVE, oom ? TRACE_R_NOMEM : TRACE_R_ERROR, d->id, 0, size);
+    return oom ? -ENOMEM : -EIO;
 }
 
 static void be_release(void *ctx, uintptr_t base, size_t size)
 {
     shim_device *d = ctx;
     atomic_fetch_sub(&d->reserved, size);
+    shim_trace(TRACE_RELEASE, TRACE_R_OK, d->id, base, size);
     cudaError_t e = shim_real.cudaFree((void *)base);
     if (e != cudaSuccess) {
         shim_real.cudaGetLastError();
@@ -145,6 +151,8 @@ static int be_fence(void *ctx)
     }
     pthread_mutex_unlock(&d->lock);
     shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
+    shim_trace(TRACE_FENCE, !err ? TRACE_R_OK : err == -EAGAIN ? TRACE_R_DEFERRED
+                                                   : TRACE_R_ERROR, d->id, 0, 0);
     return err;
 }
 
@@ -321,7 +329,9 @@ uint64_t shim_device_flush_all(void)
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
         if (!shim_device_shard_if_any(i, 0) || shim_real.cudaSetDevice(i) != cudaSuccess)
             continue;
-        total += shim_device_flush(i);
+        uint64_t n = shim_device_flush(i);
+        shim_trace(TRACE_FLUSH, TRACE_R_OK, i, 0, n);
+        total += n;
     }
     if (cur >= 0)
         shim_real.cudaSetDevice(cur);

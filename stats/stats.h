@@ -61,7 +61,9 @@
     X(passthrough_async, COUNT, COUNTER, "cudaMallocAsync calls passed on")   \
     X(signal_flushes, COUNT, COUNTER, "flushes asked for by signal")          \
     X(flushed, BYTES, COUNTER, "bytes returned by signal flushes")            \
-    X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")
+    X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")           \
+    X(trace_records, COUNT, COUNTER, "trace records written (CUPOOL_TRACE)")  \
+    X(trace_lost, COUNT, COUNTER, "trace records lost (write error)")
 
 typedef struct stats_device {
     int32_t device;   /* CUDA device index; -1 = slot unused */

@@ -5,6 +5,7 @@
  * if it held, 1 with a "FAIL:" line if not. test_shim.c runs them with the
  * environment each one needs.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -511,6 +513,89 @@ static int threads(void)
 #endif
 }
 
+
+/* CUPOOL_TRACE: threads swap blocks through shared slots, so most frees
+ * happen on another thread than the allocation, and each thread makes far
+ * more records than its ring holds. Prints what the program did, for the
+ * test to compare with the replayed trace. */
+enum { TM_THREADS = 4, TM_ROUNDS = 20000, TM_SLOTS = 256 };
+typedef struct tm_block { void *p; size_t size; } tm_block;
+static _Atomic(tm_block *) tm_slot[TM_SLOTS];
+static atomic_ulong tm_allocs, tm_frees, tm_fail;
+
+static void *tm_worker(void *arg)
+{
+    uint64_t rng = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+    for (int r = 0; r < TM_ROUNDS; r++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        tm_block *b = malloc(sizeof(*b));
+        b->size = 1 + (rng >> 33) % (256 * 1024);
+        if (cudaMalloc(&b->p, b->size) != cudaSuccess) {
+            atomic_fetch_add(&tm_fail, 1);
+            free(b);
+            continue;
+        }
+        atomic_fetch_add(&tm_allocs, 1);
+        tm_block *old = atomic_exchange(&tm_slot[(rng >> 13) % TM_SLOTS], b);
+        if (old) {
+            if (cudaFree(old->p) != cudaSuccess)
+                atomic_fetch_add(&tm_fail, 1);
+            atomic_fetch_add(&tm_frees, 1);
+            free(old);
+        }
+    }
+    return NULL;
+}
+
+static int tracemix(void)
+{
+    pthread_t t[TM_THREADS];
+    for (uintptr_t i = 0; i < TM_THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, tm_worker, (void *)(i + 1)) == 0);
+    sleep_ms(5);
+    kill(getpid(), SIGUSR1); /* one flush, recorded and replayed */
+    for (int i = 0; i < TM_THREADS; i++)
+        pthread_join(t[i], NULL);
+    size_t live = 0, bytes = 0;
+    for (int i = 0; i < TM_SLOTS; i++) {
+        tm_block *b = atomic_load(&tm_slot[i]);
+        if (b) {
+            live++;
+            bytes += (b->size + 511) / 512 * 512;
+        }
+    }
+    printf("allocs %lu frees %lu live %zu bytes %zu\n", atomic_load(&tm_allocs),
+           atomic_load(&tm_frees), live, bytes);
+    CHECK(atomic_load(&tm_fail) == 0);
+    return 0;
+}
+
+/* CUPOOL_TRACE and signals: allocates and frees without end, counting each
+ * successful call in the shared file COUNTER (two words: allocs, frees),
+ * until a signal ends it. Installs no handler of its own. */
+static int traceloop(void)
+{
+    const char *path = getenv("COUNTER"), *ready = getenv("READY");
+    CHECK(path && ready);
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, 16) == 0);
+    volatile uint64_t *count = mmap(NULL, 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(count != MAP_FAILED);
+    FILE *f = fopen(ready, "w");
+    CHECK(f);
+    fclose(f);
+    void *p[8] = {0};
+    for (uint64_t i = 0;; i++) {
+        void **slot = &p[i % 8];
+        if (*slot) {
+            OK(cudaFree(*slot));
+            count[1]++;
+        }
+        OK(cudaMalloc(slot, 512 * (1 + i % 64)));
+        count[0]++;
+    }
+}
+
 static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
@@ -523,7 +608,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #endif
     {"serve", serve}, {"pairbench", pairbench},
     {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc},
-    {"threads", threads},
+    {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
 };
 
 int main(int argc, char **argv)

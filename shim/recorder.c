@@ -1,0 +1,288 @@
+/*
+ * recorder.c - see recorder.h.
+ *
+ * Rings: one per thread, single producer (its thread) and single consumer
+ * (whoever holds trace_lock). head counts records written, tail records
+ * drained; both only grow. A ring is created at a thread's first event and
+ * kept in a list for the life of the process; when its thread exits it is
+ * marked orphan, drained, and handed to the next new thread.
+ *
+ * Time: records carry the TSC on x86-64 (about 10 ns to read, against
+ * about 20 to 30 for clock_gettime) and are converted to nanoseconds since the trace
+ * began when drained, at a rate measured once at open over 10 ms (error
+ * about 1e-5). The TSC is invariant and synchronized across cores on the
+ * CPUs CUDA runs on. A free is stamped before the pool frees the block and
+ * an allocation after the pool returns it, so a block freed by one thread
+ * and reused by another is ordered right in the file, give or take the few
+ * nanoseconds by which an unfenced RDTSC may run ahead of or behind its
+ * neighbours (fencing it costs another 15 ns a read). The replay puts
+ * such a free back before the reuse (replay.c, "reordered").
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "control.h"
+#include "log.h"
+#include "recorder.h"
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+enum { RING = 16384 };          /* records per thread: 384 KiB */
+enum { STAGE = 4096 };          /* records per write(2) */
+
+typedef struct ring {
+    _Atomic uint64_t head;      /* written by the owner thread */
+    _Atomic uint64_t tail;      /* written by the drainer (trace_lock) */
+    uint64_t limit;             /* owner only: head may grow to this without
+                                   reading tail (a line the drainer writes) */
+    atomic_bool orphan;         /* its thread has exited */
+    atomic_bool woken;          /* the helper was asked to drain it */
+    struct ring *next;          /* every ring, newest first */
+    trace_record rec[RING];
+} ring;
+
+atomic_int shim_trace_state;
+
+static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(ring *) rings;
+static int trace_fd = -1;           /* guarded by trace_lock */
+static uint64_t t0;                 /* shim_trace_now() at open */
+static double ns_per_tick = 1.0;
+static pthread_key_t ring_key;
+static __thread ring *mine __attribute__((tls_model("initial-exec")));
+
+/* ---- time ---------------------------------------------------------------- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+uint64_t shim_trace_now(void)
+{
+#if defined(__x86_64__)
+    /* Fenced on both sides: the read waits for every earlier instruction
+     * and no later one starts before it, so a stamp taken after a pool call
+     * is later than anything that call made visible. */
+    return __rdtsc();
+#else
+    return mono_ns();
+#endif
+}
+
+static void calibrate(void)
+{
+#if defined(__x86_64__)
+    uint64_t n0 = mono_ns(), c0 = __rdtsc(), n1, c1;
+    do {
+        n1 = mono_ns();
+        c1 = __rdtsc();
+    } while (n1 - n0 < 10000000u);
+    ns_per_tick = c1 > c0 ? (double)(n1 - n0) / (double)(c1 - c0) : 1.0;
+#endif
+}
+
+static uint64_t to_ns(uint64_t ticks)
+{
+    return ticks > t0 ? (uint64_t)((double)(ticks - t0) * ns_per_tick) : 0;
+}
+
+/* ---- draining ------------------------------------------------------------ */
+
+/* Writes all of buf; on failure stops the trace (once) and says so. */
+static void write_all(const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n && trace_fd >= 0) {
+        ssize_t w = write(trace_fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            shim_log(SHIM_LOG_ERROR, "trace: write failed (%s); recording "
+                     "stops here, the file holds every record before it",
+                     w < 0 ? strerror(errno) : "no progress");
+            close(trace_fd);
+            trace_fd = -1;
+            atomic_store(&shim_trace_state, 0);
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Drains ring r to the file. Needs trace_lock. */
+static void drain_locked(ring *r)
+{
+    static trace_record stage[STAGE];
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t lost = 0;
+    while (tail < head) {
+        size_t n = 0;
+        for (; tail < head && n < STAGE; tail++) {
+            stage[n] = r->rec[tail % RING];
+            stage[n].time = to_ns(stage[n].time);
+            n++;
+        }
+        if (trace_fd >= 0)
+            write_all(stage, n * sizeof(*stage));
+        if (trace_fd >= 0)
+            shim_count_add(SHIM_trace_records, n);
+        else
+            lost += n;
+    }
+    if (lost)
+        shim_count_add(SHIM_trace_lost, lost);
+    atomic_store_explicit(&r->tail, tail, memory_order_release);
+    atomic_store_explicit(&r->woken, false, memory_order_relaxed);
+}
+
+void shim_trace_drain(void)
+{
+    pthread_mutex_lock(&trace_lock);
+    for (ring *r = atomic_load(&rings); r; r = r->next)
+        drain_locked(r);
+    pthread_mutex_unlock(&trace_lock);
+}
+
+void shim_trace_finish(void)
+{
+    if (!shim_tracing())
+        return;
+    /* From now on each record is written as it is made. */
+    atomic_store(&shim_trace_state, 2);
+    shim_trace_drain();
+}
+
+/* ---- recording ----------------------------------------------------------- */
+
+static void ring_orphan(void *arg)
+{
+    ring *r = arg;
+    mine = NULL;
+    atomic_store(&r->orphan, true);
+}
+
+/* The calling thread's ring: an orphaned, drained one if any, else new. */
+static ring *ring_get(void)
+{
+    ring *r = NULL;
+    pthread_mutex_lock(&trace_lock);
+    for (ring *c = atomic_load(&rings); c; c = c->next) {
+        if (atomic_load(&c->orphan)) {
+            drain_locked(c);
+            atomic_store(&c->orphan, false);
+            r = c;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&trace_lock);
+    if (!r) {
+        r = calloc(1, sizeof(*r));
+        if (!r)
+            return NULL;
+        r->next = atomic_load(&rings);
+        while (!atomic_compare_exchange_weak(&rings, &r->next, r))
+            ;
+    }
+    pthread_setspecific(ring_key, r);
+    return r;
+}
+
+void shim_trace_put_at(uint64_t time, trace_op op, trace_result res, int dev,
+                       uint64_t addr, uint64_t size)
+{
+    ring *r = mine;
+    if (!r && !(r = mine = ring_get())) {
+        shim_count(SHIM_trace_lost);
+        return;
+    }
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+    if (head >= r->limit) {
+        /* Past half the ring since tail was last read: wake the helper;
+         * if it is full, drain it here rather than drop anything. */
+        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+        if (head - tail == RING) {
+            pthread_mutex_lock(&trace_lock);
+            drain_locked(r);
+            pthread_mutex_unlock(&trace_lock);
+            tail = head;
+        } else if (head - tail >= RING / 2 &&
+                   !atomic_exchange_explicit(&r->woken, true, memory_order_relaxed)) {
+            shim_helper_wake();
+        }
+        r->limit = head - tail >= RING / 2 ? tail + RING : tail + RING / 2;
+    }
+    trace_record *rec = &r->rec[head % RING];
+    rec->time = time;
+    rec->addr = addr;
+    rec->word = trace_word(op, res, (unsigned)dev, size);
+    atomic_store_explicit(&r->head, head + 1, memory_order_release);
+    if (atomic_load_explicit(&shim_trace_state, memory_order_relaxed) == 2) {
+        pthread_mutex_lock(&trace_lock);
+        drain_locked(r);
+        pthread_mutex_unlock(&trace_lock);
+    }
+}
+
+/* ---- life cycle ---------------------------------------------------------- */
+
+void shim_trace_open(const char *pattern)
+{
+    char path[SHIM_PATH_MAX + 32];
+    if (shim_path_expand(pattern, (int)getpid(), path, sizeof(path))) {
+        shim_log(SHIM_LOG_ERROR, "CUPOOL_TRACE=%s: path too long; not "
+                 "recording", pattern);
+        return;
+    }
+    if (pthread_key_create(&ring_key, ring_orphan) != 0) {
+        shim_log(SHIM_LOG_ERROR, "trace: no thread key; not recording");
+        return;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        shim_log(SHIM_LOG_ERROR, "cannot open CUPOOL_TRACE file %s: %s; not "
+                 "recording", path, strerror(errno));
+        return;
+    }
+    char comm[16] = "";
+    int cfd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    ssize_t n = cfd >= 0 ? read(cfd, comm, sizeof(comm) - 1) : 0;
+    if (cfd >= 0)
+        close(cfd);
+    comm[n > 0 ? n - (comm[n - 1] == '\n') : 0] = '\0';
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    trace_header h;
+    trace_header_init(&h, (int)getpid(), comm,
+                      (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec,
+                      TRACE_SRC_SHIM);
+    calibrate();
+    t0 = shim_trace_now();
+    pthread_mutex_lock(&trace_lock);
+    trace_fd = fd;
+    write_all(&h, sizeof(h));
+    pthread_mutex_unlock(&trace_lock);
+    if (trace_fd >= 0) {
+        atomic_store(&shim_trace_state, 1);
+        shim_log(SHIM_LOG_INFO, "recording allocation events to %s", path);
+    }
+}
+
+void shim_trace_after_fork(void)
+{
+    /* The child is single-threaded here; the file is the parent's. */
+    atomic_store(&shim_trace_state, 0);
+    trace_fd = -1;
+}

@@ -1,0 +1,376 @@
+/*
+ * replay.c - see replay.h.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay.h"
+
+static const replay_policy policies[] = {
+    {"best", "best fit, split; at most one fence per 64 small allocations "
+             "to reach a better freed block (cupool's default)", POOL_FIT_BEST, 0},
+    {"strict", "best fit, split; fence whenever a freed block fits better",
+     POOL_FIT_BEST, 1},
+    {"first", "first fit (lowest address), split", POOL_FIT_FIRST, 0},
+    {"nosplit", "no splitting: one segment per request, reused whole",
+     POOL_FIT_NOSPLIT, 0},
+};
+enum { NPOLICIES = sizeof(policies) / sizeof(policies[0]) };
+
+const replay_policy *replay_policy_find(const char *name)
+{
+    for (int i = 0; i < NPOLICIES; i++)
+        if (!strcmp(name, policies[i].name))
+            return &policies[i];
+    return NULL;
+}
+
+const replay_policy *replay_policy_at(int i)
+{
+    return i >= 0 && i < NPOLICIES ? &policies[i] : NULL;
+}
+
+void replay_devices(const trace *t, uint64_t set[4])
+{
+    memset(set, 0, 4 * sizeof(*set));
+    for (size_t i = 0; i < t->n; i++) {
+        unsigned d = trace_device(&t->rec[i]);
+        set[d / 64] |= UINT64_C(1) << (d % 64);
+    }
+}
+
+/* ---- the simulated device ----------------------------------------------- */
+
+typedef struct device {
+    uint64_t capacity, used, next;
+    uint64_t fences;
+} device;
+
+static int dev_reserve(void *ctx, size_t size, uintptr_t *base)
+{
+    device *d = ctx;
+    if (d->capacity && size > d->capacity - d->used)
+        return -ENOMEM;
+    d->used += size;
+    *base = (uintptr_t)d->next; /* never reused: no stale address aliases */
+    d->next += (size + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+    return 0;
+}
+
+static void dev_release(void *ctx, uintptr_t base, size_t size)
+{
+    device *d = ctx;
+    (void)base;
+    d->used -= size;
+}
+
+static int dev_fence(void *ctx)
+{
+    ((device *)ctx)->fences++;
+    return 0;
+}
+
+/* ---- trace address -> replay address ------------------------------------ */
+
+typedef struct amap {
+    uint64_t *key, *val;   /* key 0 = empty */
+    size_t mask, count;
+} amap;
+
+static size_t slot_of(const amap *m, uint64_t k)
+{
+    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
+}
+
+static int amap_grow(amap *m)
+{
+    size_t cap = m->mask ? 2 * (m->mask + 1) : 1024;
+    amap n = {calloc(cap, sizeof(uint64_t)), calloc(cap, sizeof(uint64_t)), cap - 1, 0};
+    if (!n.key || !n.val) {
+        free(n.key);
+        free(n.val);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; m->mask && i <= m->mask; i++) {
+        if (!m->key[i])
+            continue;
+        size_t s = slot_of(&n, m->key[i]);
+        while (n.key[s])
+            s = (s + 1) & n.mask;
+        n.key[s] = m->key[i];
+        n.val[s] = m->val[i];
+        n.count++;
+    }
+    free(m->key);
+    free(m->val);
+    *m = n;
+    return 0;
+}
+
+/* Index of k's slot, or of the empty slot where it would go. */
+static size_t amap_find(const amap *m, uint64_t k)
+{
+    size_t s = slot_of(m, k);
+    while (m->key[s] && m->key[s] != k)
+        s = (s + 1) & m->mask;
+    return s;
+}
+
+static int amap_put(amap *m, uint64_t k, uint64_t v)
+{
+    if ((m->count + 1) * 4 > (m->mask + 1) * 3 || !m->mask)
+        if (amap_grow(m))
+            return -ENOMEM;
+    size_t s = amap_find(m, k);
+    m->count += !m->key[s];
+    m->key[s] = k;
+    m->val[s] = v;
+    return 0;
+}
+
+/* Removes k; returns its value, or 0 if absent. Backward-shift deletion. */
+static uint64_t amap_take(amap *m, uint64_t k)
+{
+    if (!m->mask)
+        return 0;
+    size_t s = amap_find(m, k);
+    if (!m->key[s])
+        return 0;
+    uint64_t v = m->val[s];
+    m->key[s] = 0;
+    m->count--;
+    for (size_t j = (s + 1) & m->mask; m->key[j]; j = (j + 1) & m->mask) {
+        size_t home = slot_of(m, m->key[j]);
+        /* Move j into the hole s unless home lies cyclically in (s, j]. */
+        bool stays = s <= j ? (home > s && home <= j) : (home > s || home <= j);
+        if (stays)
+            continue;
+        m->key[s] = m->key[j];
+        m->val[s] = m->val[j];
+        m->key[j] = 0;
+        s = j;
+    }
+    return v;
+}
+
+/* ---- the replay ----------------------------------------------------------- */
+
+enum { REORDER_RECORDS = 256, REORDER_NS = 20000 };
+
+/* Per-record marks of the reordering below. */
+enum { M_APPLIED = 1, M_FREE_AFTER = 2 };
+
+/* Stamps of two threads can be a few ns out of order (recorder.c), so a
+ * block freed on one thread and reused on another can show its free just
+ * after the reuse, and a block allocated on one thread and freed at once on
+ * another can show its free just before the allocation. Finds the record
+ * of op on addr among the next records within REORDER_NS of record i, or
+ * returns SIZE_MAX. */
+static size_t find_near(const trace *t, size_t i, unsigned dev, trace_op op,
+                        uint64_t addr, const unsigned char *mark)
+{
+    for (size_t j = i + 1; j < t->n && j <= i + REORDER_RECORDS; j++) {
+        const trace_record *e = &t->rec[j];
+        if (e->time - t->rec[i].time > REORDER_NS)
+            break;
+        if (!mark[j] && trace_device(e) == dev && trace_op_of(e) == op &&
+            e->addr == addr && trace_result_of(e) == TRACE_R_OK)
+            return j;
+    }
+    return SIZE_MAX;
+}
+
+static double frag_of(const pool_stats *s)
+{
+    return s->cached ? 1.0 - (double)s->largest_free / (double)s->cached : 0.0;
+}
+
+int replay_run(const trace *t, const replay_opts *o, replay_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    if (!o->policy)
+        return -EINVAL;
+    pool_config cfg;
+    pool_config_default(&cfg);
+    cfg.fit = o->policy->fit;
+    if (o->policy->fence_interval)
+        cfg.fence_interval = o->policy->fence_interval;
+    cfg.max_reserved = o->max_reserved;
+    device dev = {.capacity = o->capacity, .next = UINT64_C(1) << 40};
+    pool_backend be = {dev_reserve, dev_release, dev_fence, &dev};
+    pool *p;
+    int err = pool_create(&cfg, &be, &p);
+    if (err)
+        return err;
+    amap map = {0};
+    unsigned char *mark = calloc(t->n ? t->n : 1, 1);
+    if (!mark) {
+        pool_destroy(p);
+        return -ENOMEM;
+    }
+    uint64_t count = 0;
+    for (size_t i = 0; i < t->n; i++)
+        count += trace_device(&t->rec[i]) == o->device;
+    if (o->samples && count &&
+        !(r->sample = malloc(count * sizeof(*r->sample)))) {
+        pool_destroy(p);
+        free(mark);
+        return -ENOMEM;
+    }
+    uint64_t rec_reserved = 0, last_time = 0, start = 0, peak_at = 0;
+    double frag_area = 0, frag_now = 0;
+    bool started = false;
+    pool_stats s;
+    memset(&s, 0, sizeof(s));
+    for (size_t i = 0; i < t->n && !err; i++) {
+        const trace_record *e = &t->rec[i];
+        if (trace_device(e) != o->device)
+            continue;
+        if (!started) {
+            start = last_time = e->time;
+            started = true;
+        }
+        frag_area += frag_now * (double)(e->time - last_time);
+        last_time = e->time;
+        r->events++;
+        uint64_t size = trace_size(e);
+        trace_result res = trace_result_of(e);
+        uintptr_t a;
+        switch (trace_op_of(e)) {
+        case TRACE_ALLOC:
+            if (res != TRACE_R_OK || size == 0)
+                break;
+            err = pool_alloc(p, size, &a);
+            if (err == -ENOMEM || err == -EDQUOT) {
+                pool_stats_get(p, &s);
+                if (r->ooms++ == 0) {
+                    r->first_oom.index = r->events - 1;
+                    r->first_oom.time = e->time - start;
+                    r->first_oom.size = size;
+                    r->first_oom.allocated = s.allocated;
+                    r->first_oom.reserved = s.reserved;
+                    r->first_oom.largest_free = s.largest_free;
+                    uint64_t limit = o->max_reserved ? o->max_reserved : o->capacity;
+                    /* Fragmentation: the free bytes are there, in the
+                     * cache or under the limit once the cache is given
+                     * back, but in pieces no request fits. */
+                    r->first_oom.fragmentation =
+                        s.cached >= size || (s.cached && limit > s.allocated &&
+                                             limit - s.allocated >= size);
+                }
+                err = 0;
+                break;
+            }
+            if (!err) {
+                r->allocs++;
+                uint64_t stale = amap_take(&map, e->addr);
+                if (stale) {
+                    /* Its free comes a little later in the file, or was
+                     * never recorded: free it now. */
+                    size_t j = find_near(t, i, o->device, TRACE_FREE, e->addr, mark);
+                    if (j != SIZE_MAX) {
+                        mark[j] = M_APPLIED;
+                        r->reordered++;
+                        r->frees++;
+                    } else {
+                        r->unmatched_frees++;
+                    }
+                    pool_free(p, stale);
+                }
+                if (mark[i] == M_FREE_AFTER) { /* freed just "before" */
+                    pool_free(p, a);
+                    r->frees++;
+                    break;
+                }
+                err = amap_put(&map, e->addr, a);
+            }
+            break;
+        case TRACE_FREE: {
+            if (res != TRACE_R_OK || mark[i])
+                break;
+            uint64_t mine = amap_take(&map, e->addr);
+            if (mine && pool_free(p, mine) == 0) {
+                r->frees++;
+                break;
+            }
+            size_t j = find_near(t, i, o->device, TRACE_ALLOC, e->addr, mark);
+            if (j != SIZE_MAX) {
+                mark[j] = M_FREE_AFTER;
+                r->reordered++;
+            } else {
+                r->unmatched_frees++;
+            }
+            break;
+        }
+        case TRACE_OOM:
+            r->recorded_ooms++;
+            if (size && pool_alloc(p, size, &a) == 0) {
+                r->recorded_ooms_served++;
+                pool_free(p, a);
+            }
+            break;
+        case TRACE_FLUSH:
+            r->recorded_flushes++;
+            pool_flush(p);
+            break;
+        case TRACE_FENCE:
+            r->recorded_fences += res == TRACE_R_OK;
+            break;
+        case TRACE_RESERVE:
+            if (res == TRACE_R_OK)
+                rec_reserved += size;
+            if (rec_reserved > r->recorded_peak_reserved)
+                r->recorded_peak_reserved = rec_reserved;
+            break;
+        case TRACE_RELEASE:
+            rec_reserved -= size < rec_reserved ? size : rec_reserved;
+            break;
+        default:
+            break;
+        }
+        if (err)
+            break;
+        pool_stats_get(p, &s);
+        frag_now = frag_of(&s);
+        if (s.reserved > r->peak_reserved || (s.reserved == r->peak_reserved && !peak_at)) {
+            r->peak_reserved = s.reserved;
+            r->frag_at_peak = frag_now;
+            peak_at = i + 1;
+        }
+        /* A near-empty cache says nothing about fragmentation. */
+        if (s.cached && s.cached * 100 >= r->peak_reserved && frag_now > r->frag_max)
+            r->frag_max = frag_now;
+        if (r->sample) {
+            replay_sample *x = &r->sample[r->nsamples++];
+            x->time = e->time - start;
+            x->allocated = s.allocated;
+            x->reserved = s.reserved;
+            x->largest_free = s.largest_free;
+            x->recorded_reserved = rec_reserved;
+        }
+    }
+    pool_stats_get(p, &s);
+    r->peak_allocated = s.allocated_peak;
+    r->end_allocated = s.allocated;
+    r->end_live_blocks = map.count;
+    r->fences = s.fences;
+    r->seg_reserves = s.seg_reserves;
+    r->frag_mean = last_time > start ? frag_area / (double)(last_time - start) : 0.0;
+    pool_destroy(p);
+    free(map.key);
+    free(map.val);
+    free(mark);
+    if (err) {
+        replay_result_free(r);
+        return err < 0 ? err : -EINVAL;
+    }
+    return 0;
+}
+
+void replay_result_free(replay_result *r)
+{
+    free(r->sample);
+    r->sample = NULL;
+    r->nsamples = 0;
+}

@@ -1,0 +1,84 @@
+/*
+ * replay.h - runs a trace's allocations and frees through the real pool
+ * (pool/) on a simulated device, under a chosen policy, and measures what
+ * happens: peaks, fragmentation over time, fences, out-of-memory.
+ *
+ * Addresses in the trace are the program's; the replay maps each to the
+ * block the replayed pool gave, so a free reaches the right block whatever
+ * the policy placed where. Segment, fence and out-of-memory records are
+ * what the recording process saw: they are summed as "recorded" figures,
+ * and a recorded flush is replayed as a flush.
+ */
+#ifndef CUPOOL_STATS_REPLAY_H
+#define CUPOOL_STATS_REPLAY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "trace.h"
+
+typedef struct replay_policy {
+    const char *name;
+    const char *what;        /* one line for the table's legend */
+    pool_fit fit;
+    size_t fence_interval;   /* 0 = the pool's default */
+} replay_policy;
+
+/* The policies `cupool replay` knows: best (the default), strict, first,
+ * nosplit. NULL if name is none of them. */
+const replay_policy *replay_policy_find(const char *name);
+const replay_policy *replay_policy_at(int i); /* NULL past the last */
+
+typedef struct replay_opts {
+    unsigned device;          /* records of other devices are skipped */
+    uint64_t capacity;        /* simulated device memory; 0 = unlimited */
+    uint64_t max_reserved;    /* the pool's cap; 0 = none */
+    const replay_policy *policy;
+    bool samples;             /* keep one sample per event (for plots) */
+} replay_opts;
+
+/* The pool's state after one event. */
+typedef struct replay_sample {
+    uint64_t time;            /* ns since the trace began */
+    uint64_t allocated, reserved, largest_free;
+    uint64_t recorded_reserved; /* from the trace's own segment records */
+} replay_sample;
+
+typedef struct replay_result {
+    uint64_t events;          /* records of this device */
+    uint64_t allocs, frees, fences, seg_reserves;
+    uint64_t peak_reserved, peak_allocated;
+    uint64_t end_allocated, end_live_blocks;
+    double frag_at_peak;      /* 1 - largest free / cached, when reserved
+                                 last reached its peak */
+    double frag_mean;         /* time-weighted over the trace */
+    double frag_max;          /* over events with at least 1% of the peak
+                                 so far cached (a near-empty cache says
+                                 nothing) */
+    uint64_t ooms;            /* recorded successes this replay could not serve */
+    struct {                  /* the first of them (index: its number
+                                 among this device's records) */
+        uint64_t index, time, size, allocated, reserved, largest_free;
+        bool fragmentation;   /* enough bytes were free or under the cap */
+    } first_oom;
+    uint64_t recorded_ooms, recorded_ooms_served; /* failed when recorded;
+                                 of those, served by this replay */
+    uint64_t unmatched_frees; /* frees of blocks the replay never made */
+    uint64_t reordered;       /* frees stamped a few ns after the reuse of
+                                 their block by another thread, applied
+                                 before it */
+    uint64_t recorded_fences, recorded_peak_reserved, recorded_flushes;
+    replay_sample *sample;    /* with opts.samples: one per event */
+    uint64_t nsamples;
+} replay_result;
+
+/* Replays t's records of opts->device. Returns 0, or a negative errno
+ * (-EINVAL: bad policy or config, -ENOMEM: host memory). */
+int replay_run(const trace *t, const replay_opts *opts, replay_result *r);
+void replay_result_free(replay_result *r);
+
+/* Devices that appear in t, as a 256-bit set. */
+void replay_devices(const trace *t, uint64_t set[4]);
+
+#endif

@@ -1,0 +1,466 @@
+/*
+ * trace_cli.c - cupool-trace, behind `cupool replay`, `cupool plot` and
+ * `cupool import-torch`:
+ *
+ *   cupool-trace replay TRACE [--policy P[,P...]] [--capacity SIZE]
+ *                       [--max-reserved SIZE] [--device N] [--json]
+ *                       [--timeline CSV]
+ *   cupool-trace plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]
+ *                       [--max-reserved SIZE] [--device N] [--title TEXT]
+ *   cupool-trace dump TRACE        one record per line, as encode reads
+ *   cupool-trace encode -o TRACE [--source text|torch] [--pid N]
+ *                       [--comm NAME] < TEXT
+ *
+ * Text records: TIME_NS OP DEVICE ADDR SIZE [RESULT], OP one of alloc,
+ * free, fence, reserve, release, flush, oom; '#' starts a comment.
+ * Exit status: 0, 1 for a trace that cannot be read or written, 2 for bad
+ * usage.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "plot.h"
+#include "replay.h"
+#include "stats.h"
+#include "trace.h"
+
+static const char *me = "cupool-trace";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "%s: ", me);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see 'cupool --help')\n");
+    return 2;
+}
+
+typedef struct args {
+    const char *trace, *out, *title, *timeline;
+    char policies[256];
+    uint64_t capacity, max_reserved;
+    int device;               /* -1 = every device in the trace */
+    bool json;
+    trace_source source;
+    int pid;
+    const char *comm;
+} args;
+
+/* Parses the options every command shares. Returns 0 or 2 (reported). */
+static int parse(int argc, char **argv, args *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->device = -1;
+    a->source = TRACE_SRC_TEXT;
+    a->comm = "";
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        bool has = i + 1 < argc;
+        uint64_t v;
+        if (!strcmp(o, "--json")) {
+            a->json = true;
+        } else if (o[0] == '-' && o[1] && !has) {
+            return usage_error("%s needs a value", o);
+        } else if (!strcmp(o, "-o") || !strcmp(o, "--output")) {
+            a->out = argv[++i];
+        } else if (!strcmp(o, "--title")) {
+            a->title = argv[++i];
+        } else if (!strcmp(o, "--timeline")) {
+            a->timeline = argv[++i];
+        } else if (!strcmp(o, "--policy")) {
+            snprintf(a->policies, sizeof(a->policies), "%s", argv[++i]);
+        } else if (!strcmp(o, "--capacity") || !strcmp(o, "--max-reserved")) {
+            if (shim_parse_size(argv[i + 1], &v))
+                return usage_error("bad size '%s' (examples: 80G, 512MiB, 1000000)",
+                                   argv[i + 1]);
+            *(!strcmp(o, "--capacity") ? &a->capacity : &a->max_reserved) = v;
+            i++;
+        } else if (!strcmp(o, "--device") || !strcmp(o, "--pid")) {
+            char *end;
+            long n = strtol(argv[i + 1], &end, 10);
+            if (*end || end == argv[i + 1] || n < 0 || n > (!strcmp(o, "--device") ? 255 : 1L << 30))
+                return usage_error("bad number '%s'", argv[i + 1]);
+            *(!strcmp(o, "--device") ? &a->device : &a->pid) = (int)n;
+            i++;
+        } else if (!strcmp(o, "--source")) {
+            const char *s = argv[++i];
+            if (!strcmp(s, "text"))
+                a->source = TRACE_SRC_TEXT;
+            else if (!strcmp(s, "torch"))
+                a->source = TRACE_SRC_TORCH;
+            else
+                return usage_error("bad source '%s' (text or torch)", s);
+        } else if (!strcmp(o, "--comm")) {
+            a->comm = argv[++i];
+        } else if (o[0] == '-' && o[1]) {
+            return usage_error("unknown option '%s'", o);
+        } else if (!a->trace) {
+            a->trace = o;
+        } else {
+            return usage_error("unexpected argument '%s'", o);
+        }
+    }
+    return 0;
+}
+
+static int load(const char *path, trace *t)
+{
+    char why[512];
+    if (trace_load(path, t, why, sizeof(why))) {
+        fprintf(stderr, "%s: %s\n", me, why);
+        return 1;
+    }
+    if (t->partial_bytes)
+        fprintf(stderr, "%s: %s: the trace ends in a partial record (%zu bytes, "
+                "ignored): the recording process was cut short\n", me, path,
+                t->partial_bytes);
+    if (t->bad_records)
+        fprintf(stderr, "%s: %s: %zu records with an unknown operation skipped\n",
+                me, path, t->bad_records);
+    return 0;
+}
+
+/* ---- dump and encode ------------------------------------------------------- */
+
+static int cmd_dump(const args *a)
+{
+    trace t;
+    if (!a->trace)
+        return usage_error("dump: no trace given%s", "");
+    if (load(a->trace, &t))
+        return 1;
+    printf("# cupool trace v%u: pid %d (%s), source %s, %zu records\n",
+           t.hdr.version, t.hdr.pid, t.hdr.comm,
+           t.hdr.source == TRACE_SRC_SHIM ? "libcupool.so"
+           : t.hdr.source == TRACE_SRC_TORCH ? "torch" : "text", t.n);
+    for (size_t i = 0; i < t.n; i++) {
+        const trace_record *r = &t.rec[i];
+        printf("%" PRIu64 " %s %u %#" PRIx64 " %" PRIu64 " %s\n", r->time,
+               trace_op_name(trace_op_of(r)), trace_device(r), r->addr,
+               trace_size(r), trace_result_name(trace_result_of(r)));
+    }
+    trace_free(&t);
+    return 0;
+}
+
+static int parse_op(const char *s)
+{
+    for (int op = TRACE_ALLOC; op < TRACE_OPS; op++)
+        if (!strcmp(s, trace_op_name((trace_op)op)))
+            return op;
+    return -1;
+}
+
+static int parse_result(const char *s)
+{
+    for (int r = TRACE_R_OK; r <= TRACE_R_ERROR; r++)
+        if (!strcmp(s, trace_result_name((trace_result)r)))
+            return r;
+    return -1;
+}
+
+static int cmd_encode(const args *a)
+{
+    if (!a->out)
+        return usage_error("encode: -o TRACE is required%s", "");
+    FILE *f = fopen(a->out, "wb");
+    if (!f) {
+        fprintf(stderr, "%s: cannot create %s: %s\n", me, a->out, strerror(errno));
+        return 1;
+    }
+    trace_header h;
+    trace_header_init(&h, a->pid, a->comm, 0, a->source);
+    int bad = trace_write_header(f, &h);
+    char line[512];
+    for (unsigned long no = 1; !bad && fgets(line, sizeof(line), stdin); no++) {
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char op[32], res[32] = "ok";
+        uint64_t time, addr, size;
+        unsigned dev;
+        int n = sscanf(line, "%" SCNu64 " %31s %u %" SCNi64 " %" SCNu64 " %31s",
+                       &time, op, &dev, &addr, &size, res);
+        if (n <= 0)
+            continue; /* blank or comment */
+        int o = n >= 5 ? parse_op(op) : -1, r = parse_result(res);
+        if (o < 0 || r < 0 || dev > 255 || size > TRACE_SIZE_MAX) {
+            fprintf(stderr, "%s: stdin line %lu: expected TIME OP DEVICE ADDR "
+                    "SIZE [RESULT]\n", me, no);
+            fclose(f);
+            remove(a->out);
+            return 1;
+        }
+        bad = trace_write_record(f, time, (trace_op)o, (trace_result)r, dev, addr, size);
+    }
+    if (fclose(f) || bad) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", me, a->out, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- replay ----------------------------------------------------------------- */
+
+static void print_oom(const replay_policy *p, const replay_result *r)
+{
+    char s[32], al[32], re[32], lf[32];
+    printf("  %s: out of memory first at event %" PRIu64 " (%.3f s): %s asked, "
+           "allocated %s, reserved %s, largest free block %s: %s\n",
+           p->name, r->first_oom.index, (double)r->first_oom.time / 1e9,
+           stats_fmt_bytes(r->first_oom.size, s, sizeof(s)),
+           stats_fmt_bytes(r->first_oom.allocated, al, sizeof(al)),
+           stats_fmt_bytes(r->first_oom.reserved, re, sizeof(re)),
+           stats_fmt_bytes(r->first_oom.largest_free, lf, sizeof(lf)),
+           r->first_oom.fragmentation ? "fragmentation (the bytes exist, no "
+                                        "block or segment fits)"
+                                      : "not enough memory");
+}
+
+static void json_result(const replay_policy *p, const replay_result *r, bool last)
+{
+    printf("    {\"policy\": \"%s\", \"peak_reserved\": %" PRIu64
+           ", \"peak_allocated\": %" PRIu64 ", \"frag_at_peak\": %.4f, "
+           "\"frag_mean\": %.4f, \"frag_max\": %.4f, \"fences\": %" PRIu64
+           ", \"segments_reserved\": %" PRIu64 ", \"allocs\": %" PRIu64
+           ", \"frees\": %" PRIu64 ", \"ooms\": %" PRIu64
+           ", \"first_oom_event\": %" PRId64 ", \"first_oom_fragmentation\": %s"
+           ", \"recorded_ooms_served\": %" PRIu64 ", \"unmatched_frees\": %" PRIu64
+           ", \"reordered\": %" PRIu64
+           ", \"end_allocated\": %" PRIu64 ", \"end_live_blocks\": %" PRIu64 "}%s\n",
+           p->name, r->peak_reserved, r->peak_allocated, r->frag_at_peak,
+           r->frag_mean, r->frag_max, r->fences, r->seg_reserves, r->allocs,
+           r->frees, r->ooms, r->ooms ? (int64_t)r->first_oom.index : -1,
+           r->ooms && r->first_oom.fragmentation ? "true" : "false",
+           r->recorded_ooms_served, r->unmatched_frees, r->reordered, r->end_allocated,
+           r->end_live_blocks, last ? "" : ",");
+}
+
+/* Splits a comma list of policy names; 0 or 2 (reported). */
+static int policy_list(const char *list, const replay_policy **out, int *n)
+{
+    *n = 0;
+    if (!*list) {
+        for (const replay_policy *p; (p = replay_policy_at(*n)); (*n)++)
+            out[*n] = p;
+        return 0;
+    }
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const replay_policy *p = replay_policy_find(tok);
+        if (!p)
+            return usage_error("unknown policy '%s' (best, strict, first, nosplit)", tok);
+        if (*n < 16)
+            out[(*n)++] = p;
+    }
+    return 0;
+}
+
+static int write_timeline(const char *path, const replay_result *r)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "%s: cannot create %s: %s\n", me, path, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "time_ns,allocated,reserved,largest_free,fragmentation,recorded_reserved\n");
+    for (uint64_t i = 0; i < r->nsamples; i++) {
+        const replay_sample *s = &r->sample[i];
+        uint64_t cached = s->reserved - s->allocated;
+        fprintf(f, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f,%" PRIu64 "\n",
+                s->time, s->allocated, s->reserved, s->largest_free,
+                cached ? 1.0 - (double)s->largest_free / (double)cached : 0.0,
+                s->recorded_reserved);
+    }
+    if (fclose(f)) {
+        fprintf(stderr, "%s: cannot write %s\n", me, path);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_replay(const args *a)
+{
+    const replay_policy *pol[16];
+    int np, rc;
+    if (!a->trace)
+        return usage_error("replay: no trace given%s", "");
+    if ((rc = policy_list(a->policies, pol, &np)))
+        return rc;
+    trace t;
+    if (load(a->trace, &t))
+        return 1;
+    uint64_t devs[4];
+    replay_devices(&t, devs);
+    if (a->device >= 0 && !(devs[a->device / 64] >> (a->device % 64) & 1)) {
+        fprintf(stderr, "%s: %s has no records of device %d\n", me, a->trace, a->device);
+        trace_free(&t);
+        return 1;
+    }
+    double secs = t.n ? (double)(t.rec[t.n - 1].time - t.rec[0].time) / 1e9 : 0;
+    char b1[32], b2[32], b3[32];
+    if (a->json)
+        printf("{\"trace\": \"%s\", \"records\": %zu, \"seconds\": %.3f, \"devices\": [\n",
+               a->trace, t.n, secs);
+    else
+        printf("%s: %zu records over %.3f s, pid %d (%s)%s\n", a->trace, t.n, secs,
+               t.hdr.pid, t.hdr.comm,
+               t.hdr.source == TRACE_SRC_TORCH ? ", converted from a PyTorch snapshot" : "");
+    bool first_dev = true;
+    rc = 0;
+    for (int d = 0; d < 256 && !rc; d++) {
+        if (!(devs[d / 64] >> (d % 64) & 1) || (a->device >= 0 && d != a->device))
+            continue;
+        replay_result res[16];
+        for (int k = 0; k < np && !rc; k++) {
+            replay_opts o = {.device = (unsigned)d, .capacity = a->capacity,
+                             .max_reserved = a->max_reserved, .policy = pol[k],
+                             .samples = a->timeline && k == 0};
+            int err = replay_run(&t, &o, &res[k]);
+            if (err) {
+                fprintf(stderr, "%s: replay failed: %s\n", me, strerror(-err));
+                for (int j = 0; j < k; j++)
+                    replay_result_free(&res[j]);
+                rc = 1;
+            }
+        }
+        if (rc)
+            break;
+        const replay_result *r0 = &res[0];
+        if (a->json) {
+            printf("%s  {\"device\": %d, \"recorded_peak_reserved\": %" PRIu64
+                   ", \"recorded_fences\": %" PRIu64 ", \"recorded_ooms\": %" PRIu64
+                   ", \"recorded_flushes\": %" PRIu64 ", \"policies\": [\n",
+                   first_dev ? "" : ",\n", d, r0->recorded_peak_reserved,
+                   r0->recorded_fences, r0->recorded_ooms, r0->recorded_flushes);
+            for (int k = 0; k < np; k++)
+                json_result(pol[k], &res[k], k == np - 1);
+            printf("  ]}");
+        } else {
+            printf("\ndevice %d: %" PRIu64 " allocations, %" PRIu64 " frees", d,
+                   r0->allocs, r0->frees);
+            if (r0->recorded_peak_reserved)
+                printf("; as recorded: peak reserved %s, %" PRIu64 " fences",
+                       stats_fmt_bytes(r0->recorded_peak_reserved, b1, sizeof(b1)),
+                       r0->recorded_fences);
+            if (r0->recorded_ooms)
+                printf(", %" PRIu64 " out-of-memory", r0->recorded_ooms);
+            if (a->capacity || a->max_reserved)
+                printf("\nreplayed with capacity %s, cap %s",
+                       a->capacity ? stats_fmt_bytes(a->capacity, b2, sizeof(b2)) : "unlimited",
+                       a->max_reserved ? stats_fmt_bytes(a->max_reserved, b3, sizeof(b3)) : "none");
+            printf("\n%-8s %14s %14s %10s %10s %9s %9s %9s %7s\n", "policy",
+                   "peak reserved", "peak alloc", "frag@peak", "frag mean",
+                   "frag max", "fences", "segments", "OOM");
+            for (int k = 0; k < np; k++) {
+                const replay_result *r = &res[k];
+                printf("%-8s %14s %14s %9.1f%% %9.1f%% %8.1f%% %9" PRIu64 " %9" PRIu64
+                       " %7" PRIu64 "\n", pol[k]->name,
+                       stats_fmt_bytes(r->peak_reserved, b1, sizeof(b1)),
+                       stats_fmt_bytes(r->peak_allocated, b2, sizeof(b2)),
+                       100 * r->frag_at_peak, 100 * r->frag_mean, 100 * r->frag_max,
+                       r->fences, r->seg_reserves, r->ooms);
+            }
+            for (int k = 0; k < np; k++)
+                if (res[k].ooms)
+                    print_oom(pol[k], &res[k]);
+            for (int k = 0; k < np; k++)
+                if (res[k].recorded_ooms)
+                    printf("  %s: %" PRIu64 " of the %" PRIu64 " recorded "
+                           "out-of-memory requests would have been served\n",
+                           pol[k]->name, res[k].recorded_ooms_served, res[k].recorded_ooms);
+            if (r0->unmatched_frees)
+                printf("  %" PRIu64 " frees of blocks allocated before the trace "
+                       "began (or not served in the replay) were skipped\n",
+                       r0->unmatched_frees);
+        }
+        if (a->timeline && !rc)
+            rc = write_timeline(a->timeline, &res[0]);
+        for (int k = 0; k < np; k++)
+            replay_result_free(&res[k]);
+        first_dev = false;
+    }
+    if (a->json && !rc)
+        printf("\n]}\n");
+    else if (!a->json && !rc)
+        for (int k = 0; k < np; k++)
+            printf("%s%-8s %s\n", k ? "" : "\n", pol[k]->name, pol[k]->what);
+    trace_free(&t);
+    return rc;
+}
+
+/* ---- plot ------------------------------------------------------------------- */
+
+static int cmd_plot(const args *a)
+{
+    const replay_policy *pol[16];
+    int np, rc;
+    if (!a->trace || !a->out)
+        return usage_error("plot: usage: plot TRACE -o OUT.svg%s", "");
+    if ((rc = policy_list(a->policies[0] ? a->policies : "best", pol, &np)))
+        return rc;
+    trace t;
+    if (load(a->trace, &t))
+        return 1;
+    uint64_t devs[4];
+    replay_devices(&t, devs);
+    int dev = a->device;
+    for (int d = 0; dev < 0 && d < 256; d++)
+        if (devs[d / 64] >> (d % 64) & 1)
+            dev = d;
+    if (dev < 0 || !(devs[dev / 64] >> (dev % 64) & 1)) {
+        fprintf(stderr, "%s: %s has no records%s\n", me, a->trace,
+                a->device >= 0 ? " of that device" : "");
+        trace_free(&t);
+        return 1;
+    }
+    replay_opts o = {.device = (unsigned)dev, .capacity = a->capacity,
+                     .max_reserved = a->max_reserved, .policy = pol[0], .samples = true};
+    replay_result r;
+    int err = replay_run(&t, &o, &r);
+    if (err) {
+        fprintf(stderr, "%s: replay failed: %s\n", me, strerror(-err));
+        trace_free(&t);
+        return 1;
+    }
+    char title[256];
+    if (a->title)
+        snprintf(title, sizeof(title), "%s", a->title);
+    else
+        snprintf(title, sizeof(title), "%s (pid %d), device %d: memory over time",
+                 t.hdr.comm[0] ? t.hdr.comm : a->trace, t.hdr.pid, dev);
+    FILE *f = fopen(a->out, "w");
+    rc = 0;
+    if (!f || plot_svg(f, &t, &o, &r, title) || fclose(f)) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", me, a->out, strerror(errno));
+        rc = 1;
+    }
+    replay_result_free(&r);
+    trace_free(&t);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s replay|plot|dump|encode ...\n", me);
+        return 2;
+    }
+    args a;
+    int rc = parse(argc - 2, argv + 2, &a);
+    if (rc)
+        return rc;
+    if (!strcmp(argv[1], "replay"))
+        return cmd_replay(&a);
+    if (!strcmp(argv[1], "plot"))
+        return cmd_plot(&a);
+    if (!strcmp(argv[1], "dump"))
+        return cmd_dump(&a);
+    if (!strcmp(argv[1], "encode"))
+        return cmd_encode(&a);
+    return usage_error("unknown command '%s'", argv[1]);
+}

@@ -1,0 +1,405 @@
+/*
+ * test_trace.c - the trace format (round trip, truncation, corruption),
+ * the replay (known sequences give known figures under each policy, the
+ * reordering of cross-thread stamps) and the SVG timeline (parsed by real
+ * XML parsers).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "plot.h"
+#include "replay.h"
+#include "trace.h"
+
+#define KIB ((uint64_t)1 << 10)
+#define MIB ((uint64_t)1 << 20)
+
+typedef struct ev { uint64_t time; trace_op op; uint64_t addr, size; trace_result r; } ev;
+
+static char path[64];
+
+static int setup(void **s)
+{
+    (void)s;
+    snprintf(path, sizeof(path), "/tmp/cupool-test-traceXXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+static int teardown(void **s)
+{
+    (void)s;
+    unlink(path);
+    return 0;
+}
+
+static void write_trace(const ev *e, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    trace_header h;
+    trace_header_init(&h, 42, "prog", 1000, TRACE_SRC_TEXT);
+    assert_int_equal(trace_write_header(f, &h), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(trace_write_record(f, e[i].time, e[i].op, e[i].r, 0,
+                                            e[i].addr, e[i].size), 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+static int load(trace *t, char *why, size_t len)
+{
+    return trace_load(path, t, why, len);
+}
+
+static void truncate_to(long size)
+{
+    assert_int_equal(truncate(path, size), 0);
+}
+
+/* ---- format ------------------------------------------------------------- */
+
+static void test_round_trip(void **s)
+{
+    (void)s;
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    trace_header h;
+    trace_header_init(&h, 1234, "python3", 99, TRACE_SRC_SHIM);
+    assert_int_equal(trace_write_header(f, &h), 0);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(trace_write_record(f, (uint64_t)i * 7, (trace_op)(1 + i % 7),
+                                            (trace_result)(i % 7), (unsigned)(i % 256),
+                                            0x7f0000000000ull + (uint64_t)i * 512,
+                                            i == 999 ? TRACE_SIZE_MAX : (uint64_t)i * 1000), 0);
+    assert_int_equal(fclose(f), 0);
+    trace t;
+    char why[256];
+    assert_int_equal(load(&t, why, sizeof(why)), 0);
+    assert_int_equal(t.n, 1000);
+    assert_int_equal(t.partial_bytes, 0);
+    assert_int_equal(t.hdr.pid, 1234);
+    assert_string_equal(t.hdr.comm, "python3");
+    assert_int_equal(t.hdr.start_unix_ns, 99);
+    assert_int_equal(t.hdr.source, TRACE_SRC_SHIM);
+    for (int i = 0; i < 1000; i++) {
+        const trace_record *r = &t.rec[i];
+        assert_int_equal(r->time, (uint64_t)i * 7);
+        assert_int_equal(trace_op_of(r), 1 + i % 7);
+        assert_int_equal(trace_result_of(r), i % 7);
+        assert_int_equal(trace_device(r), i % 256);
+        assert_int_equal(r->addr, 0x7f0000000000ull + (uint64_t)i * 512);
+        assert_int_equal(trace_size(r), i == 999 ? TRACE_SIZE_MAX : (uint64_t)i * 1000);
+    }
+    trace_free(&t);
+}
+
+/* Threads' records interleave in chunks: the reader sorts by time, keeping
+ * the file order of equal times (one thread's order). */
+static void test_sorted_stably(void **s)
+{
+    (void)s;
+    const ev e[] = {
+        {30, TRACE_ALLOC, 3, 512, 0}, {40, TRACE_ALLOC, 4, 512, 0},
+        {10, TRACE_ALLOC, 1, 512, 0}, {20, TRACE_ALLOC, 2, 512, 0},
+        {20, TRACE_FREE, 2, 0, 0}, {5, TRACE_ALLOC, 0, 512, 0},
+    };
+    write_trace(e, 6);
+    trace t;
+    char why[256];
+    assert_int_equal(load(&t, why, sizeof(why)), 0);
+    static const uint64_t want_addr[] = {0, 1, 2, 2, 3, 4};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(t.rec[i].addr, want_addr[i]);
+    assert_int_equal(trace_op_of(&t.rec[2]), TRACE_ALLOC);
+    assert_int_equal(trace_op_of(&t.rec[3]), TRACE_FREE);
+    trace_free(&t);
+}
+
+/* A trace cut at any byte: before the header ends it is refused with a
+ * reason; after, every whole record reads and the partial one is counted. */
+static void test_truncated_anywhere(void **s)
+{
+    (void)s;
+    ev e[3];
+    for (int i = 0; i < 3; i++)
+        e[i] = (ev){(uint64_t)i, TRACE_ALLOC, 4096u * (unsigned)(i + 1), 512, 0};
+    for (long cut = 0; cut <= TRACE_HEADER_SIZE + 3 * TRACE_RECORD_SIZE; cut++) {
+        write_trace(e, 3);
+        truncate_to(cut);
+        trace t;
+        char why[256] = "";
+        int rc = load(&t, why, sizeof(why));
+        if (cut < TRACE_HEADER_SIZE) {
+            assert_int_equal(rc, -1);
+            assert_non_null(strstr(why, "truncated header"));
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(t.n, (size_t)(cut - TRACE_HEADER_SIZE) / TRACE_RECORD_SIZE);
+        assert_int_equal(t.partial_bytes, (size_t)(cut - TRACE_HEADER_SIZE) % TRACE_RECORD_SIZE);
+        for (size_t i = 0; i < t.n; i++)
+            assert_int_equal(t.rec[i].addr, 4096u * (i + 1));
+        trace_free(&t);
+    }
+}
+
+/* Patches bytes of the header at off. */
+static void patch(long off, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, off, SEEK_SET), 0);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void expect_refused(const char *reason)
+{
+    trace t;
+    char why[256] = "";
+    assert_int_equal(load(&t, why, sizeof(why)), -1);
+    if (!strstr(why, reason))
+        fail_msg("expected '%s' in '%s'", reason, why);
+}
+
+static void test_corrupted_header(void **s)
+{
+    (void)s;
+    const ev e[] = {{1, TRACE_ALLOC, 4096, 512, 0}};
+    write_trace(e, 1);
+    patch(0, "CUPOOLTX", 8);
+    expect_refused("not a cupool trace");
+    write_trace(e, 1);
+    uint32_t v = 2;
+    patch(offsetof(trace_header, version), &v, 4);
+    expect_refused("version 2");
+    write_trace(e, 1);
+    uint32_t rs = 32;
+    patch(offsetof(trace_header, record_size), &rs, 4);
+    expect_refused("corrupted header");
+    write_trace(e, 1);
+    patch(offsetof(trace_header, source), "\x09", 1);
+    expect_refused("corrupted header");
+    write_trace(e, 1);
+    patch(offsetof(trace_header, comm), "0123456789abcdef", 16); /* unterminated */
+    expect_refused("corrupted header");
+    /* Every single-byte change of the header loads or is refused with a
+     * reason: never a crash (this runs under ASan). */
+    for (long off = 0; off < TRACE_HEADER_SIZE; off++) {
+        write_trace(e, 1);
+        patch(off, "\xff", 1);
+        trace t;
+        char why[256] = "";
+        if (load(&t, why, sizeof(why)) == 0)
+            trace_free(&t);
+        else
+            assert_true(why[0] != '\0');
+    }
+    /* A record with an unknown operation is skipped and counted. */
+    write_trace(e, 1);
+    FILE *f = fopen(path, "ab");
+    assert_non_null(f);
+    trace_record bad = {2, 8192, trace_word(TRACE_ALLOC, 0, 0, 512) | (UINT64_C(15) << 48)};
+    assert_int_equal(fwrite(&bad, sizeof(bad), 1, f), 1);
+    assert_int_equal(fclose(f), 0);
+    trace t;
+    char why[256];
+    assert_int_equal(load(&t, why, sizeof(why)), 0);
+    assert_int_equal(t.n, 1);
+    assert_int_equal(t.bad_records, 1);
+    trace_free(&t);
+    /* A file that does not exist. */
+    unlink(path);
+    expect_refused("cannot open");
+}
+
+/* ---- replay ------------------------------------------------------------- */
+
+static replay_result replay(const char *policy, uint64_t capacity, uint64_t cap,
+                            bool samples)
+{
+    trace t;
+    char why[256];
+    assert_int_equal(load(&t, why, sizeof(why)), 0);
+    replay_opts o = {.capacity = capacity, .max_reserved = cap,
+                     .policy = replay_policy_find(policy), .samples = samples};
+    assert_non_null(o.policy);
+    replay_result r;
+    assert_int_equal(replay_run(&t, &o, &r), 0);
+    trace_free(&t);
+    return r;
+}
+
+/* One 2 MiB small segment: A 256 KiB, spacer, C 128 KiB, spacer, three
+ * 512 KiB fillers; A and C freed. 128 KiB then goes to C under best fit
+ * (exact) but to A under first fit (lowest), so 256 KiB finds A under best
+ * fit and needs a new segment under first fit. Without splitting, every
+ * block is its own segment and each request takes a freed block whole. */
+static const ev holes[] = {
+    {0, TRACE_ALLOC, 0xA, 256 * KIB, 0}, {1, TRACE_ALLOC, 0x51, 64 * KIB, 0},
+    {2, TRACE_ALLOC, 0xC, 128 * KIB, 0}, {3, TRACE_ALLOC, 0x52, 64 * KIB, 0},
+    {4, TRACE_ALLOC, 0xF1, 512 * KIB, 0}, {5, TRACE_ALLOC, 0xF2, 512 * KIB, 0},
+    {6, TRACE_ALLOC, 0xF3, 512 * KIB, 0},
+    {7, TRACE_FREE, 0xA, 0, 0}, {8, TRACE_FREE, 0xC, 0, 0},
+    {9, TRACE_ALLOC, 0x1, 128 * KIB, 0}, {10, TRACE_ALLOC, 0x2, 256 * KIB, 0},
+};
+
+static void test_replay_known_figures(void **s)
+{
+    (void)s;
+    write_trace(holes, sizeof(holes) / sizeof(holes[0]));
+    replay_result best = replay("best", 0, 0, false);
+    assert_int_equal(best.peak_reserved, 2 * MIB);
+    assert_int_equal(best.peak_allocated, 2 * MIB);
+    assert_int_equal(best.seg_reserves, 1);
+    assert_int_equal(best.fences, 1);
+    assert_int_equal(best.allocs, 9);
+    assert_int_equal(best.frees, 2);
+    assert_int_equal(best.end_live_blocks, 7);
+    assert_int_equal(best.end_allocated, 2 * MIB);
+    assert_int_equal(best.ooms + best.unmatched_frees, 0);
+    replay_result first = replay("first", 0, 0, false);
+    assert_int_equal(first.peak_reserved, 4 * MIB);
+    assert_int_equal(first.seg_reserves, 2);
+    /* At its peak: 4 MiB reserved, 2 MiB allocated; free blocks of 128,
+     * 128 and 1792 KiB: 1 - 1792/2048. */
+    assert_true(first.frag_at_peak > 0.1249 && first.frag_at_peak < 0.1251);
+    replay_result nosplit = replay("nosplit", 0, 0, false);
+    assert_int_equal(nosplit.peak_reserved, 2 * MIB);
+    assert_int_equal(nosplit.seg_reserves, 7);
+    /* With a 3 MiB device, first fit runs out where best fit does not:
+     * 2 MiB were free in total, in holes of 128 KiB. */
+    replay_result capped = replay("first", 3 * MIB, 0, false);
+    assert_int_equal(capped.ooms, 1);
+    assert_int_equal(capped.first_oom.index, 10);
+    assert_int_equal(capped.first_oom.size, 256 * KIB);
+    assert_int_equal(capped.first_oom.reserved, 2 * MIB);
+    assert_int_equal(capped.first_oom.largest_free, 128 * KIB);
+    assert_true(capped.first_oom.fragmentation);
+    assert_int_equal(replay("best", 3 * MIB, 0, false).ooms, 0);
+    /* Under a 1 MiB cap nothing beyond the first segment... which is 2 MiB:
+     * the very first allocation fails, for lack of memory. */
+    replay_result tiny = replay("best", 0, 1 * MIB, false);
+    assert_int_equal(tiny.first_oom.index, 0);
+    assert_false(tiny.first_oom.fragmentation);
+}
+
+/* Recorded out-of-memory requests, flushes and segments. */
+static void test_replay_recorded_events(void **s)
+{
+    (void)s;
+    const ev e[] = {
+        {0, TRACE_RESERVE, 0x100000, 2 * MIB, 0},
+        {1, TRACE_ALLOC, 0x100000, 4096, 0},
+        {2, TRACE_RESERVE, 0x400000, 8 * MIB, 0},
+        {3, TRACE_ALLOC, 0x400000, 7 * MIB, 0},
+        {4, TRACE_FREE, 0x400000, 0, 0},
+        {5, TRACE_FENCE, 0, 0, 0}, {6, TRACE_FENCE, 0, 0, TRACE_R_DEFERRED},
+        {7, TRACE_FLUSH, 0, 8 * MIB, 0},
+        {8, TRACE_RELEASE, 0x400000, 8 * MIB, 0},
+        {9, TRACE_OOM, 0, 6 * MIB, TRACE_R_CAP},
+        {10, TRACE_FREE, 0xdead000, 0, 0},
+    };
+    write_trace(e, sizeof(e) / sizeof(e[0]));
+    replay_result r = replay("best", 0, 0, true);
+    assert_int_equal(r.recorded_peak_reserved, 10 * MIB);
+    assert_int_equal(r.recorded_fences, 1);
+    assert_int_equal(r.recorded_flushes, 1);
+    assert_int_equal(r.recorded_ooms, 1);
+    assert_int_equal(r.recorded_ooms_served, 1); /* no cap in the replay */
+    assert_int_equal(r.unmatched_frees, 1);
+    assert_int_equal(r.peak_reserved, 10 * MIB);
+    /* The flush returned the 8 MiB segment: one sample per record. */
+    assert_int_equal(r.nsamples, 11);
+    assert_int_equal(r.sample[7].reserved, 2 * MIB);
+    assert_int_equal(r.sample[8].recorded_reserved, 2 * MIB);
+    replay_result_free(&r);
+}
+
+/* Stamps of two threads a few ns out of order: a free recorded just after
+ * the reuse of its block, and a free recorded just before the allocation
+ * that made its block. The replay puts both back in order. */
+static void test_replay_reorders_cross_thread_stamps(void **s)
+{
+    (void)s;
+    const ev e[] = {
+        {100, TRACE_ALLOC, 0x1000, 4096, 0},   /* thread A */
+        {200, TRACE_ALLOC, 0x1000, 4096, 0},   /* thread B reuses it... */
+        {203, TRACE_FREE, 0x1000, 0, 0},       /* ...after A's free */
+        {300, TRACE_FREE, 0x2000, 0, 0},       /* A frees what B... */
+        {305, TRACE_ALLOC, 0x2000, 8192, 0},   /* ...had just allocated */
+        {90000, TRACE_FREE, 0x1000, 0, 0},
+    };
+    write_trace(e, sizeof(e) / sizeof(e[0]));
+    replay_result r = replay("best", 0, 0, false);
+    assert_int_equal(r.reordered, 2);
+    assert_int_equal(r.unmatched_frees, 0);
+    assert_int_equal(r.allocs, 3);
+    assert_int_equal(r.frees, 3);
+    assert_int_equal(r.end_live_blocks, 0);
+    assert_int_equal(r.end_allocated, 0);
+}
+
+/* ---- plot --------------------------------------------------------------- */
+
+static void test_plot_is_valid_svg(void **s)
+{
+    (void)s;
+    write_trace(holes, sizeof(holes) / sizeof(holes[0]));
+    trace t;
+    char why[256];
+    assert_int_equal(load(&t, why, sizeof(why)), 0);
+    replay_opts o = {.capacity = 3 * MIB, .policy = replay_policy_find("first"),
+                     .samples = true};
+    replay_result r;
+    assert_int_equal(replay_run(&t, &o, &r), 0);
+    char svg[80];
+    snprintf(svg, sizeof(svg), "%s.svg", path);
+    FILE *f = fopen(svg, "w");
+    assert_non_null(f);
+    assert_int_equal(plot_svg(f, &t, &o, &r, "a <title> & \"quotes\""), 0);
+    assert_int_equal(fclose(f), 0);
+    replay_result_free(&r);
+    trace_free(&t);
+    /* Two real XML parsers; Python also checks what is drawn. */
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "xmllint --noout %s", svg);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd), "python3 -c \"import xml.etree.ElementTree as E,sys; "
+             "r=E.parse('%s').getroot(); ns='{http://www.w3.org/2000/svg}'; "
+             "assert r.tag==ns+'svg'; p=r.findall(ns+'polyline'); assert len(p)==3, len(p); "
+             "assert all(len(x.get('points').split())>=2 for x in p); "
+             "t=' '.join(x.text or '' for x in r.iter(ns+'text')); "
+             "assert 'OOM in replay' in t and 'fragmentation' in t and '<title>' in t, t\"",
+             svg);
+    assert_int_equal(system(cmd), 0);
+    unlink(svg);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_round_trip),
+        T(test_sorted_stably),
+        T(test_truncated_anywhere),
+        T(test_corrupted_header),
+        T(test_replay_known_figures),
+        T(test_replay_recorded_events),
+        T(test_replay_reorders_cross_thread_stamps),
+        T(test_plot_is_valid_svg),
+    };
+    return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
+}
