@@ -51,6 +51,8 @@ deps:
 cmocka-check:
 	@test -f /usr/include/cmocka.h || { echo "the tests need cmocka: \
 	apt-get install -y libcmocka-dev"; exit 1; }
+	@command -v xmllint >/dev/null || { echo "the tests need xmllint: \
+	apt-get install -y libxml2-utils"; exit 1; }
 
 # The preloadable library: not linked against any CUDA runtime (it finds the
 # program's own at run time), exporting only the interposed symbols.
@@ -144,18 +146,21 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS)
 	timeout 600 $(BUILD)/test_shim $(BUILD)
 	timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)
 	timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)
+	timeout 600 python3 test/test_import_torch.py $(BUILD)
 	@echo "make test: all test programs passed"
 
-bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog
+bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cupool-trace
 	scripts/bench-pool
 	scripts/bench-shim
+	scripts/bench-traces
 
 demo: all
 	scripts/demo
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
+	    scripts/cupool-import-torch $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 scripts/cupool $(DESTDIR)$(PREFIX)/bin/
 
 clean:

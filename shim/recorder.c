@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -189,8 +190,12 @@ static ring *ring_get(void)
     }
     pthread_mutex_unlock(&trace_lock);
     if (!r) {
-        r = calloc(1, sizeof(*r));
-        if (!r)
+        /* Populated now: a page fault per 170 records on the allocation
+         * path cost more than the record itself (+50% on a 512-byte pair
+         * measured on an H200's host). */
+        r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (r == MAP_FAILED)
             return NULL;
         r->next = atomic_load(&rings);
         while (!atomic_compare_exchange_weak(&rings, &r->next, r))
