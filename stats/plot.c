@@ -111,17 +111,19 @@ static void polyline(FILE *f, const replay_result *r, int k, const axis *x,
     for (int col = 0; col < PW && i < r->nsamples; col++) {
         double hi_edge = x->max * (col + 1) / PW;
         uint64_t lo = UINT64_MAX, hi = 0;
-        uint64_t first = i;
         for (; i < r->nsamples; i++) {
             double t = by_index ? (double)i : (double)r->sample[i].time;
-            if (t > hi_edge && i > first)
+            if (t > hi_edge)
                 break;
             uint64_t v = series(&r->sample[i], k);
             lo = v < lo ? v : lo;
             hi = v > hi ? v : hi;
         }
-        if (i == first)
-            continue;
+        if (lo == UINT64_MAX) { /* no event here: the state holds */
+            if (i == 0)
+                continue;
+            lo = hi = series(&r->sample[i - 1], k);
+        }
         double cx = ML + col + 0.5;
         double a = px_y(y, (double)lo), b = px_y(y, (double)hi);
         /* Join the previous column at the nearer extreme. */
@@ -154,10 +156,10 @@ static void legend(FILE *f, int i, const char *color, const char *label,
 }
 
 int plot_svg(FILE *f, const trace *t, const replay_opts *o,
-             const replay_result *r, const char *title)
+             const replay_result *r, const char *title, bool by_event)
 {
     uint64_t span = r->nsamples ? r->sample[r->nsamples - 1].time : 0;
-    bool by_index = span == 0; /* no timestamps: plot against event number */
+    bool by_index = by_event || span == 0;
     axis x = by_index ? (axis){.max = r->nsamples > 1 ? (double)r->nsamples - 1 : 1,
                                .step = nice_step(r->nsamples ? (double)r->nsamples : 1, 8),
                                .scale = 1, .unit = "events"}
@@ -204,7 +206,7 @@ int plot_svg(FILE *f, const trace *t, const replay_opts *o,
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
             "stroke=\"#495057\"/>\n", ML, MT, PW, PH);
     fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n",
-            ML + PW / 2, H - 14, by_index ? "events (the trace has no times)"
+            ML + PW / 2, H - 14, by_index ? "allocation events (in order)"
             : !strcmp(x.unit, "s") ? "time (s)" : !strcmp(x.unit, "ms") ? "time (ms)"
                                                                     : "time (\xc2\xb5s)");
 

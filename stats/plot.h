@@ -12,8 +12,10 @@
 #include "replay.h"
 
 /* Writes the SVG for r (a replay of t with samples kept, under opts) to
- * out. Returns 0, or -1 on a write error. */
+ * out, against time, or against the event number when by_event is set or
+ * the trace has no times (long idle stretches then take no room). Returns
+ * 0, or -1 on a write error. */
 int plot_svg(FILE *out, const trace *t, const replay_opts *opts,
-             const replay_result *r, const char *title);
+             const replay_result *r, const char *title, bool by_event);
 
 #endif

@@ -7,6 +7,7 @@
  *                       [--timeline CSV]
  *   cupool-trace plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]
  *                       [--max-reserved SIZE] [--device N] [--title TEXT]
+ *                       [--by-event]
  *   cupool-trace dump TRACE        one record per line, as encode reads
  *   cupool-trace encode -o TRACE [--source text|torch] [--pid N]
  *                       [--comm NAME] < TEXT
@@ -43,7 +44,7 @@ typedef struct args {
     char policies[256];
     uint64_t capacity, max_reserved;
     int device;               /* -1 = every device in the trace */
-    bool json;
+    bool json, by_event;
     trace_source source;
     int pid;
     const char *comm;
@@ -62,6 +63,8 @@ static int parse(int argc, char **argv, args *a)
         uint64_t v;
         if (!strcmp(o, "--json")) {
             a->json = true;
+        } else if (!strcmp(o, "--by-event")) {
+            a->by_event = true;
         } else if (o[0] == '-' && o[1] && !has) {
             return usage_error("%s needs a value", o);
         } else if (!strcmp(o, "-o") || !strcmp(o, "--output")) {
@@ -435,7 +438,7 @@ static int cmd_plot(const args *a)
                  t.hdr.comm[0] ? t.hdr.comm : a->trace, t.hdr.pid, dev);
     FILE *f = fopen(a->out, "w");
     rc = 0;
-    if (!f || plot_svg(f, &t, &o, &r, title) || fclose(f)) {
+    if (!f || plot_svg(f, &t, &o, &r, title, a->by_event) || fclose(f)) {
         fprintf(stderr, "%s: cannot write %s: %s\n", me, a->out, strerror(errno));
         rc = 1;
     }

@@ -368,7 +368,7 @@ static void test_plot_is_valid_svg(void **s)
     snprintf(svg, sizeof(svg), "%s.svg", path);
     FILE *f = fopen(svg, "w");
     assert_non_null(f);
-    assert_int_equal(plot_svg(f, &t, &o, &r, "a <title> & \"quotes\""), 0);
+    assert_int_equal(plot_svg(f, &t, &o, &r, "a <title> & \"quotes\"", false), 0);
     assert_int_equal(fclose(f), 0);
     replay_result_free(&r);
     trace_free(&t);
