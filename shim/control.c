@@ -35,7 +35,7 @@ static struct sigaction previous[2];
 static int handled[2];
 static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
 static atomic_bool helper_running;
-static struct sigaction previous_term;
+static bool term_handled; /* on_term owns SIGTERM: its byte means "end" */
 
 /* Pipe bytes: a signal number, or WAKE_DRAIN. */
 enum { WAKE_DRAIN = 0 };
@@ -90,15 +90,15 @@ static void on_term(int sig)
 
 static void install_term(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    if (sigaction(SIGTERM, NULL, &previous_term) != 0 ||
-        previous_term.sa_handler != SIG_DFL || (previous_term.sa_flags & SA_SIGINFO))
+    struct sigaction sa, old;
+    if (sigaction(SIGTERM, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+        (old.sa_flags & SA_SIGINFO))
         return; /* the program handles or ignores it: its exit path drains */
+    memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_term;
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
+    term_handled = sigaction(SIGTERM, &sa, NULL) == 0;
 }
 
 static void install(int slot, int sig)
@@ -242,7 +242,9 @@ static void handle(unsigned char b)
 {
     if (b == WAKE_DRAIN) {
         shim_trace_drain();
-    } else if (b == SIGTERM && shim_tracing()) {
+    } else if (b == SIGTERM && term_handled) {
+        /* Even when recording stopped on a write error since: the
+         * program still has to end. */
         terminate_drained();
     } else if (b == shim_cfg.flush_signal) {
         uint64_t n = shim_device_flush_all();

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -572,11 +573,17 @@ static int tracemix(void)
 
 /* CUPOOL_TRACE and signals: allocates and frees without end, counting each
  * successful call in the shared file COUNTER (two words: allocs, frees),
- * until a signal ends it. Installs no handler of its own. */
+ * until a signal ends it. Installs no handler of its own. FSIZE_LIMIT set:
+ * files may not grow past 64 KiB, so the trace's writes fail. */
 static int traceloop(void)
 {
     const char *path = getenv("COUNTER"), *ready = getenv("READY");
     CHECK(path && ready);
+    if (getenv("FSIZE_LIMIT")) { /* make the trace's writes fail */
+        struct rlimit rl = {64 * 1024, 64 * 1024};
+        signal(SIGXFSZ, SIG_IGN);
+        CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+    }
     int fd = open(path, O_RDWR | O_CREAT, 0600);
     CHECK(fd >= 0 && ftruncate(fd, 16) == 0);
     volatile uint64_t *count = mmap(NULL, 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

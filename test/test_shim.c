@@ -461,6 +461,38 @@ static void trace_killed(int sig)
 static void test_trace_sigterm_loses_nothing(void **s) { (void)s; trace_killed(SIGTERM); }
 static void test_trace_sigkill_still_reads(void **s) { (void)s; trace_killed(SIGKILL); }
 
+/* Recording stopped on a write error (the file may not grow): SIGTERM
+ * still ends the program, with its default action. */
+static void test_trace_write_error_then_sigterm(void **s)
+{
+    (void)s;
+    char dirn[] = "/tmp/cupool-tw-XXXXXX";
+    assert_non_null(mkdtemp(dirn));
+    char e1[128], e2[128], e3[128], ready[96];
+    snprintf(e1, sizeof(e1), "CUPOOL_TRACE=%s/t.trace", dirn);
+    snprintf(e2, sizeof(e2), "COUNTER=%s/count", dirn);
+    snprintf(ready, sizeof(ready), "%s/ready", dirn);
+    snprintf(e3, sizeof(e3), "READY=%s", ready);
+    child c;
+    spawn(&c, "traceloop", e1, e2, e3, "FSIZE_LIMIT=1", NULL);
+    wait_for_file(ready);
+    kill(c.pid, SIGTERM);
+    int st = 0, gone = 0;
+    for (int i = 0; i < 500 && !(gone = waitpid(c.pid, &st, WNOHANG)); i++)
+        usleep(10000);
+    if (!gone) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &st, 0);
+    }
+    unlink(c.out);
+    unlink(c.err);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(gone, c.pid);  /* not still running after 5 s */
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+}
+
 static void test_trace_bad_path(void **s)
 {
     (void)s;
@@ -539,6 +571,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trace_threads),
         cmocka_unit_test(test_trace_sigterm_loses_nothing),
         cmocka_unit_test(test_trace_sigkill_still_reads),
+        cmocka_unit_test(test_trace_write_error_then_sigterm),
         cmocka_unit_test(test_trace_bad_path),
     };
     return cmocka_run_group_tests_name("shim", tests, NULL, NULL);
