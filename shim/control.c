@@ -125,18 +125,28 @@ static stats_page *page;                   /* guarded by page_lock */
  * STATS_UNKNOWN where NVML cannot tell. */
 static _Atomic uint64_t outside[SHIM_MAX_DEVICES];
 
+void shim_comm(char *buf, size_t len)
+{
+    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, len - 1) : 0;
+    if (fd >= 0)
+        close(fd);
+    buf[n > 0 ? n - (buf[n - 1] == '\n') : 0] = '\0';
+}
+
+uint64_t shim_unix_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 void shim_stats_view(stats_view *v)
 {
     memset(v, 0, offsetof(stats_view, dev));
     v->pid = (int32_t)getpid();
-    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, v->comm, sizeof(v->comm) - 1) : 0;
-    if (fd >= 0)
-        close(fd);
-    v->comm[n > 0 ? n - (v->comm[n - 1] == '\n') : 0] = '\0';
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    v->updated_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+    shim_comm(v->comm, sizeof(v->comm));
+    v->updated_ns = shim_unix_ns();
     v->flush_signal = shim_cfg.flush_signal;
     for (int i = 0; i < SHIM_MAX_DEVICES && v->ndevices < STATS_MAX_DEVICES; i++) {
         pool_stats ps;
@@ -349,11 +359,8 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
     if (shim_real.cudaMemGetInfo(&dfree, &dtotal) != cudaSuccess)
         shim_real.cudaGetLastError();
     char c[32], r[32], a[32], f[32], l[32], df[32];
-    /* Fragmentation: the bytes exist (cached, or under the cap) but no
-     * free block is large enough and the pool may not grow. */
-    bool frag = d.cached >= size ||
-                (err == -EDQUOT && d.cached && d.cap > d.allocated &&
-                 d.cap - d.allocated >= size);
+    bool frag = stats_oom_is_fragmentation(size, d.allocated, d.cached,
+                                           err == -EDQUOT ? d.cap : 0);
     shim_trace(TRACE_OOM, frag ? TRACE_R_FRAG : err == -EDQUOT ? TRACE_R_CAP
                                                 : TRACE_R_NOMEM, dev, 0, size);
     const char *cause =

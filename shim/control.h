@@ -37,6 +37,13 @@ void shim_helper_wake(void);
 /* Logs the out-of-memory (or other) report for a failed cudaMalloc. */
 void shim_report_alloc_failure(int dev, size_t size, int err);
 
+/* This process's name (/proc/self/comm, without the newline; "" if it
+ * cannot be read) into buf of len bytes. */
+void shim_comm(char *buf, size_t len);
+
+/* CLOCK_REALTIME in nanoseconds since the epoch. */
+uint64_t shim_unix_ns(void);
+
 /* Fills *v with this process's current statistics. */
 void shim_stats_view(stats_view *v);
 

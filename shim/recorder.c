@@ -72,10 +72,7 @@ static uint64_t mono_ns(void)
 uint64_t shim_trace_now(void)
 {
 #if defined(__x86_64__)
-    /* Fenced on both sides: the read waits for every earlier instruction
-     * and no later one starts before it, so a stamp taken after a pool call
-     * is later than anything that call made visible. */
-    return __rdtsc();
+    return __rdtsc(); /* unfenced: see the top of this file */
 #else
     return mono_ns();
 #endif
@@ -149,6 +146,14 @@ static void drain_locked(ring *r)
     atomic_store_explicit(&r->woken, false, memory_order_relaxed);
 }
 
+/* Drains one ring, taking the lock. */
+static void drain_one(ring *r)
+{
+    pthread_mutex_lock(&trace_lock);
+    drain_locked(r);
+    pthread_mutex_unlock(&trace_lock);
+}
+
 void shim_trace_drain(void)
 {
     pthread_mutex_lock(&trace_lock);
@@ -219,9 +224,7 @@ void shim_trace_put_at(uint64_t time, trace_op op, trace_result res, int dev,
          * if it is full, drain it here rather than drop anything. */
         uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
         if (head - tail == RING) {
-            pthread_mutex_lock(&trace_lock);
-            drain_locked(r);
-            pthread_mutex_unlock(&trace_lock);
+            drain_one(r);
             tail = head;
         } else if (head - tail >= RING / 2 &&
                    !atomic_exchange_explicit(&r->woken, true, memory_order_relaxed)) {
@@ -234,11 +237,8 @@ void shim_trace_put_at(uint64_t time, trace_op op, trace_result res, int dev,
     rec->addr = addr;
     rec->word = trace_word(op, res, (unsigned)dev, size);
     atomic_store_explicit(&r->head, head + 1, memory_order_release);
-    if (atomic_load_explicit(&shim_trace_state, memory_order_relaxed) == 2) {
-        pthread_mutex_lock(&trace_lock);
-        drain_locked(r);
-        pthread_mutex_unlock(&trace_lock);
-    }
+    if (atomic_load_explicit(&shim_trace_state, memory_order_relaxed) == 2)
+        drain_one(r);
 }
 
 /* ---- life cycle ---------------------------------------------------------- */
@@ -261,18 +261,10 @@ void shim_trace_open(const char *pattern)
                  "recording", path, strerror(errno));
         return;
     }
-    char comm[16] = "";
-    int cfd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
-    ssize_t n = cfd >= 0 ? read(cfd, comm, sizeof(comm) - 1) : 0;
-    if (cfd >= 0)
-        close(cfd);
-    comm[n > 0 ? n - (comm[n - 1] == '\n') : 0] = '\0';
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
+    char comm[16];
+    shim_comm(comm, sizeof(comm));
     trace_header h;
-    trace_header_init(&h, (int)getpid(), comm,
-                      (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec,
-                      TRACE_SRC_SHIM);
+    trace_header_init(&h, (int)getpid(), comm, shim_unix_ns(), TRACE_SRC_SHIM);
     calibrate();
     t0 = shim_trace_now();
     pthread_mutex_lock(&trace_lock);

@@ -60,12 +60,24 @@ void stats_device_from_pool(stats_device *d, int device, const pool_stats *p)
     d->bad_frees = p->bad_frees;
 }
 
+double stats_frag(uint64_t largest_free, uint64_t cached)
+{
+    if (!cached)
+        return 0.0;
+    double f = 1.0 - (double)largest_free / (double)cached;
+    return f < 0 ? 0.0 : f;
+}
+
 double stats_fragmentation(const stats_device *d)
 {
-    if (!d->cached)
-        return 0.0;
-    double f = 1.0 - (double)d->largest_free / (double)d->cached;
-    return f < 0 ? 0.0 : f;
+    return stats_frag(d->largest_free, d->cached);
+}
+
+bool stats_oom_is_fragmentation(uint64_t size, uint64_t allocated,
+                                uint64_t cached, uint64_t limit)
+{
+    return cached >= size ||
+           (cached && limit > allocated && limit - allocated >= size);
 }
 
 const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len)

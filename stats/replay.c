@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "replay.h"
+#include "stats.h"
 
 static const replay_policy policies[] = {
     {"best", "best fit, split; at most one fence per 64 small allocations "
@@ -181,11 +182,6 @@ static size_t find_near(const trace *t, size_t i, unsigned dev, trace_op op,
     return SIZE_MAX;
 }
 
-static double frag_of(const pool_stats *s)
-{
-    return s->cached ? 1.0 - (double)s->largest_free / (double)s->cached : 0.0;
-}
-
 int replay_run(const trace *t, const replay_opts *o, replay_result *r)
 {
     memset(r, 0, sizeof(*r));
@@ -218,7 +214,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
         free(mark);
         return -ENOMEM;
     }
-    uint64_t rec_reserved = 0, last_time = 0, start = 0, peak_at = 0;
+    uint64_t rec_reserved = 0, last_time = 0, start = 0;
     double frag_area = 0, frag_now = 0;
     bool started = false;
     pool_stats s;
@@ -251,13 +247,9 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
                     r->first_oom.allocated = s.allocated;
                     r->first_oom.reserved = s.reserved;
                     r->first_oom.largest_free = s.largest_free;
-                    uint64_t limit = o->max_reserved ? o->max_reserved : o->capacity;
-                    /* Fragmentation: the free bytes are there, in the
-                     * cache or under the limit once the cache is given
-                     * back, but in pieces no request fits. */
-                    r->first_oom.fragmentation =
-                        s.cached >= size || (s.cached && limit > s.allocated &&
-                                             limit - s.allocated >= size);
+                    r->first_oom.fragmentation = stats_oom_is_fragmentation(
+                        size, s.allocated, s.cached,
+                        o->max_reserved ? o->max_reserved : o->capacity);
                 }
                 err = 0;
                 break;
@@ -332,11 +324,10 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
         if (err)
             break;
         pool_stats_get(p, &s);
-        frag_now = frag_of(&s);
-        if (s.reserved > r->peak_reserved || (s.reserved == r->peak_reserved && !peak_at)) {
+        frag_now = stats_frag(s.largest_free, s.cached);
+        if (s.reserved > r->peak_reserved) {
             r->peak_reserved = s.reserved;
             r->frag_at_peak = frag_now;
-            peak_at = i + 1;
         }
         /* A near-empty cache says nothing about fragmentation. */
         if (s.cached && s.cached * 100 >= r->peak_reserved && frag_now > r->frag_max)

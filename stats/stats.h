@@ -92,7 +92,16 @@ void stats_device_from_pool(stats_device *d, int device, const pool_stats *p);
 
 /* 1 - largest free / cached: the share of cached bytes that no single
  * request of the largest free size could use. 0 when nothing is cached. */
+double stats_frag(uint64_t largest_free, uint64_t cached);
 double stats_fragmentation(const stats_device *d);
+
+/* Whether a request of size bytes that found no room failed for
+ * fragmentation: the free bytes are there, in the cache or under the limit
+ * once the cache is given back, but in pieces it does not fit. limit is the
+ * cap or device size that stopped it, 0 if neither did. Nothing cached is
+ * never fragmentation (a limit below one segment is not). */
+bool stats_oom_is_fragmentation(uint64_t size, uint64_t allocated,
+                                uint64_t cached, uint64_t limit);
 
 /* Writes n as "1.50 GiB" (or "512 B", "-" for STATS_UNKNOWN); returns buf. */
 const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len);

@@ -101,8 +101,7 @@ static void sort_by_time(trace_record *a, trace_record *tmp, size_t n)
             while (j < hi)
                 tmp[k++] = a[j++];
         }
-        trace_record *s = a;
-        memcpy(s, tmp, n * sizeof(*a));
+        memcpy(a, tmp, n * sizeof(*a));
     }
 }
 
@@ -164,33 +163,30 @@ int trace_load(const char *path, trace *t, char *why, size_t len)
     size_t n = body / TRACE_RECORD_SIZE;
     t->partial_bytes = body % TRACE_RECORD_SIZE;
     t->rec = malloc((n ? n : 1) * sizeof(*t->rec));
-    trace_record *tmp = NULL;
-    if (t->rec) {
-        const unsigned char *p = buf + TRACE_HEADER_SIZE;
-        for (size_t i = 0; i < n; i++, p += TRACE_RECORD_SIZE) {
-            trace_record r;
-            memcpy(&r, p, sizeof(r));
-            trace_op op = trace_op_of(&r);
-            if (op < TRACE_ALLOC || op >= TRACE_OPS) {
-                t->bad_records++;
-                continue;
-            }
+    bool ok = t->rec != NULL;
+    const unsigned char *p = buf + TRACE_HEADER_SIZE;
+    for (size_t i = 0; ok && i < n; i++, p += TRACE_RECORD_SIZE) {
+        trace_record r;
+        memcpy(&r, p, sizeof(r));
+        trace_op op = trace_op_of(&r);
+        if (op < TRACE_ALLOC || op >= TRACE_OPS)
+            t->bad_records++;
+        else
             t->rec[t->n++] = r;
-        }
-        if (!sorted(t->rec, t->n)) {
-            tmp = malloc(t->n * sizeof(*tmp));
-            if (tmp)
-                sort_by_time(t->rec, tmp, t->n);
-        }
     }
     free(buf);
-    if (!t->rec || (!tmp && !sorted(t->rec, t->n))) {
+    if (ok && !sorted(t->rec, t->n)) {
+        trace_record *tmp = malloc(t->n * sizeof(*tmp));
+        ok = tmp != NULL;
+        if (ok)
+            sort_by_time(t->rec, tmp, t->n);
         free(tmp);
+    }
+    if (!ok) {
         trace_free(t);
         snprintf(why, len, "%s: out of memory loading %zu records", path, n);
         return -1;
     }
-    free(tmp);
     return 0;
 }
 

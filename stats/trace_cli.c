@@ -126,6 +126,26 @@ static int load(const char *path, trace *t)
     return 0;
 }
 
+static bool has_dev(const uint64_t devs[4], int d)
+{
+    return devs[d / 64] >> (d % 64) & 1;
+}
+
+/* Loads a->trace and the set of its devices; if --device names one the
+ * trace does not have, says so. 0, or 1 (reported; nothing to free). */
+static int load_devices(const args *a, trace *t, uint64_t devs[4])
+{
+    if (load(a->trace, t))
+        return 1;
+    replay_devices(t, devs);
+    if (a->device >= 0 && !has_dev(devs, a->device)) {
+        fprintf(stderr, "%s: %s has no records of device %d\n", me, a->trace, a->device);
+        trace_free(t);
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- dump and encode ------------------------------------------------------- */
 
 static int cmd_dump(const args *a)
@@ -273,10 +293,9 @@ static int write_timeline(const char *path, const replay_result *r)
     fprintf(f, "time_ns,allocated,reserved,largest_free,fragmentation,recorded_reserved\n");
     for (uint64_t i = 0; i < r->nsamples; i++) {
         const replay_sample *s = &r->sample[i];
-        uint64_t cached = s->reserved - s->allocated;
         fprintf(f, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f,%" PRIu64 "\n",
                 s->time, s->allocated, s->reserved, s->largest_free,
-                cached ? 1.0 - (double)s->largest_free / (double)cached : 0.0,
+                stats_frag(s->largest_free, s->reserved - s->allocated),
                 s->recorded_reserved);
     }
     if (fclose(f)) {
@@ -295,15 +314,9 @@ static int cmd_replay(const args *a)
     if ((rc = policy_list(a->policies, pol, &np)))
         return rc;
     trace t;
-    if (load(a->trace, &t))
-        return 1;
     uint64_t devs[4];
-    replay_devices(&t, devs);
-    if (a->device >= 0 && !(devs[a->device / 64] >> (a->device % 64) & 1)) {
-        fprintf(stderr, "%s: %s has no records of device %d\n", me, a->trace, a->device);
-        trace_free(&t);
+    if (load_devices(a, &t, devs))
         return 1;
-    }
     double secs = t.n ? (double)(t.rec[t.n - 1].time - t.rec[0].time) / 1e9 : 0;
     char b1[32], b2[32], b3[32];
     if (a->json)
@@ -316,7 +329,7 @@ static int cmd_replay(const args *a)
     bool first_dev = true;
     rc = 0;
     for (int d = 0; d < 256 && !rc; d++) {
-        if (!(devs[d / 64] >> (d % 64) & 1) || (a->device >= 0 && d != a->device))
+        if (!has_dev(devs, d) || (a->device >= 0 && d != a->device))
             continue;
         replay_result res[16];
         for (int k = 0; k < np && !rc; k++) {
@@ -407,17 +420,15 @@ static int cmd_plot(const args *a)
     if ((rc = policy_list(a->policies[0] ? a->policies : "best", pol, &np)))
         return rc;
     trace t;
-    if (load(a->trace, &t))
-        return 1;
     uint64_t devs[4];
-    replay_devices(&t, devs);
-    int dev = a->device;
+    if (load_devices(a, &t, devs))
+        return 1;
+    int dev = a->device; /* or the first device in the trace */
     for (int d = 0; dev < 0 && d < 256; d++)
-        if (devs[d / 64] >> (d % 64) & 1)
+        if (has_dev(devs, d))
             dev = d;
-    if (dev < 0 || !(devs[dev / 64] >> (dev % 64) & 1)) {
-        fprintf(stderr, "%s: %s has no records%s\n", me, a->trace,
-                a->device >= 0 ? " of that device" : "");
+    if (dev < 0) {
+        fprintf(stderr, "%s: %s has no records\n", me, a->trace);
         trace_free(&t);
         return 1;
     }
