@@ -489,6 +489,8 @@ static int alloc_locked(pool *p, size_t size, uintptr_t *addr)
     cached_update(p);
     p->st.allocs++;
     *addr = b->addr;
+    if (p->be.observe)
+        p->be.observe(p->be.ctx, POOL_EV_ALLOC, 0, b->addr, size);
     return 0;
 }
 
@@ -522,9 +524,14 @@ static int free_locked(pool *p, uintptr_t addr)
 {
     pool_block *b = pool_addrmap_take(&p->live, addr);
     if (!b) {
-        p->st.bad_frees++;
-        return diagnose(p, addr);
+        int err = diagnose(p, addr);
+        p->st.bad_frees += err != -ENOENT;
+        if (err != -ENOENT && p->be.observe)
+            p->be.observe(p->be.ctx, POOL_EV_FREE, err, addr, 0);
+        return err;
     }
+    if (p->be.observe) /* before any release it leads to */
+        p->be.observe(p->be.ctx, POOL_EV_FREE, 0, addr, b->requested);
     p->st.requested -= b->requested;
     p->st.allocated -= b->size;
     cached_update(p);

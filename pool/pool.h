@@ -57,8 +57,17 @@ typedef struct pool_backend {
      * needs none), or another negative errno, with which the allocation
      * that asked for it fails. */
     int (*fence)(void *ctx);
+    /* Optional: told of every allocation and of every free of an address
+     * inside the pool, with the lock held, so calls come in the order the
+     * lock served them (a block's free always before its reuse). ev is
+     * POOL_EV_ALLOC (err 0, the block's address, the bytes asked for) or
+     * POOL_EV_FREE (err 0, -EINVAL or -EALREADY; the address; the bytes
+     * asked for when the block was allocated, or 0). */
+    void (*observe)(void *ctx, int ev, int err, uintptr_t addr, size_t size);
     void *ctx;
 } pool_backend;
+
+enum { POOL_EV_ALLOC = 1, POOL_EV_FREE = 2 };
 
 /* How a request picks its block. Only POOL_FIT_BEST is meant for service;
  * the others exist so that `cupool replay` can show what best fit buys on a
@@ -114,7 +123,7 @@ typedef struct pool_config {
     X(retries, "allocations retried after releasing free segments")          \
     X(flushes, "pool_flush calls")                                           \
     X(failures, "allocations that failed for lack of memory")                \
-    X(bad_frees, "frees rejected (unknown, interior, double)")
+    X(bad_frees, "frees rejected (interior, double)")
 
 typedef struct pool_stats {
 #define POOL_X_GAUGE(name, doc) uint64_t name, name##_peak;

@@ -268,6 +268,16 @@ static void handle(unsigned char b)
     }
 }
 
+static uint64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+/* Publishes the page and drains the trace every PUBLISH_MS; while
+ * recording, also advances the trace's tick every SHIM_TRACE_TICK_MS (the
+ * rings read the clock again after it moves: recorder.h). */
 static void *helper(void *arg)
 {
     (void)arg;
@@ -275,14 +285,23 @@ static void *helper(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     bool ticking = shim_cfg.live_page || shim_tracing();
-    for (unsigned tick = 0;; tick++) {
-        if (shim_cfg.live_page && tick % NVML_EVERY == 0)
-            refresh_outside();
-        publish();
-        if (shim_tracing())
-            shim_trace_drain();
+    uint64_t due = 0;
+    for (unsigned publishes = 0;;) {
+        uint64_t now = mono_ms();
+        if (now >= due) {
+            if (shim_cfg.live_page && publishes++ % NVML_EVERY == 0)
+                refresh_outside();
+            publish();
+            if (shim_tracing())
+                shim_trace_drain();
+            due = now + PUBLISH_MS;
+        }
+        int wait = !ticking ? -1 : (int)(due - now);
+        if (shim_tracing() && wait > SHIM_TRACE_TICK_MS)
+            wait = SHIM_TRACE_TICK_MS;
         struct pollfd pf = {.fd = pipe_fd[0], .events = POLLIN};
-        int r = poll(&pf, 1, ticking ? PUBLISH_MS : -1);
+        int r = poll(&pf, 1, wait);
+        atomic_fetch_add_explicit(&shim_trace_ticks, 1, memory_order_relaxed);
         if (r < 0 && errno != EINTR)
             return NULL;
         if (r <= 0)
@@ -345,7 +364,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
     char rq[32];
     stats_fmt_bytes(size, rq, sizeof(rq));
     if (err != -ENOMEM && err != -EDQUOT) {
-        shim_trace(TRACE_OOM, TRACE_R_ERROR, dev, 0, size);
+        shim_trace_event(TRACE_OOM, TRACE_R_ERROR, dev, 0, size);
         shim_log(SHIM_LOG_ERROR, "device %d: cudaMalloc(%s) failed: %s", dev,
                  rq, err == -EOVERFLOW ? "size too large" : pool_strerror(err));
         return;
@@ -361,8 +380,8 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
     char c[32], r[32], a[32], f[32], l[32], df[32];
     bool frag = stats_oom_is_fragmentation(size, d.allocated, d.cached,
                                            err == -EDQUOT ? d.cap : 0);
-    shim_trace(TRACE_OOM, frag ? TRACE_R_FRAG : err == -EDQUOT ? TRACE_R_CAP
-                                                : TRACE_R_NOMEM, dev, 0, size);
+    shim_trace_event(TRACE_OOM, frag ? TRACE_R_FRAG : err == -EDQUOT ? TRACE_R_CAP
+                                                      : TRACE_R_NOMEM, dev, 0, size);
     const char *cause =
         frag ? "fragmentation: enough memory is free in total, but no free "
                "block is large enough and no new segment fits"

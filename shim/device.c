@@ -43,12 +43,13 @@ __attribute__((constructor(101))) static void devices_init(void)
 
 static int be_reserve(void *ctx, size_t size, uintptr_t *base)
 {
-    shim_device *d = ctx;
+    shim_shard *sh = ctx;
+    shim_device *d = sh->dev;
     /* The cap covers every shard of the device. */
     uint64_t now = atomic_fetch_add(&d->reserved, size) + size;
     if (d->cap && now > d->cap) {
         atomic_fetch_sub(&d->reserved, size);
-        shim_trace(TRACE_RESERVE, TRACE_R_CAP, d->id, 0, size);
+        shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_CAP, d->id, 0, size);
         return -EDQUOT;
     }
     uint64_t peak = atomic_load(&d->reserved_peak);
@@ -58,21 +59,25 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
     cudaError_t e = shim_real.cudaMalloc(&p, size);
     if (e == cudaSuccess) {
         *base = (uintptr_t)p;
-        shim_trace(TRACE_RESERVE, TRACE_R_OK, d->id, *base, size);
+        /* Stamped after the driver handed it out (see recorder.c). */
+        shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_OK, d->id, *base, size);
         return 0;
     }
     atomic_fetch_sub(&d->reserved, size);
     shim_real.cudaGetLastError(); /* the pool may still succeed: no residue */
     bool oom = e == cudaErrorMemoryAllocation;
-    shim_trace(TRACE_RESERVE, oom ? TRACE_R_NOMEM : TRACE_R_ERROR, d->id, 0, size);
+    shim_trace_put(sh->ring, true, TRACE_RESERVE, oom ? TRACE_R_NOMEM : TRACE_R_ERROR,
+                   d->id, 0, size);
     return oom ? -ENOMEM : -EIO;
 }
 
 static void be_release(void *ctx, uintptr_t base, size_t size)
 {
-    shim_device *d = ctx;
+    shim_shard *sh = ctx;
+    shim_device *d = sh->dev;
     atomic_fetch_sub(&d->reserved, size);
-    shim_trace(TRACE_RELEASE, TRACE_R_OK, d->id, base, size);
+    /* Stamped before the driver may hand the range out again. */
+    shim_trace_put(sh->ring, true, TRACE_RELEASE, TRACE_R_OK, d->id, base, size);
     cudaError_t e = shim_real.cudaFree((void *)base);
     if (e != cudaSuccess) {
         shim_real.cudaGetLastError();
@@ -133,7 +138,8 @@ static int barrier_locked(shim_device *d)
 
 static int be_fence(void *ctx)
 {
-    shim_device *d = ctx;
+    shim_shard *sh = ctx;
+    shim_device *d = sh->dev;
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
     pthread_mutex_lock(&d->lock);
@@ -151,9 +157,21 @@ static int be_fence(void *ctx)
     }
     pthread_mutex_unlock(&d->lock);
     shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
-    shim_trace(TRACE_FENCE, !err ? TRACE_R_OK : err == -EAGAIN ? TRACE_R_DEFERRED
-                                                   : TRACE_R_ERROR, d->id, 0, 0);
+    shim_trace_put(sh->ring, false, TRACE_FENCE,
+                   !err ? TRACE_R_OK : err == -EAGAIN ? TRACE_R_DEFERRED : TRACE_R_ERROR,
+                   d->id, 0, 0);
     return err;
+}
+
+/* The pool's observer: its allocations and frees, in lock order. */
+static void be_observe(void *ctx, int ev, int err, uintptr_t addr, size_t size)
+{
+    shim_shard *sh = ctx;
+    if (ev == POOL_EV_ALLOC)
+        shim_trace_put(sh->ring, false, TRACE_ALLOC, TRACE_R_OK, sh->id, addr, size);
+    else
+        shim_trace_put(sh->ring, false, TRACE_FREE, err ? TRACE_R_BADFREE : TRACE_R_OK,
+                       sh->id, addr, 0);
 }
 
 /* ---- pools ----------------------------------------------------------------
@@ -186,9 +204,15 @@ static pool *create_locked(shim_device *d, int shard)
     }
     pc.max_reserved = 0; /* the device's cap, in be_reserve */
     pc.release_threshold = shim_cfg.release_threshold;
+    shim_shard *sh = &d->shards[shard];
+    sh->dev = d;
+    sh->id = d->id;
+    bool tracing = shim_tracing();
+    if (tracing && !sh->ring)
+        sh->ring = shim_trace_ring_new();
     pool_backend be = {.reserve = be_reserve, .release = be_release,
                        .fence = shim_cfg.fence == SHIM_FENCE_NONE ? NULL : be_fence,
-                       .ctx = d};
+                       .observe = tracing ? be_observe : NULL, .ctx = sh};
     pool *p = NULL;
     int err = pool_create(&pc, &be, &p);
     if (err) {
@@ -330,7 +354,7 @@ uint64_t shim_device_flush_all(void)
         if (!shim_device_shard_if_any(i, 0) || shim_real.cudaSetDevice(i) != cudaSuccess)
             continue;
         uint64_t n = shim_device_flush(i);
-        shim_trace(TRACE_FLUSH, TRACE_R_OK, i, 0, n);
+        shim_trace_event(TRACE_FLUSH, TRACE_R_OK, i, 0, n);
         total += n;
     }
     if (cur >= 0)

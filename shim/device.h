@@ -19,8 +19,20 @@ typedef struct shim_stream {
     bool nonblocking;
 } shim_stream;
 
+struct shim_device;
+struct shim_trace_ring;
+
+/* What the backend of one shard's pool knows: its device, and the ring its
+ * events are recorded to (NULL when not recording). */
+typedef struct shim_shard {
+    struct shim_device *dev;
+    int id;                      /* the device's */
+    struct shim_trace_ring *ring;
+} shim_shard;
+
 typedef struct shim_device {
     int id;
+    shim_shard shards[SHIM_SHARDS_MAX]; /* the backends' contexts */
     _Atomic(pool *) pools[SHIM_SHARDS_MAX]; /* shards, created on first use */
     uint64_t cap;              /* bytes over all shards; 0 = none */
     _Atomic uint64_t reserved; /* bytes reserved by all shards */

@@ -13,7 +13,6 @@
 #include "control.h"
 #include "device.h"
 #include "log.h"
-#include "recorder.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -81,7 +80,6 @@ EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
     inside--;
     if (!err) {
         *ptr = (void *)a;
-        shim_trace(TRACE_ALLOC, TRACE_R_OK, dev, a, size); /* stamped after */
         return cudaSuccess;
     }
     shim_report_alloc_failure(dev, size, err);
@@ -94,18 +92,12 @@ EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
  * Returns 0, -ENOENT if no pool owns it, or pool_free's error. */
 static int free_pooled(void *ptr)
 {
-    /* Stamped before the block is freed: see recorder.c. */
-    bool tracing = shim_tracing();
-    uint64_t t = tracing ? shim_trace_now() : 0;
     inside++;
-    int dev = current_device(), where = dev;
+    int dev = current_device();
     int err = dev >= 0 ? shim_device_free(dev, (uintptr_t)ptr) : -ENOENT;
     for (int i = 0; err == -ENOENT && i < SHIM_MAX_DEVICES; i++)
         if (i != dev && shim_device_shard_if_any(i, 0))
-            err = shim_device_free(where = i, (uintptr_t)ptr);
-    if (tracing && err != -ENOENT)
-        shim_trace_put_at(t, TRACE_FREE, err ? TRACE_R_BADFREE : TRACE_R_OK,
-                          where, (uintptr_t)ptr, 0);
+            err = shim_device_free(i, (uintptr_t)ptr);
     inside--;
     if (err == -EINVAL || err == -EALREADY)
         shim_log(SHIM_LOG_WARN, "cudaFree(%p): %s; nothing was freed", ptr,

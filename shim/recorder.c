@@ -1,22 +1,20 @@
 /*
  * recorder.c - see recorder.h.
  *
- * Rings: one per thread, single producer (its thread) and single consumer
- * (whoever holds trace_lock). head counts records written, tail records
- * drained; both only grow. A ring is created at a thread's first event and
- * kept in a list for the life of the process; when its thread exits it is
- * marked orphan, drained, and handed to the next new thread.
+ * Rings: one per pool, filled under the pool's lock (so one producer at a
+ * time) and drained by whoever holds trace_lock. head counts records
+ * written, tail records drained; both only grow.
  *
- * Time: records carry the TSC on x86-64 (about 10 ns to read, against
- * about 20 to 30 for clock_gettime) and are converted to nanoseconds since the trace
- * began when drained, at a rate measured once at open over 10 ms (error
- * about 1e-5). The TSC is invariant and synchronized across cores on the
- * CPUs CUDA runs on. A free is stamped before the pool frees the block and
- * an allocation after the pool returns it, so a block freed by one thread
- * and reused by another is ordered right in the file, give or take the few
- * nanoseconds by which an unfenced RDTSC may run ahead of or behind its
- * neighbours (fencing it costs another 15 ns a read). The replay puts
- * such a free back before the reuse (replay.c, "reordered").
+ * Time: records carry the TSC on x86-64 (about 12 ns to read on an H200's
+ * host, against 21 for clock_gettime) and are converted to nanoseconds
+ * since the trace began when drained, at a rate measured once at open over
+ * 10 ms (error about 1e-5). The TSC is invariant and synchronized across
+ * cores on the CPUs CUDA runs on. Two reads per allocation/free pair were
+ * 25 of the 36 ns that recording added to a 100 ns pair, which is why a
+ * ring reads it only now and then (recorder.h). Order does not depend on
+ * the clock: a pool's events are in its ring in lock order, and an address
+ * moves between pools only through the driver, between a release stamped
+ * before the segment is freed and a reserve stamped after it is allocated.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,29 +34,19 @@
 #include <x86intrin.h>
 #endif
 
-enum { RING = 16384 };          /* records per thread: 384 KiB */
+enum { RING = SHIM_TRACE_RING };
 enum { STAGE = 4096 };          /* records per write(2) */
 
-typedef struct ring {
-    _Atomic uint64_t head;      /* written by the owner thread */
-    _Atomic uint64_t tail;      /* written by the drainer (trace_lock) */
-    uint64_t limit;             /* owner only: head may grow to this without
-                                   reading tail (a line the drainer writes) */
-    atomic_bool orphan;         /* its thread has exited */
-    atomic_bool woken;          /* the helper was asked to drain it */
-    struct ring *next;          /* every ring, newest first */
-    trace_record rec[RING];
-} ring;
+typedef shim_trace_ring ring;
 
 atomic_int shim_trace_state;
+atomic_uint shim_trace_ticks;
 
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(ring *) rings;
 static int trace_fd = -1;           /* guarded by trace_lock */
 static uint64_t t0;                 /* shim_trace_now() at open */
 static double ns_per_tick = 1.0;
-static pthread_key_t ring_key;
-static __thread ring *mine __attribute__((tls_model("initial-exec")));
 
 /* ---- time ---------------------------------------------------------------- */
 
@@ -72,7 +60,7 @@ static uint64_t mono_ns(void)
 uint64_t shim_trace_now(void)
 {
 #if defined(__x86_64__)
-    return __rdtsc(); /* unfenced: see the top of this file */
+    return __rdtsc(); /* unfenced: order comes from the rings */
 #else
     return mono_ns();
 #endif
@@ -146,8 +134,7 @@ static void drain_locked(ring *r)
     atomic_store_explicit(&r->woken, false, memory_order_relaxed);
 }
 
-/* Drains one ring, taking the lock. */
-static void drain_one(ring *r)
+void shim_trace_ring_drain(ring *r)
 {
     pthread_mutex_lock(&trace_lock);
     drain_locked(r);
@@ -173,72 +160,57 @@ void shim_trace_finish(void)
 
 /* ---- recording ----------------------------------------------------------- */
 
-static void ring_orphan(void *arg)
+ring *shim_trace_ring_new(void)
 {
-    ring *r = arg;
-    mine = NULL;
-    atomic_store(&r->orphan, true);
-}
-
-/* The calling thread's ring: an orphaned, drained one if any, else new. */
-static ring *ring_get(void)
-{
-    ring *r = NULL;
-    pthread_mutex_lock(&trace_lock);
-    for (ring *c = atomic_load(&rings); c; c = c->next) {
-        if (atomic_load(&c->orphan)) {
-            drain_locked(c);
-            atomic_store(&c->orphan, false);
-            r = c;
-            break;
-        }
+    /* Populated now: a page fault per 170 records on the allocation path
+     * cost more than the record itself (+50% on a 512-byte pair measured
+     * on an H200's host). */
+    ring *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (r == MAP_FAILED) {
+        shim_log(SHIM_LOG_WARN, "trace: no memory for a %zu-KiB buffer: "
+                 "this pool's events are written one by one",
+                 sizeof(*r) >> 10);
+        return NULL;
     }
-    pthread_mutex_unlock(&trace_lock);
-    if (!r) {
-        /* Populated now: a page fault per 170 records on the allocation
-         * path cost more than the record itself (+50% on a 512-byte pair
-         * measured on an H200's host). */
-        r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        if (r == MAP_FAILED)
-            return NULL;
-        r->next = atomic_load(&rings);
-        while (!atomic_compare_exchange_weak(&rings, &r->next, r))
-            ;
-    }
-    pthread_setspecific(ring_key, r);
+    r->left = 1; /* read the clock at the first record */
+    r->limit = RING / 2;
+    r->next = atomic_load(&rings);
+    while (!atomic_compare_exchange_weak(&rings, &r->next, r))
+        ;
     return r;
 }
 
-void shim_trace_put_at(uint64_t time, trace_op op, trace_result res, int dev,
-                       uint64_t addr, uint64_t size)
+void shim_trace_ring_room(ring *r, uint64_t head)
 {
-    ring *r = mine;
-    if (!r && !(r = mine = ring_get())) {
-        shim_count(SHIM_trace_lost);
+    /* Past half the ring since tail was last read: wake the helper; if it
+     * is full, drain it here rather than drop anything. */
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+    if (head - tail == RING) {
+        shim_trace_ring_drain(r);
+        tail = head;
+    } else if (head - tail >= RING / 2 &&
+               !atomic_exchange_explicit(&r->woken, true, memory_order_relaxed)) {
+        shim_helper_wake();
+    }
+    r->limit = head - tail >= RING / 2 ? tail + RING : tail + RING / 2;
+}
+
+void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,
+                      uint64_t size)
+{
+    if (!shim_tracing())
         return;
+    pthread_mutex_lock(&trace_lock);
+    trace_record rec = {.time = to_ns(shim_trace_now()), .addr = addr,
+                        .word = trace_word(op, res, (unsigned)dev, size)};
+    if (trace_fd >= 0) {
+        write_all(&rec, sizeof(rec));
+        shim_count(trace_fd >= 0 ? SHIM_trace_records : SHIM_trace_lost);
+    } else {
+        shim_count(SHIM_trace_lost);
     }
-    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-    if (head >= r->limit) {
-        /* Past half the ring since tail was last read: wake the helper;
-         * if it is full, drain it here rather than drop anything. */
-        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-        if (head - tail == RING) {
-            drain_one(r);
-            tail = head;
-        } else if (head - tail >= RING / 2 &&
-                   !atomic_exchange_explicit(&r->woken, true, memory_order_relaxed)) {
-            shim_helper_wake();
-        }
-        r->limit = head - tail >= RING / 2 ? tail + RING : tail + RING / 2;
-    }
-    trace_record *rec = &r->rec[head % RING];
-    rec->time = time;
-    rec->addr = addr;
-    rec->word = trace_word(op, res, (unsigned)dev, size);
-    atomic_store_explicit(&r->head, head + 1, memory_order_release);
-    if (atomic_load_explicit(&shim_trace_state, memory_order_relaxed) == 2)
-        drain_one(r);
+    pthread_mutex_unlock(&trace_lock);
 }
 
 /* ---- life cycle ---------------------------------------------------------- */
@@ -249,10 +221,6 @@ void shim_trace_open(const char *pattern)
     if (shim_path_expand(pattern, (int)getpid(), path, sizeof(path))) {
         shim_log(SHIM_LOG_ERROR, "CUPOOL_TRACE=%s: path too long; not "
                  "recording", pattern);
-        return;
-    }
-    if (pthread_key_create(&ring_key, ring_orphan) != 0) {
-        shim_log(SHIM_LOG_ERROR, "trace: no thread key; not recording");
         return;
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

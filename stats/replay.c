@@ -194,7 +194,8 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
         cfg.fence_interval = o->policy->fence_interval;
     cfg.max_reserved = o->max_reserved;
     device dev = {.capacity = o->capacity, .next = UINT64_C(1) << 40};
-    pool_backend be = {dev_reserve, dev_release, dev_fence, &dev};
+    pool_backend be = {.reserve = dev_reserve, .release = dev_release,
+                       .fence = dev_fence, .ctx = &dev};
     pool *p;
     int err = pool_create(&cfg, &be, &p);
     if (err)

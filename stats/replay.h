@@ -65,9 +65,10 @@ typedef struct replay_result {
     uint64_t recorded_ooms, recorded_ooms_served; /* failed when recorded;
                                  of those, served by this replay */
     uint64_t unmatched_frees; /* frees of blocks the replay never made */
-    uint64_t reordered;       /* frees stamped a few ns after the reuse of
+    uint64_t reordered;       /* frees found a few ns after the reuse of
                                  their block by another thread, applied
-                                 before it */
+                                 before it (traces of other recorders:
+                                 cupool's keeps each pool's lock order) */
     uint64_t recorded_fences, recorded_peak_reserved, recorded_flushes;
     replay_sample *sample;    /* with opts.samples: one per event */
     uint64_t nsamples;

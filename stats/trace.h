@@ -2,9 +2,11 @@
  * trace.h - cupool's allocation trace: the file format, and its reader.
  *
  * A trace is a 64-byte header followed by 24-byte records, little-endian,
- * appended as they are drained from per-thread buffers. Records of one
- * thread are in order; records of different threads interleave in chunks,
- * so a reader sorts by time (trace_load does, stably). A trace cut short
+ * appended as they are drained from per-pool buffers. Records of one pool
+ * are in the order its lock served them, with times that never decrease;
+ * records of different pools interleave in chunks, so a reader sorts by
+ * time (trace_load does, stably, which keeps each pool's order). Times may
+ * be early by up to a millisecond (shim/recorder.h). A trace cut short
  * (a crash, a kill -9) ends in at most one partial record, which readers
  * ignore and report.
  *
@@ -14,7 +16,7 @@
  *   record   u64 time (ns since start), u64 address,
  *            u64 size:48 | op:4 | result:4 | device:8
  *
- * The writer lives in the shim (shim/trace.c); `cupool-trace encode` and
+ * The writer lives in the shim (shim/recorder.c); `cupool-trace encode` and
  * the tests write through trace_write_*.
  */
 #ifndef CUPOOL_STATS_TRACE_H

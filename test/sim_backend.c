@@ -59,10 +59,8 @@ void sim_backend_init(sim_backend *sim, size_t capacity, pool_backend *be)
     memset(sim, 0, sizeof(*sim));
     sim->next_base = (uintptr_t)1 << 32;
     sim->capacity = capacity;
-    be->reserve = sim_reserve;
-    be->release = sim_release;
-    be->fence = sim_fence;
-    be->ctx = sim;
+    *be = (pool_backend){.reserve = sim_reserve, .release = sim_release,
+                         .fence = sim_fence, .ctx = sim};
 }
 
 void sim_backend_fini(sim_backend *sim)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 static double now_ns(void)
@@ -52,6 +53,17 @@ int main(void)
     TIME("cudaEventRecord(legacy)", cudaEventRecord(ev, cudaStreamLegacy));
     TIME("cudaEventRecord(non-blocking)", cudaEventRecord(ev, nb));
     TIME("cudaStreamWaitEvent(non-blocking)", cudaStreamWaitEvent(nb, ev, 0));
+    /* Cheaper ways to put something on the legacy stream. */
+    cudaDeviceSynchronize();
+    TIME("cudaStreamWaitEvent(legacy, done event)",
+         cudaStreamWaitEvent(cudaStreamLegacy, ev, 0));
+    CUevent cev;
+    cuEventCreate(&cev, CU_EVENT_DISABLE_TIMING);
+    TIME("cuEventRecord(legacy) (driver API)", cuEventRecord(cev, CU_STREAM_LEGACY));
+    CUdeviceptr word;
+    cuMemAlloc(&word, 64);
+    TIME("cuStreamWriteValue32(legacy)",
+         cuStreamWriteValue32(CU_STREAM_LEGACY, word, 1, 0));
     cudaDeviceSynchronize();
     return 0;
 }
