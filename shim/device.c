@@ -12,9 +12,11 @@
  *            but only when a block freed since the last fence is reused.
  *   none     no fence (only for programs known to use one stream).
  * No fence is issued while a graph is being captured: the fence answers
- * -EAGAIN and the pool serves the request from a new segment instead. The
- * fence runs in relaxed capture mode so that it can never break a capture
- * on another thread.
+ * -EAGAIN and the pool serves the request from a new segment instead. While
+ * a capture begun through the interposed runtime is open, the fence checks
+ * the legacy and every tracked stream, in relaxed capture mode so that it
+ * can never break a capture on another thread; while none is, it skips those
+ * checks (a capture begun through the driver API is not seen: DESIGN.md).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -136,27 +138,62 @@ static int barrier_locked(shim_device *d)
     return 0;
 }
 
+/* Captures begun and not ended (shim_capture_begin). */
+static atomic_int captures;
+
+void shim_capture_begin(void)
+{
+    atomic_fetch_add(&captures, 1);
+    /* A fence that read no capture holds its device's lock until its CUDA
+     * calls are in: wait for any such fence before the capture begins. */
+    for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
+        if (!shim_device_shard_if_any(i, 0))
+            continue;
+        pthread_mutex_lock(&shim_devices[i].lock);
+        pthread_mutex_unlock(&shim_devices[i].lock);
+    }
+}
+
+void shim_capture_end(void)
+{
+    atomic_fetch_sub(&captures, 1);
+}
+
+/* The fence proper. Needs d->lock. */
+static int fence_locked(shim_device *d)
+{
+    if (shim_cfg.fence != SHIM_FENCE_SYNC)
+        return barrier_locked(d);
+    cudaError_t e = shim_real.cudaDeviceSynchronize();
+    atomic_fetch_add(&d->syncs, 1);
+    if (e == cudaSuccess)
+        return 0;
+    shim_real.cudaGetLastError();
+    return -EIO;
+}
+
 static int be_fence(void *ctx)
 {
     shim_shard *sh = ctx;
     shim_device *d = sh->dev;
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
-    pthread_mutex_lock(&d->lock);
     int err = -EAGAIN;
-    if (!any_capture(d)) {
-        if (shim_cfg.fence == SHIM_FENCE_SYNC) {
-            cudaError_t e = shim_real.cudaDeviceSynchronize();
-            atomic_fetch_add(&d->syncs, 1);
-            err = e == cudaSuccess ? 0 : -EIO;
-            if (err)
-                shim_real.cudaGetLastError();
-        } else {
-            err = barrier_locked(d);
-        }
-    }
+    pthread_mutex_lock(&d->lock);
+    bool fast = atomic_load(&captures) == 0;
+    if (fast)
+        err = fence_locked(d);
     pthread_mutex_unlock(&d->lock);
-    shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
+    if (!fast) {
+        /* A capture may be going on, on this thread or another: check
+         * every stream, in relaxed mode so that the checks themselves
+         * cannot break it. */
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
+        pthread_mutex_lock(&d->lock);
+        if (!any_capture(d))
+            err = fence_locked(d);
+        pthread_mutex_unlock(&d->lock);
+        shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
+    }
     shim_trace_put(sh->ring, false, TRACE_FENCE,
                    !err ? TRACE_R_OK : err == -EAGAIN ? TRACE_R_DEFERRED : TRACE_R_ERROR,
                    d->id, 0, 0);

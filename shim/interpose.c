@@ -215,6 +215,82 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
     return REAL_OR(cudaStreamDestroy, cudaErrorInitializationError, s);
 }
 
+/* ---- graph captures: counted so the fence knows when to look ----------- */
+
+#define BEGIN_CAPTURE(name, stream, ...)                                      \
+    do {                                                                      \
+        bool counted = !inside && shim_active();                              \
+        if (counted)                                                          \
+            shim_capture_begin();                                             \
+        cudaError_t e_ = REAL_OR(name, cudaErrorNotSupported, stream, __VA_ARGS__); \
+        if (counted && e_ != cudaSuccess)                                     \
+            shim_capture_end();                                               \
+        return e_;                                                            \
+    } while (0)
+
+/* Counts the end of a capture only if the stream had one and has none
+ * after the call (an invalidated capture ends with an error; a call from
+ * the wrong thread ends nothing). */
+static cudaError_t end_capture(cudaError_t (*real)(cudaStream_t, cudaGraph_t *),
+                               cudaStream_t s, cudaGraph_t *g, bool per_thread)
+{
+    /* To the per-thread forms, stream 0 is the calling thread's stream. */
+    cudaStream_t q = per_thread && !s ? cudaStreamPerThread : s;
+    if (!real)
+        return cudaErrorNotSupported;
+    bool counted = !inside && shim_active() && shim_real.cudaStreamIsCapturing;
+    enum cudaStreamCaptureStatus before = cudaStreamCaptureStatusNone, after = before;
+    inside++;
+    if (counted && shim_real.cudaStreamIsCapturing(q, &before) != cudaSuccess)
+        before = cudaStreamCaptureStatusNone;
+    cudaError_t e = real(s, g);
+    if (counted && before != cudaStreamCaptureStatusNone) {
+        if (shim_real.cudaStreamIsCapturing(q, &after) == cudaSuccess &&
+            after == cudaStreamCaptureStatusNone)
+            shim_capture_end();
+    }
+    inside--;
+    return e;
+}
+
+EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
+{
+    BEGIN_CAPTURE(cudaStreamBeginCapture, s, m);
+}
+
+EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, enum cudaStreamCaptureMode m)
+{
+    BEGIN_CAPTURE(cudaStreamBeginCapture_ptsz, s, m);
+}
+
+EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g,
+                                                 const cudaGraphNode_t *deps,
+                                                 const cudaGraphEdgeData *data,
+                                                 size_t n, enum cudaStreamCaptureMode m)
+{
+    BEGIN_CAPTURE(cudaStreamBeginCaptureToGraph, s, g, deps, data, n, m);
+}
+
+EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t g,
+                                                      const cudaGraphNode_t *deps,
+                                                      const cudaGraphEdgeData *data,
+                                                      size_t n, enum cudaStreamCaptureMode m)
+{
+    BEGIN_CAPTURE(cudaStreamBeginCaptureToGraph_ptsz, s, g, deps, data, n, m);
+}
+
+EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+{
+    shim_real_resolve();
+    return end_capture(shim_real.cudaStreamEndCapture, s, g, false);
+}
+
+EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g)
+{
+    shim_real_resolve();
+    return end_capture(shim_real.cudaStreamEndCapture_ptsz, s, g, true);
+}
+
 EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
 {
     if (pass())

@@ -43,6 +43,9 @@ static void resolve(void)
     SHIM_INTERPOSED(SHIM_X_FIND)
     SHIM_USED(SHIM_X_FIND)
 #undef SHIM_X_FIND
+#define SHIM_X_TRY(ret, name, params) *(void **)&shim_real.name = find(#name, &lib);
+    SHIM_OPTIONAL(SHIM_X_TRY)
+#undef SHIM_X_TRY
     result = missing ? -ENOENT : 0;
 }
 

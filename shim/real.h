@@ -32,6 +32,37 @@
     X(cudaError_t, cudaMallocAsync,                                           \
       (void **ptr, size_t size, cudaStream_t stream))
 
+/* Interposed when the runtime has them (CUDA 12.3 and later have all):
+ * the shim counts graph captures begun and ended through them, so that the
+ * fence checks streams for a capture only while one may be going on. A
+ * missing one is no error; the per-thread-stream forms are what programs
+ * built with --default-stream per-thread call. */
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
+                                        enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                               const cudaGraphNode_t *dependencies,
+                                               const cudaGraphEdgeData *dependencyData,
+                                               size_t numDependencies,
+                                               enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *graph);
+
+#define SHIM_OPTIONAL(X)                                                      \
+    X(cudaError_t, cudaStreamBeginCapture,                                    \
+      (cudaStream_t stream, enum cudaStreamCaptureMode mode))                 \
+    X(cudaError_t, cudaStreamBeginCapture_ptsz,                               \
+      (cudaStream_t stream, enum cudaStreamCaptureMode mode))                 \
+    X(cudaError_t, cudaStreamBeginCaptureToGraph,                             \
+      (cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *deps,   \
+       const cudaGraphEdgeData *data, size_t ndeps,                           \
+       enum cudaStreamCaptureMode mode))                                      \
+    X(cudaError_t, cudaStreamBeginCaptureToGraph_ptsz,                        \
+      (cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *deps,   \
+       const cudaGraphEdgeData *data, size_t ndeps,                           \
+       enum cudaStreamCaptureMode mode))                                      \
+    X(cudaError_t, cudaStreamEndCapture, (cudaStream_t stream, cudaGraph_t *graph)) \
+    X(cudaError_t, cudaStreamEndCapture_ptsz,                                 \
+      (cudaStream_t stream, cudaGraph_t *graph))
+
 /* Called but not interposed. */
 #define SHIM_USED(X)                                                          \
     X(cudaError_t, cudaGetDevice, (int *device))                              \
@@ -55,6 +86,7 @@
 typedef struct shim_real_table {
 #define SHIM_X_PTR(ret, name, params) ret (*name) params;
     SHIM_INTERPOSED(SHIM_X_PTR)
+    SHIM_OPTIONAL(SHIM_X_PTR)
     SHIM_USED(SHIM_X_PTR)
 #undef SHIM_X_PTR
 } shim_real_table;

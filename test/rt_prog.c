@@ -120,20 +120,46 @@ static int fence_sync(void)
     return 0;
 }
 
-/* A capture in progress: no fence is issued, fresh memory is used. */
+/* A capture in progress: no fence is issued, fresh memory is used. Once
+ * it ended, fences come back, without the capture checks. */
 static int capture(void)
 {
-    void *a, *b, *c;
+    void *a, *b, *c, *d;
+    cudaStream_t s;
+    cudaGraph_t g;
+    OK(cudaStreamCreate(&s));
     fill_segment(&a, &b);
     OK(cudaFree(a));
-    simcuda_set_capturing(cudaStreamLegacy, 1);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     simcuda_stats s0 = sim(0);
     OK(cudaMalloc(&c, MIB));
     CHECK(c != a);
     CHECK(sim(0).event_records == s0.event_records);
     CHECK(sim(0).syncs == s0.syncs);
     CHECK(sim(0).mallocs == s0.mallocs + 1);
-    simcuda_set_capturing(cudaStreamLegacy, 0);
+    CHECK(sim(0).capture_queries > s0.capture_queries); /* it looked */
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    CHECK(cudaStreamEndCapture(s, &g) != cudaSuccess); /* nothing to end */
+    void *e;
+    OK(cudaMalloc(&e, MIB)); /* the clean rest of c's segment */
+    OK(cudaFree(c));
+    s0 = sim(0);
+    OK(cudaMalloc(&d, MIB)); /* only a and c, dirty, fit: fence */
+    CHECK(d == a || d == c);
+    CHECK(sim(0).legacy_records == s0.legacy_records + 1);
+    CHECK(sim(0).capture_queries == s0.capture_queries);
+    void *f;
+    OK(cudaMalloc(&f, MIB)); /* the other of a and c, clean since the fence */
+    /* A capture that failed to begin is not counted. */
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) != cudaSuccess);
+    OK(cudaStreamEndCapture(s, &g));
+    OK(cudaFree(d));
+    s0 = sim(0);
+    OK(cudaMalloc(&d, MIB)); /* only d, dirty, fits: fence */
+    CHECK(sim(0).legacy_records == s0.legacy_records + 1);
+    CHECK(sim(0).capture_queries == s0.capture_queries);
+    OK(cudaStreamDestroy(s));
     return 0;
 }
 

@@ -3,6 +3,7 @@
  * Only what cupool calls (and what tests call around it) is implemented.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,10 +277,60 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
     return cudaSuccess;
 }
 
+static bool is_capturing(cudaStream_t s)
+{
+    bool on = false;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        on |= capturing_streams[i] && capturing_streams[i] == s;
+    pthread_mutex_unlock(&lock);
+    return on;
+}
+
+static cudaError_t begin_capture(cudaStream_t s)
+{
+    if (is_capturing(s))
+        return fail(cudaErrorIllegalState);
+    simcuda_set_capturing(s, 1);
+    return cudaSuccess;
+}
+
+static cudaError_t end_capture(cudaStream_t s, cudaGraph_t *g)
+{
+    if (!is_capturing(s))
+        return fail(cudaErrorIllegalState);
+    simcuda_set_capturing(s, 0);
+    *g = (cudaGraph_t)0x1000; /* never dereferenced */
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
+{
+    (void)m;
+    return begin_capture(s);
+}
+
+EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, enum cudaStreamCaptureMode m)
+{
+    (void)m;
+    return begin_capture(s ? s : cudaStreamPerThread);
+}
+
+EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+{
+    return end_capture(s, g);
+}
+
+EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g)
+{
+    return end_capture(s ? s : cudaStreamPerThread, g);
+}
+
 EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
 {
     *status = cudaStreamCaptureStatusNone;
     pthread_mutex_lock(&lock);
+    st[current].capture_queries++;
     for (int i = 0; i < MAX_STREAMS; i++)
         if (capturing_streams[i] && capturing_streams[i] == s)
             *status = cudaStreamCaptureStatusActive;

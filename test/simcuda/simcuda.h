@@ -14,11 +14,14 @@
 typedef struct simcuda_stats {
     unsigned long mallocs, frees, bad_frees, syncs;
     unsigned long event_records, legacy_records, stream_waits;
+    unsigned long capture_queries;  /* cudaStreamIsCapturing calls */
     unsigned long long used, capacity;
 } simcuda_stats;
 
 void simcuda_get_stats(int dev, simcuda_stats *out);
-/* Marks a stream (cudaStreamLegacy included) as capturing a graph, or not. */
+/* Marks a stream (cudaStreamLegacy included) as capturing a graph, or not,
+ * behind the interposed runtime's back (as the driver API would). The
+ * runtime's own cudaStreamBeginCapture / EndCapture do the same. */
 void simcuda_set_capturing(cudaStream_t s, int on);
 
 #endif
