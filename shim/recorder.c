@@ -196,6 +196,31 @@ void shim_trace_ring_room(ring *r, uint64_t head)
     r->limit = head - tail >= RING / 2 ? tail + RING : tail + RING / 2;
 }
 
+void shim_trace_put_slow(ring *r, trace_op op, trace_result res, int dev,
+                         uint64_t addr, uint64_t size)
+{
+    if (!r) {
+        shim_trace_event(op, res, dev, addr, size);
+        return;
+    }
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+    if (head >= r->limit)
+        shim_trace_ring_room(r, head);
+    /* Never behind a record before it: the lock's last holder may have
+     * read a TSC a few ns ahead on another core. */
+    uint64_t now = shim_trace_now();
+    r->stamp = now > r->stamp ? now : r->stamp;
+    r->left = SHIM_TRACE_EVERY;
+    r->tick = atomic_load_explicit(&shim_trace_ticks, memory_order_relaxed);
+    trace_record *rec = &r->rec[head % RING];
+    rec->time = r->stamp;
+    rec->addr = addr;
+    rec->word = trace_word(op, res, (unsigned)dev, size);
+    atomic_store_explicit(&r->head, head + 1, memory_order_release);
+    if (shim_tracing() == 2)
+        shim_trace_ring_drain(r);
+}
+
 void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,
                       uint64_t size)
 {
