@@ -134,7 +134,8 @@ static void drain_locked(ring *r)
     atomic_store_explicit(&r->woken, false, memory_order_relaxed);
 }
 
-void shim_trace_ring_drain(ring *r)
+/* Drains r now, taking the lock. */
+static void ring_drain(ring *r)
 {
     pthread_mutex_lock(&trace_lock);
     drain_locked(r);
@@ -181,13 +182,14 @@ ring *shim_trace_ring_new(void)
     return r;
 }
 
-void shim_trace_ring_room(ring *r, uint64_t head)
+/* Makes room in r and sets a new limit. */
+static void ring_room(ring *r, uint64_t head)
 {
     /* Past half the ring since tail was last read: wake the helper; if it
      * is full, drain it here rather than drop anything. */
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
     if (head - tail == RING) {
-        shim_trace_ring_drain(r);
+        ring_drain(r);
         tail = head;
     } else if (head - tail >= RING / 2 &&
                !atomic_exchange_explicit(&r->woken, true, memory_order_relaxed)) {
@@ -205,20 +207,16 @@ void shim_trace_put_slow(ring *r, trace_op op, trace_result res, int dev,
     }
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
     if (head >= r->limit)
-        shim_trace_ring_room(r, head);
+        ring_room(r, head);
     /* Never behind a record before it: the lock's last holder may have
      * read a TSC a few ns ahead on another core. */
     uint64_t now = shim_trace_now();
     r->stamp = now > r->stamp ? now : r->stamp;
     r->left = SHIM_TRACE_EVERY;
     r->tick = atomic_load_explicit(&shim_trace_ticks, memory_order_relaxed);
-    trace_record *rec = &r->rec[head % RING];
-    rec->time = r->stamp;
-    rec->addr = addr;
-    rec->word = trace_word(op, res, (unsigned)dev, size);
-    atomic_store_explicit(&r->head, head + 1, memory_order_release);
+    shim_trace_ring_store(r, head, op, res, dev, addr, size);
     if (shim_tracing() == 2)
-        shim_trace_ring_drain(r);
+        ring_drain(r);
 }
 
 void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,

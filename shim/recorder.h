@@ -73,13 +73,6 @@ uint64_t shim_trace_now(void);
  * memory. Rings live as long as the process, like the pools. */
 shim_trace_ring *shim_trace_ring_new(void);
 
-/* Makes room in r (wakes the helper past half, drains here when full) and
- * sets a new limit. */
-void shim_trace_ring_room(shim_trace_ring *r, uint64_t head);
-
-/* Drains r now (exiting: every record goes straight out). */
-void shim_trace_ring_drain(shim_trace_ring *r);
-
 /* Writes one record at once, stamped now, under the trace lock: for events
  * outside any pool, and for a pool whose ring could not be made. */
 void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,
@@ -89,6 +82,18 @@ void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,
  * clock to read, the limit reached, or the exit path. */
 void shim_trace_put_slow(shim_trace_ring *r, trace_op op, trace_result res,
                          int dev, uint64_t addr, uint64_t size);
+
+/* Writes the record at head, stamped with r's time, and publishes it. */
+static inline void shim_trace_ring_store(shim_trace_ring *r, uint64_t head,
+                                         trace_op op, trace_result res, int dev,
+                                         uint64_t addr, uint64_t size)
+{
+    trace_record *rec = &r->rec[head % SHIM_TRACE_RING];
+    rec->time = r->stamp;
+    rec->addr = addr;
+    rec->word = trace_word(op, res, (unsigned)dev, size);
+    atomic_store_explicit(&r->head, head + 1, memory_order_release);
+}
 
 /* Appends one record to r. The caller holds the lock r belongs to (one
  * producer at a time). exact: read the clock for this record. The common
@@ -107,17 +112,13 @@ static inline void shim_trace_put(shim_trace_ring *r, bool exact, trace_op op,
     if (__builtin_expect(head >= r->limit || r->left <= 1 || tick != r->tick, 0))
         goto slow;
     r->left--;
-    trace_record *rec = &r->rec[head % SHIM_TRACE_RING];
-    rec->time = r->stamp;
-    rec->addr = addr;
-    rec->word = trace_word(op, res, (unsigned)dev, size);
     /* The slots ahead were last read by the drainer on another core, or
      * never touched: fetching them now takes the cache misses off this
      * path (on an H200's host it took a recorded 512-byte pair from 1.21x
      * to 1.09x an unrecorded one; 96 ahead did worse than 32). Making this
      * path a leaf, with no register to save, took it to 1.02x. */
     __builtin_prefetch(&r->rec[(head + SHIM_TRACE_AHEAD) % SHIM_TRACE_RING], 1, 3);
-    atomic_store_explicit(&r->head, head + 1, memory_order_release);
+    shim_trace_ring_store(r, head, op, res, dev, addr, size);
     return;
 slow:
     shim_trace_put_slow(r, op, res, dev, addr, size);
