@@ -134,12 +134,15 @@ void shim_comm(char *buf, size_t len)
     buf[n > 0 ? n - (buf[n - 1] == '\n') : 0] = '\0';
 }
 
-uint64_t shim_unix_ns(void)
+static uint64_t clock_ns(clockid_t c)
 {
     struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
+    clock_gettime(c, &t);
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
+
+uint64_t shim_unix_ns(void) { return clock_ns(CLOCK_REALTIME); }
+uint64_t shim_mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 void shim_stats_view(stats_view *v)
 {
@@ -268,13 +271,6 @@ static void handle(unsigned char b)
     }
 }
 
-static uint64_t mono_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
-
 /* Publishes the page and drains the trace every PUBLISH_MS; while
  * recording, also advances the trace's tick every SHIM_TRACE_TICK_MS (the
  * rings read the clock again after it moves: recorder.h). */
@@ -287,7 +283,7 @@ static void *helper(void *arg)
     bool ticking = shim_cfg.live_page || shim_tracing();
     uint64_t due = 0;
     for (unsigned publishes = 0;;) {
-        uint64_t now = mono_ms();
+        uint64_t now = shim_mono_ns() / 1000000u;
         if (now >= due) {
             if (shim_cfg.live_page && publishes++ % NVML_EVERY == 0)
                 refresh_outside();

@@ -43,6 +43,8 @@ void shim_comm(char *buf, size_t len);
 
 /* CLOCK_REALTIME in nanoseconds since the epoch. */
 uint64_t shim_unix_ns(void);
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t shim_mono_ns(void);
 
 /* Fills *v with this process's current statistics. */
 void shim_stats_view(stats_view *v);

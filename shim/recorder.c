@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "control.h"
@@ -50,28 +49,21 @@ static double ns_per_tick = 1.0;
 
 /* ---- time ---------------------------------------------------------------- */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 uint64_t shim_trace_now(void)
 {
 #if defined(__x86_64__)
     return __rdtsc(); /* unfenced: order comes from the rings */
 #else
-    return mono_ns();
+    return shim_mono_ns();
 #endif
 }
 
 static void calibrate(void)
 {
 #if defined(__x86_64__)
-    uint64_t n0 = mono_ns(), c0 = __rdtsc(), n1, c1;
+    uint64_t n0 = shim_mono_ns(), c0 = __rdtsc(), n1, c1;
     do {
-        n1 = mono_ns();
+        n1 = shim_mono_ns();
         c1 = __rdtsc();
     } while (n1 - n0 < 10000000u);
     ns_per_tick = c1 > c0 ? (double)(n1 - n0) / (double)(c1 - c0) : 1.0;
