@@ -19,7 +19,7 @@ enum { SLAB_BLOCKS = 256 };
 void pool_config_default(pool_config *cfg)
 {
     cfg->small_max = 1 * MIB;
-    cfg->small_segment = 2 * MIB;
+    cfg->small_segment = 8 * MIB;
     cfg->large_round = 2 * MIB;
     cfg->large_split_min = 1 * MIB;
     cfg->max_split = 0;

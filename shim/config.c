@@ -44,9 +44,9 @@ static const option options[] = {
     {"CUPOOL_FENCE_INTERVAL", OPT_COUNT, F(pool.fence_interval), "64",
      "at most one fence per this many allocations to reach a better-fitting "
      "block freed since the last fence (1 = always take the best fit)"},
-    {"CUPOOL_SHARDS", OPT_COUNT, F(shards), "8",
+    {"CUPOOL_SHARDS", OPT_COUNT, F(shards), "16",
      "pools per device for small requests, one per thread round robin, so "
-     "threads do not queue on one lock (1 to 16; 1 = one pool)"},
+     "threads do not queue on one lock (1 to 64; 1 = one pool)"},
     {"CUPOOL_FLUSH_SIGNAL", OPT_SIGNAL, F(flush_signal), "USR1",
      "signal that returns every cached segment to the driver, or none"},
     {"CUPOOL_STATS_SIGNAL", OPT_SIGNAL, F(stats_signal), "USR2",
@@ -66,7 +66,7 @@ static const option options[] = {
      "messages shown: off, error, warn, info or debug"},
     {"CUPOOL_SMALL_MAX", OPT_SIZE, F(pool.small_max), "1M",
      "largest request served from small segments"},
-    {"CUPOOL_SMALL_SEGMENT", OPT_SIZE, F(pool.small_segment), "2M",
+    {"CUPOOL_SMALL_SEGMENT", OPT_SIZE, F(pool.small_segment), "8M",
      "size of a small segment"},
     {"CUPOOL_LARGE_ROUND", OPT_SIZE, F(pool.large_round), "2M",
      "large segments round up to a multiple of this"},
@@ -339,8 +339,8 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
         bad++;
     }
     if (c->shards > SHIM_SHARDS_MAX) {
-        warn("CUPOOL_SHARDS is above 16; using 8");
-        c->shards = 8;
+        warn("CUPOOL_SHARDS is above 64; using 16");
+        c->shards = 16;
         bad++;
     }
     if (pool_config_validate(&c->pool)) {

@@ -15,7 +15,7 @@
 #include "pool.h"
 
 #define SHIM_MAX_DEVICES 64
-#define SHIM_SHARDS_MAX 16
+#define SHIM_SHARDS_MAX 64
 #define SHIM_PATH_MAX 512
 
 typedef enum shim_fence_mode {

@@ -193,6 +193,8 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     if (o->policy->fence_interval)
         cfg.fence_interval = o->policy->fence_interval;
     cfg.max_reserved = o->max_reserved;
+    if (o->small_segment)
+        cfg.small_segment = o->small_segment;
     device dev = {.capacity = o->capacity, .next = UINT64_C(1) << 40};
     pool_backend be = {.reserve = dev_reserve, .release = dev_release,
                        .fence = dev_fence, .ctx = &dev};

@@ -35,6 +35,7 @@ typedef struct replay_opts {
     uint64_t capacity;        /* simulated device memory; 0 = unlimited */
     uint64_t max_reserved;    /* the pool's cap; 0 = none */
     const replay_policy *policy;
+    size_t small_segment;     /* 0 = the pool's default */
     bool samples;             /* keep one sample per event (for plots) */
 } replay_opts;
 

@@ -32,6 +32,14 @@ static inline void checked(pool *p)
         fail_msg("pool_check: %s", why);
 }
 
+/* The defaults, but with 2 MiB small segments: the tests' arithmetic (how
+ * many blocks fill a segment, when a cap is reached) is written for them. */
+static inline void test_config(pool_config *cfg)
+{
+    pool_config_default(cfg);
+    cfg->small_segment = (size_t)2 << 20;
+}
+
 /* Creates fx->p from fx->cfg (defaults if cfg_set is 0) and fx->be. */
 static inline void fx_open(fixture *fx, size_t capacity, const pool_config *cfg)
 {
@@ -39,7 +47,7 @@ static inline void fx_open(fixture *fx, size_t capacity, const pool_config *cfg)
     if (cfg)
         fx->cfg = *cfg;
     else
-        pool_config_default(&fx->cfg);
+        test_config(&fx->cfg);
     assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
     checked(fx->p);
 }
@@ -50,7 +58,7 @@ static inline void fx_open_nofence(fixture *fx)
 {
     sim_backend_init(&fx->sim, 0, &fx->be);
     fx->be.fence = NULL;
-    pool_config_default(&fx->cfg);
+    test_config(&fx->cfg);
     assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
 }
 

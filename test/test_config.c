@@ -203,7 +203,7 @@ static void test_cross_checks(void **state)
     assert_int_equal(load(same, &c), 1);
     assert_int_equal(c.flush_signal, SIGUSR1);
     assert_int_equal(c.stats_signal, SIGUSR2);
-    static const char *const pool_bad[] = {"CUPOOL_SMALL_MAX=4M", NULL};
+    static const char *const pool_bad[] = {"CUPOOL_SMALL_MAX=16M", NULL};
     assert_int_equal(load(pool_bad, &c), 1);
     assert_int_equal(c.pool.small_max, MIB);
     assert_non_null(warning_with("thresholds"));

@@ -158,7 +158,7 @@ static void test_max_split(void **state)
 {
     fixture *fx = *state;
     pool_config cfg;
-    pool_config_default(&cfg);
+    test_config(&cfg);
     cfg.max_split = 8 * MIB;
     fx_open(fx, 0, &cfg);
     uintptr_t big = xalloc(fx, 64 * MIB);
@@ -214,7 +214,7 @@ static void test_cap_fails_cleanly(void **state)
 {
     fixture *fx = *state;
     pool_config cfg;
-    pool_config_default(&cfg);
+    test_config(&cfg);
     cfg.max_reserved = 4 * MIB;
     fx_open(fx, 0, &cfg);
     xalloc(fx, MIB);
@@ -239,7 +239,7 @@ static void test_cap_releases_idle_then_retries(void **state)
 {
     fixture *fx = *state;
     pool_config cfg;
-    pool_config_default(&cfg);
+    test_config(&cfg);
     cfg.max_reserved = 4 * MIB;
     fx_open(fx, 0, &cfg);
     xfree(fx, xalloc(fx, 3 * MIB)); /* 4 MiB large segment, now idle */
@@ -312,7 +312,7 @@ static void test_release_threshold(void **state)
 {
     fixture *fx = *state;
     pool_config cfg;
-    pool_config_default(&cfg);
+    test_config(&cfg);
     cfg.release_threshold = 4 * MIB;
     fx_open(fx, 0, &cfg);
     uintptr_t a = xalloc(fx, 3 * MIB), b = xalloc(fx, 3 * MIB);
@@ -399,7 +399,7 @@ static void test_fence_interval_one_is_strict(void **state)
 {
     fixture *fx = *state;
     pool_config cfg;
-    pool_config_default(&cfg);
+    test_config(&cfg);
     cfg.fence_interval = 1;
     fx_open(fx, 0, &cfg);
     uintptr_t a = xalloc(fx, 4 * KIB);
@@ -413,7 +413,7 @@ static void test_dirty_set_is_bounded(void **state)
 {
     fixture *fx = *state;
     pool_config cfg;
-    pool_config_default(&cfg);
+    test_config(&cfg);
     cfg.fence_interval = 2; /* at most 8 dirty blocks before a fence */
     fx_open(fx, 0, &cfg);
     /* Clean 512-byte holes: freed, then made clean by a forced fence. */
@@ -611,21 +611,21 @@ static void test_config_validation(void **state)
     pool_config c;
     pool_config_default(&c);
     assert_int_equal(pool_config_validate(&c), 0);
-    c.small_max = 3 * MIB;
+    c.small_max = c.small_segment + POOL_ALIGN;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
-    pool_config_default(&c);
+    test_config(&c);
     c.large_round = 1000;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
-    pool_config_default(&c);
+    test_config(&c);
     c.max_split = MIB; /* would refuse its own fresh small segments */
     assert_int_equal(pool_config_validate(&c), -EINVAL);
-    pool_config_default(&c);
+    test_config(&c);
     c.fence_interval = 0;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
-    pool_config_default(&c);
+    test_config(&c);
     c.fit = (pool_fit)7;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
-    pool_config_default(&c);
+    test_config(&c);
     c.small_segment = 0;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
     sim_backend sim;
@@ -702,7 +702,7 @@ static void open_fit(fixture *fx, pool_fit fit)
 {
     sim_backend_init(&fx->sim, 0, &fx->be);
     fx->be.fence = NULL;
-    pool_config_default(&fx->cfg);
+    test_config(&fx->cfg);
     fx->cfg.fit = fit;
     assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
 }
@@ -797,7 +797,7 @@ static void test_observer_sees_lock_order(void **state)
 {
     fixture *fx = *state;
     seen w = {0};
-    pool_config_default(&fx->cfg);
+    test_config(&fx->cfg);
     fx->cfg.release_threshold = 0; /* a free that empties a segment releases it */
     sim_backend_init(&fx->sim, 0, &w.inner);
     fx->be = (pool_backend){.reserve = seen_reserve, .release = seen_release,

@@ -70,6 +70,9 @@ static void start(child *c, const char *scenario, va_list ap)
     snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s/libcupool.so",
              runtime ? runtime : "", runtime ? ":" : "", dir);
     env[n++] = preload;
+    /* The scenarios' arithmetic (when a cap is reached, how many segments
+     * a test makes) is written for 2 MiB small segments. */
+    env[n++] = "CUPOOL_SMALL_SEGMENT=2M";
     for (char *x; (x = va_arg(ap, char *)) && n < 254;)
         env[n++] = x;
     env[n] = NULL;

@@ -232,8 +232,10 @@ static replay_result replay(const char *policy, uint64_t capacity, uint64_t cap,
     trace t;
     char why[256];
     assert_int_equal(load(&t, why, sizeof(why)), 0);
+    /* The figures below are worked out for 2 MiB small segments. */
     replay_opts o = {.capacity = capacity, .max_reserved = cap,
-                     .policy = replay_policy_find(policy), .samples = samples};
+                     .policy = replay_policy_find(policy),
+                     .small_segment = 2 * MIB, .samples = samples};
     assert_non_null(o.policy);
     replay_result r;
     assert_int_equal(replay_run(&t, &o, &r), 0);
