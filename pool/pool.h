@@ -84,7 +84,7 @@ typedef enum pool_fit {
 /* Policy. pool_config_default() fills in the defaults given here. */
 typedef struct pool_config {
     size_t small_max;         /* largest "small" request: 1 MiB */
-    size_t small_segment;     /* segment size for small requests: 2 MiB */
+    size_t small_segment;     /* segment size for small requests: 8 MiB */
     size_t large_round;       /* large segments round up to this: 2 MiB */
     size_t large_split_min;   /* split a large block only if the remainder
                                  is larger than this: 1 MiB */
