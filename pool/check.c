@@ -114,7 +114,8 @@ static int check_counters(const pool *p, const totals *t, char *why,
     if (st->requested > st->requested_peak || st->allocated > st->allocated_peak ||
         st->reserved > st->reserved_peak || st->cached > st->cached_peak)
         return fail(why, len, "a gauge is above its peak");
-    if (st->seg_reserves - st->seg_releases - p->forgotten_segs != p->nsegs)
+    if ((long)(st->seg_reserves - st->seg_releases - p->forgotten_segs) +
+            p->trim_segs != (long)p->nsegs)
         return fail(why, len, "segment counters disagree with %zu segments",
                     p->nsegs);
     return 0;

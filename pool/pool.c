@@ -164,16 +164,24 @@ long pool_segment_find(const pool *p, uintptr_t addr)
     return -1;
 }
 
+/* Makes room in p->segs for one more segment. 0 or -ENOMEM. */
+static int segs_room(pool *p)
+{
+    if (p->nsegs < p->segs_cap)
+        return 0;
+    size_t cap = p->segs_cap ? p->segs_cap * 2 : 16;
+    pool_segment **a = realloc(p->segs, cap * sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    p->segs = a;
+    p->segs_cap = cap;
+    return 0;
+}
+
 static int segs_insert(pool *p, pool_segment *s)
 {
-    if (p->nsegs == p->segs_cap) {
-        size_t cap = p->segs_cap ? p->segs_cap * 2 : 16;
-        pool_segment **a = realloc(p->segs, cap * sizeof(*a));
-        if (!a)
-            return -ENOMEM;
-        p->segs = a;
-        p->segs_cap = cap;
-    }
+    if (segs_room(p))
+        return -ENOMEM;
     size_t i = p->nsegs;
     while (i > 0 && p->segs[i - 1]->base > s->base) {
         p->segs[i] = p->segs[i - 1];
@@ -219,6 +227,167 @@ static size_t release_idle(pool *p, size_t keep)
         }
     }
     return released;
+}
+
+/* ---- trimming ------------------------------------------------------------ */
+
+static int pool_fence(pool *p);
+
+/* The trim units wholly inside free block b: [*lo, *hi), empty if none. */
+static void trim_span(const pool *p, const pool_block *b, uintptr_t *lo,
+                      uintptr_t *hi)
+{
+    uintptr_t u = p->be.trim_unit, end = b->addr + b->size;
+    *lo = (b->addr + u - 1) & ~(u - 1);
+    *hi = end & ~(u - 1);
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* Gives back [lo, hi) (trim units inside clean free block b of segment i)
+ * and holds what is left of the segment as up to two segments: the part
+ * before lo and the part from hi, each keeping its blocks, b's remnants
+ * included. Returns 0, or -ENOMEM (host memory) or the backend's error with
+ * nothing changed. */
+static int segment_cut(pool *p, size_t i, pool_block *b, uintptr_t lo,
+                       uintptr_t hi)
+{
+    pool_segment *s = p->segs[i];
+    uintptr_t end = s->base + s->size, bend = b->addr + b->size;
+    bool left = lo > s->base, right = hi < end, head = lo > b->addr;
+    pool_segment *r = NULL;
+    if (left && right) {
+        r = malloc(sizeof(*r));
+        if (!r || segs_room(p) || nodes_reserve(p, 1)) {
+            free(r);
+            return -ENOMEM;
+        }
+    }
+    int err = p->be.trim(p->be.ctx, lo, hi - lo);
+    if (err) {
+        free(r);
+        return err;
+    }
+    index_del(p, b);
+    if (s->live == 0)
+        p->idle_bytes -= s->size;
+    /* b's remnants: b itself keeps [b->addr, lo), a node takes [hi, bend). */
+    pool_block *before = b->prev, *after = b->next, *rem = NULL;
+    if (bend > hi) {
+        rem = head ? node_take(p) : b;
+        *rem = (pool_block){.addr = hi, .size = bend - hi, .epoch = b->epoch,
+                            .free = true, .next = after};
+        if (after)
+            after->prev = rem;
+        after = rem;
+    }
+    if (head) {
+        b->size = lo - b->addr;
+        b->next = NULL;
+        before = b;
+    } else if (rem != b) {
+        node_give(p, b);
+    }
+    if (before)
+        before->next = NULL;
+    if (after)
+        after->prev = NULL;
+    /* The part from hi: a new segment, or s itself if nothing is left
+     * before lo. */
+    pool_segment *rs = left ? r : s;
+    if (right) {
+        size_t live = 0;
+        *rs = (pool_segment){.base = hi, .size = end - hi, .kind = s->kind,
+                             .first = after};
+        for (pool_block *x = after; x; x = x->next) {
+            x->seg = rs;
+            live += !x->free;
+        }
+        rs->live = live;
+        if (left)
+            s->live -= live;
+    }
+    if (left)
+        s->size = lo - s->base;
+    if (left && right) {
+        memmove(&p->segs[i + 2], &p->segs[i + 1],
+                (p->nsegs - i - 1) * sizeof(*p->segs));
+        p->segs[i + 1] = r;
+        p->nsegs++;
+        p->trim_segs++;
+    } else if (!left && !right) {
+        memmove(&p->segs[i], &p->segs[i + 1],
+                (p->nsegs - i - 1) * sizeof(*p->segs));
+        p->nsegs--;
+        p->trim_segs--;
+        free(s);
+    }
+    if (left && s->live == 0)
+        p->idle_bytes += s->size;
+    if (right && rs->live == 0)
+        p->idle_bytes += rs->size;
+    if (head)
+        index_add(p, b);
+    if (rem)
+        index_add(p, rem);
+    p->st.reserved -= hi - lo;
+    cached_update(p);
+    p->st.trims++;
+    p->st.released_bytes_total += hi - lo;
+    return 0;
+}
+
+static int by_span_desc(const void *x, const void *y)
+{
+    size_t a = *(const size_t *)x, b = *(const size_t *)y;
+    return (a < b) - (a > b);
+}
+
+/* Gives back whole trim units under clean free blocks, those with the most
+ * first, until at least need bytes are back (SIZE_MAX: all of them).
+ * Returns the bytes given back. */
+static size_t trim_free(pool *p, size_t need)
+{
+    if (!p->be.trim)
+        return 0;
+    /* Candidates as (span, address) pairs: blocks move while segments are
+     * cut, so each is found again by address. */
+    size_t n = 0, cap = 0, *c = NULL, got = 0;
+    for (size_t i = 0; i < p->nsegs; i++) {
+        for (pool_block *b = p->segs[i]->first; b; b = b->next) {
+            uintptr_t lo, hi;
+            if (!b->free || b->dirty)
+                continue;
+            trim_span(p, b, &lo, &hi);
+            if (hi == lo)
+                continue;
+            if (n == cap) {
+                size_t *g = realloc(c, (cap = cap ? 2 * cap : 64) * 2 * sizeof(*c));
+                if (!g)
+                    goto out;
+                c = g;
+            }
+            c[2 * n] = hi - lo;
+            c[2 * n + 1] = b->addr;
+            n++;
+        }
+    }
+    if (n > 1)
+        qsort(c, n, 2 * sizeof(*c), by_span_desc);
+    for (size_t k = 0; k < n && got < need; k++) {
+        long i = pool_segment_find(p, c[2 * k + 1]);
+        pool_block *b = p->segs[i]->first;
+        while (b->addr != c[2 * k + 1])
+            b = b->next;
+        uintptr_t lo, hi;
+        trim_span(p, b, &lo, &hi);
+        if (segment_cut(p, (size_t)i, b, lo, hi) != 0)
+            break;
+        got += hi - lo;
+    }
+out:
+    free(c);
+    return got;
 }
 
 /* Reserves a new segment of size bytes and kind, indexes its one free
@@ -350,7 +519,14 @@ static int block_grow(pool *p, enum pool_kind kind, size_t size,
         return -EDQUOT;
     int err = segment_grow(p, kind, seg, out);
     if (err == -EDQUOT || err == -ENOMEM) {
-        if (release_idle(p, 0) == 0)
+        size_t back = release_idle(p, 0);
+        if (back < seg && p->be.trim) {
+            /* Trim only clean blocks: make the dirty ones clean first. */
+            if (p->dirty[POOL_SMALL].count + p->dirty[POOL_LARGE].count)
+                pool_fence(p);
+            back += trim_free(p, seg - back);
+        }
+        if (back == 0)
             return err;
         p->st.retries++;
         err = segment_grow(p, kind, seg, out);
@@ -597,6 +773,11 @@ size_t pool_flush(pool *p)
 {
     pthread_mutex_lock(&p->lock);
     size_t released = release_idle(p, 0);
+    if (p->be.trim) {
+        if (p->dirty[POOL_SMALL].count + p->dirty[POOL_LARGE].count)
+            pool_fence(p);
+        released += trim_free(p, SIZE_MAX);
+    }
     p->st.flushes++;
     pthread_mutex_unlock(&p->lock);
     return released;
@@ -640,6 +821,9 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
         cfg = &def;
     }
     if (!be || !be->reserve || !be->release || pool_config_validate(cfg))
+        return -EINVAL;
+    if (be->trim && (be->trim_unit < POOL_ALIGN ||
+                     (be->trim_unit & (be->trim_unit - 1))))
         return -EINVAL;
     pool *p = calloc(1, sizeof(*p));
     if (!p)

@@ -19,7 +19,9 @@
  *     smaller than itself;
  *   - free coalesces with both address neighbours in the segment;
  *   - when nothing fits, grow; if the backend fails or the cap would be
- *     exceeded, release every fully free segment and retry once.
+ *     exceeded, release every fully free segment (and, if the backend can
+ *     trim, the whole trim units under free blocks, largest first, until a
+ *     segment's worth is back) and retry once.
  *
  * Stream safety: a freed block is "dirty" until the backend's next fence,
  * and is never handed out before it. Allocation takes the best clean fit.
@@ -64,6 +66,15 @@ typedef struct pool_backend {
      * POOL_EV_FREE (err 0, -EINVAL or -EALREADY; the address; the bytes
      * asked for when the block was allocated, or 0). */
     void (*observe)(void *ctx, int ev, int err, uintptr_t addr, size_t size);
+    /* Optional: gives back the memory behind [addr, addr + size), a range
+     * of trim_unit multiples inside a segment and inside one free block,
+     * with no fence pending (the backend must still make sure no earlier
+     * GPU work touches it). The pool then holds the segment's parts on
+     * either side as segments of their own. Returns 0, or a negative errno
+     * with nothing given back (-EAGAIN: not now). */
+    int (*trim)(void *ctx, uintptr_t addr, size_t size);
+    size_t trim_unit; /* a power of two; with trim, every segment base is
+                         a multiple of it */
     void *ctx;
 } pool_backend;
 
@@ -122,6 +133,7 @@ typedef struct pool_config {
     X(fence_deferrals, "fences not possible now; fresh memory used")         \
     X(retries, "allocations retried after releasing free segments")          \
     X(flushes, "pool_flush calls")                                           \
+    X(trims, "free ranges inside segments given back to the backend")        \
     X(failures, "allocations that failed for lack of memory")                \
     X(bad_frees, "frees rejected (interior, double)")
 
@@ -194,8 +206,9 @@ int pool_block_size(pool *p, uintptr_t addr, size_t *size);
  * and returns 0; else -ENOENT/-EALREADY as pool_free would. */
 int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size);
 
-/* Releases every fully free segment to the backend. Returns the number of
- * bytes released (never negative). */
+/* Releases every fully free segment to the backend, and, if the backend
+ * can trim, the whole trim units under every other free block. Returns the
+ * number of bytes released (never negative). */
 size_t pool_flush(pool *p);
 
 /* Changes the cap on reserved bytes (0 = none). Takes effect at the next

@@ -152,6 +152,9 @@ struct pool {
     pool_segment **segs;         /* sorted by base */
     size_t nsegs, segs_cap;
     uint64_t forgotten_segs;     /* dropped by pool_forget, never released */
+    long trim_segs;              /* segments trims added (a cut in the
+                                    middle) less those they removed (a
+                                    whole segment cut away) */
     pool_block *spare;           /* free list of block nodes (via next) */
     void **slabs;                /* node slabs, freed at destroy */
     size_t nslabs, slabs_cap;

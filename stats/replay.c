@@ -44,7 +44,7 @@ void replay_devices(const trace *t, uint64_t set[4])
 /* ---- the simulated device ----------------------------------------------- */
 
 typedef struct device {
-    uint64_t capacity, used, next;
+    uint64_t capacity, used, next, align;
     uint64_t fences;
 } device;
 
@@ -55,7 +55,15 @@ static int dev_reserve(void *ctx, size_t size, uintptr_t *base)
         return -ENOMEM;
     d->used += size;
     *base = (uintptr_t)d->next; /* never reused: no stale address aliases */
-    d->next += (size + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+    d->next += (size + d->align - 1) & ~(d->align - 1);
+    return 0;
+}
+
+static int dev_trim(void *ctx, uintptr_t addr, size_t size)
+{
+    device *d = ctx;
+    (void)addr;
+    d->used -= size;
     return 0;
 }
 
@@ -195,9 +203,14 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     cfg.max_reserved = o->max_reserved;
     if (o->small_segment)
         cfg.small_segment = o->small_segment;
-    device dev = {.capacity = o->capacity, .next = UINT64_C(1) << 40};
+    device dev = {.capacity = o->capacity, .next = UINT64_C(1) << 40,
+                  .align = o->trim_unit > (2u << 20) ? o->trim_unit : 2u << 20};
     pool_backend be = {.reserve = dev_reserve, .release = dev_release,
                        .fence = dev_fence, .ctx = &dev};
+    if (o->trim_unit) {
+        be.trim = dev_trim;
+        be.trim_unit = o->trim_unit;
+    }
     pool *p;
     int err = pool_create(&cfg, &be, &p);
     if (err)

@@ -3,10 +3,10 @@
  * `cupool import-torch`:
  *
  *   cupool-trace replay TRACE [--policy P[,P...]] [--capacity SIZE]
- *                       [--max-reserved SIZE] [--device N] [--json]
+ *                       [--max-reserved SIZE] [--trim UNIT] [--device N] [--json]
  *                       [--timeline CSV]
  *   cupool-trace plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]
- *                       [--max-reserved SIZE] [--device N] [--title TEXT]
+ *                       [--max-reserved SIZE] [--trim UNIT] [--device N] [--title TEXT]
  *                       [--by-event]
  *   cupool-trace dump TRACE        one record per line, as encode reads
  *   cupool-trace encode -o TRACE [--source text|torch] [--pid N]
@@ -42,7 +42,7 @@ static int usage_error(const char *fmt, const char *arg)
 typedef struct args {
     const char *trace, *out, *title, *timeline;
     char policies[256];
-    uint64_t capacity, max_reserved;
+    uint64_t capacity, max_reserved, trim;
     int device;               /* -1 = every device in the trace */
     bool json, by_event;
     trace_source source;
@@ -75,11 +75,17 @@ static int parse(int argc, char **argv, args *a)
             a->timeline = argv[++i];
         } else if (!strcmp(o, "--policy")) {
             snprintf(a->policies, sizeof(a->policies), "%s", argv[++i]);
-        } else if (!strcmp(o, "--capacity") || !strcmp(o, "--max-reserved")) {
+        } else if (!strcmp(o, "--capacity") || !strcmp(o, "--max-reserved") ||
+                   !strcmp(o, "--trim")) {
             if (shim_parse_size(argv[i + 1], &v))
                 return usage_error("bad size '%s' (examples: 80G, 512MiB, 1000000)",
                                    argv[i + 1]);
-            *(!strcmp(o, "--capacity") ? &a->capacity : &a->max_reserved) = v;
+            if (!strcmp(o, "--trim") && (v < POOL_ALIGN || (v & (v - 1))))
+                return usage_error("--trim needs a power of two of 512 or more, not '%s'",
+                                   argv[i + 1]);
+            *(!strcmp(o, "--capacity")       ? &a->capacity
+              : !strcmp(o, "--max-reserved") ? &a->max_reserved
+                                             : &a->trim) = v;
             i++;
         } else if (!strcmp(o, "--device") || !strcmp(o, "--pid")) {
             char *end;
@@ -335,6 +341,7 @@ static int cmd_replay(const args *a)
         for (int k = 0; k < np && !rc; k++) {
             replay_opts o = {.device = (unsigned)d, .capacity = a->capacity,
                              .max_reserved = a->max_reserved, .policy = pol[k],
+                             .trim_unit = a->trim,
                              .samples = a->timeline && k == 0};
             int err = replay_run(&t, &o, &res[k]);
             if (err) {
@@ -433,7 +440,8 @@ static int cmd_plot(const args *a)
         return 1;
     }
     replay_opts o = {.device = (unsigned)dev, .capacity = a->capacity,
-                     .max_reserved = a->max_reserved, .policy = pol[0], .samples = true};
+                     .max_reserved = a->max_reserved, .policy = pol[0],
+                     .trim_unit = a->trim, .samples = true};
     replay_result r;
     int err = replay_run(&t, &o, &r);
     if (err) {

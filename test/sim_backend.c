@@ -26,6 +26,8 @@ static int sim_reserve(void *ctx, size_t size, uintptr_t *base)
     s->segs[s->nsegs++] = (sim_segment){s->next_base, size};
     /* Leave a gap so that adjacent segments never look contiguous. */
     s->next_base += size + POOL_ALIGN;
+    if (s->trim_unit)
+        s->next_base = (s->next_base + s->trim_unit - 1) & ~(s->trim_unit - 1);
     s->used += size;
     s->reserves++;
     return 0;
@@ -43,6 +45,41 @@ static void sim_release(void *ctx, uintptr_t base, size_t size)
         }
     }
     s->bad_releases++;
+}
+
+static int sim_trim(void *ctx, uintptr_t addr, size_t size)
+{
+    sim_backend *s = ctx;
+    if (s->trim_error)
+        return s->trim_error;
+    if (!size || addr % s->trim_unit || size % s->trim_unit)
+        goto bad;
+    for (size_t i = 0; i < s->nsegs; i++) {
+        sim_segment g = s->segs[i];
+        if (addr < g.base || addr + size > g.base + g.size)
+            continue;
+        /* [g.base, addr) and [addr + size, end) stay held. */
+        size_t n = (addr > g.base) + (addr + size < g.base + g.size);
+        if (n == 2 && s->nsegs == s->cap) {
+            sim_segment *m = realloc(s->segs, 2 * s->cap * sizeof(*m));
+            if (!m)
+                return -ENOMEM;
+            s->segs = m;
+            s->cap *= 2;
+        }
+        s->segs[i] = s->segs[--s->nsegs];
+        if (addr > g.base)
+            s->segs[s->nsegs++] = (sim_segment){g.base, addr - g.base};
+        if (addr + size < g.base + g.size)
+            s->segs[s->nsegs++] = (sim_segment){addr + size,
+                                                g.base + g.size - addr - size};
+        s->used -= size;
+        s->trims++;
+        return 0;
+    }
+bad:
+    s->bad_trims++;
+    return -EINVAL;
 }
 
 static int sim_fence(void *ctx)
@@ -67,4 +104,12 @@ void sim_backend_fini(sim_backend *sim)
 {
     free(sim->segs);
     memset(sim, 0, sizeof(*sim));
+}
+
+void sim_backend_enable_trim(sim_backend *sim, pool_backend *be, size_t unit)
+{
+    sim->trim_unit = unit;
+    sim->next_base = (sim->next_base + unit - 1) & ~(unit - 1);
+    be->trim = sim_trim;
+    be->trim_unit = unit;
 }

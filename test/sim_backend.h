@@ -4,7 +4,10 @@
  * Segments are address ranges handed out by a bump pointer (never reused,
  * so a stale address can never alias a new segment) against a capacity.
  * Every reserve, release and fence is counted, releases are checked against
- * what was reserved, and reserves can be made to fail on demand.
+ * what was reserved, and reserves can be made to fail on demand. With trim
+ * on, the pool may give back parts of segments: the backend then holds
+ * ranges, splits one at each trim, and checks that every trim lies inside
+ * one range and every release is exactly one range.
  */
 #ifndef CUPOOL_TEST_SIM_BACKEND_H
 #define CUPOOL_TEST_SIM_BACKEND_H
@@ -22,7 +25,10 @@ typedef struct sim_backend {
     size_t used;
     int fail_reserves;      /* fail this many reserves with -ENOMEM */
     int fence_error;        /* nonzero: fences fail with this */
+    int trim_error;         /* nonzero: trims fail with this */
     unsigned long reserves, releases, fences, bad_releases;
+    unsigned long trims, bad_trims;
+    size_t trim_unit;       /* 0: trim off */
     sim_segment *segs;
     size_t nsegs, cap;
 } sim_backend;
@@ -31,5 +37,8 @@ typedef struct sim_backend {
  * callbacks bound to it (fence included). */
 void sim_backend_init(sim_backend *sim, size_t capacity, pool_backend *be);
 void sim_backend_fini(sim_backend *sim);
+/* Lets the pool trim in units of unit bytes (a power of two): segment bases
+ * become multiples of it. Call before pool_create. */
+void sim_backend_enable_trim(sim_backend *sim, pool_backend *be, size_t unit);
 
 #endif

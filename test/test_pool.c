@@ -752,6 +752,139 @@ static void test_fit_nosplit(void **state)
     assert_int_equal(stats(fx).free_blocks, 1);
 }
 
+/* ---- trimming ------------------------------------------------------------ */
+
+/* A pool whose backend can give back 2 MiB units inside segments. */
+static void fx_open_trim(fixture *fx, size_t cap)
+{
+    sim_backend_init(&fx->sim, 0, &fx->be);
+    sim_backend_enable_trim(&fx->sim, &fx->be, 2 * MIB);
+    test_config(&fx->cfg);
+    fx->cfg.max_reserved = cap;
+    assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+}
+
+/* Under a cap, a request no hole fits gets memory back from a free block
+ * inside a segment that still holds a live block: the units under it are
+ * given back and the segment shrinks to its live part. Without trimming,
+ * the same requests fail. */
+static void test_trim_on_cap(void **state)
+{
+    fixture *fx = *state;
+    for (int trim = 0; trim < 2; trim++) {
+        pool_config cfg;
+        test_config(&cfg);
+        cfg.max_reserved = 48 * MIB;
+        if (trim)
+            fx_open_trim(fx, 48 * MIB);
+        else
+            fx_open(fx, 0, &cfg);
+        xfree(fx, xalloc(fx, 40 * MIB));
+        uintptr_t b = xalloc(fx, 10 * MIB); /* the front of that segment */
+        uintptr_t c = 0;
+        int err = pool_alloc(fx->p, 36 * MIB, &c);
+        checked(fx->p);
+        pool_stats s = stats(fx);
+        if (!trim) {
+            assert_int_equal(err, -EDQUOT);
+            assert_int_equal(s.reserved, 40 * MIB);
+        } else {
+            assert_int_equal(err, 0);
+            assert_int_equal(s.trims, 1);
+            assert_int_equal(fx->sim.trims, 1);
+            assert_int_equal(s.reserved, 46 * MIB);
+            assert_int_equal(s.segments, 2);
+            assert_int_equal(s.retries, 1);
+            uintptr_t base;
+            size_t size;
+            assert_int_equal(pool_segment_of(fx->p, b, &base, &size), 0);
+            assert_int_equal(base, b);
+            assert_int_equal(size, 10 * MIB);
+            xfree(fx, c);
+        }
+        xfree(fx, b);
+        fx_close(fx);
+        fx->p = NULL;
+    }
+}
+
+/* A flush gives back every whole unit under free blocks, cutting segments
+ * around the live blocks; what is left is released exactly, part by part. */
+static void test_trim_splits_segments(void **state)
+{
+    fixture *fx = *state;
+    fx_open_trim(fx, 0);
+    xfree(fx, xalloc(fx, 64 * MIB));
+    uintptr_t p1 = xalloc(fx, 3 * MIB);  /* [0, 3) MiB of the segment */
+    uintptr_t p2 = xalloc(fx, 20 * MIB); /* [3, 23) */
+    uintptr_t p3 = xalloc(fx, 5 * MIB);  /* [23, 28), then [28, 64) free */
+    uintptr_t base = p1;
+    assert_int_equal(p2, base + 3 * MIB);
+    assert_int_equal(p3, base + 23 * MIB);
+    xfree(fx, p2);
+    /* [28, 64) whole, and [4, 22) of p2's [3, 23). */
+    assert_int_equal(pool_flush(fx->p), 54 * MIB);
+    checked(fx->p);
+    pool_stats s = stats(fx);
+    assert_int_equal(s.reserved, 10 * MIB);
+    assert_int_equal(fx->sim.used, 10 * MIB);
+    assert_int_equal(s.trims, 2);
+    assert_int_equal(s.segments, 2);
+    assert_int_equal(s.free_blocks, 2); /* [3, 4) and [22, 23) */
+    assert_int_equal(s.released_bytes_total, 54 * MIB);
+    assert_false(pool_owns(fx->p, base + 10 * MIB));
+    assert_true(pool_owns(fx->p, base + 3 * MIB));
+    assert_true(pool_owns(fx->p, base + 22 * MIB));
+    assert_false(pool_owns(fx->p, base + 28 * MIB));
+    /* A remnant merges with its freed neighbour (after a fence: until
+     * then the neighbour is dirty) and serves requests. */
+    xfree(fx, p1);
+    assert_int_equal(stats(fx).free_blocks, 3);
+    uintptr_t r = xalloc(fx, 4 * MIB);
+    assert_int_equal(r, base);
+    xfree(fx, r);
+    /* Each part is released whole once idle (the backend checks that every
+     * release is exactly one range it holds). */
+    assert_int_equal(pool_flush(fx->p), 4 * MIB);
+    xfree(fx, p3);
+    assert_int_equal(pool_flush(fx->p), 6 * MIB);
+    s = stats(fx);
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.segments, 0);
+    assert_int_equal(fx->sim.bad_trims, 0);
+}
+
+/* Only blocks freed before the last fence are trimmed: with no fence
+ * possible, a block freed since stays, units and all. A backend that
+ * cannot trim now changes nothing. */
+static void test_trim_needs_clean_blocks(void **state)
+{
+    fixture *fx = *state;
+    fx_open_trim(fx, 0);
+    xfree(fx, xalloc(fx, 64 * MIB));
+    uintptr_t p1 = xalloc(fx, 3 * MIB);
+    uintptr_t p2 = xalloc(fx, 20 * MIB);
+    uintptr_t p3 = xalloc(fx, 5 * MIB);
+    fx->sim.fence_error = -EAGAIN;
+    xfree(fx, p2);
+    assert_int_equal(pool_flush(fx->p), 36 * MIB); /* [28, 64) only */
+    checked(fx->p);
+    assert_int_equal(stats(fx).reserved, 28 * MIB);
+    fx->sim.fence_error = 0;
+    fx->sim.trim_error = -EAGAIN;
+    assert_int_equal(pool_flush(fx->p), 0);
+    checked(fx->p);
+    pool_stats s = stats(fx);
+    assert_int_equal(s.reserved, 28 * MIB);
+    assert_int_equal(s.trims, 1);
+    fx->sim.trim_error = 0;
+    assert_int_equal(pool_flush(fx->p), 18 * MIB);
+    xfree(fx, p1);
+    xfree(fx, p3);
+    pool_flush(fx->p);
+    assert_int_equal(stats(fx).reserved, 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 /* ---- observer ----------------------------------------------------------- */
@@ -868,6 +1001,9 @@ int main(void)
         T(test_fit_best_vs_first),
         T(test_fit_nosplit),
         T(test_observer_sees_lock_order),
+        T(test_trim_on_cap),
+        T(test_trim_splits_segments),
+        T(test_trim_needs_clean_blocks),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

@@ -10,7 +10,10 @@
  * since the backend's last fence are "dirty", and no allocation may return
  * a block that overlaps one unless a fence came first. Flushes, changing caps, a finite device and
  * injected backend failures are mixed in; every failure must be one the
- * pool is allowed to return at that moment.
+ * pool is allowed to return at that moment. The walk runs twice: with
+ * whole segments only, and with a backend that can trim (give back the
+ * 2 MiB units under free blocks inside segments), whose held ranges must
+ * match the pool's segments exactly after every cut.
  *
  * Usage: test_pool_random [OPS [SEED]]  (default 1000000, seed 0x5eed)
  */
@@ -37,6 +40,7 @@ typedef struct walk {
     live *dirty;           /* ranges freed since the last fence */
     size_t ndirty, dirty_cap;
     unsigned long fences_seen;
+    bool trim;
 } walk;
 
 static int by_addr(const void *a, const void *b)
@@ -83,6 +87,8 @@ static void verify(walk *w)
     assert_int_equal(s.segments, fx->sim.nsegs);
     assert_int_equal(s.fences, fx->sim.fences);
     assert_int_equal(fx->sim.bad_releases, 0);
+    assert_int_equal(fx->sim.bad_trims, 0);
+    assert_int_equal(s.trims, fx->sim.trims);
 }
 
 /* Fails if [a, a+size) overlaps a range freed after the last fence. */
@@ -162,6 +168,8 @@ static void step_control(walk *w, unsigned long op)
     }
     if (rng_next(&w->rng) % 1000 == 0)
         fx->sim.fail_reserves = 1;
+    /* Now and then the backend cannot trim. */
+    fx->sim.trim_error = w->trim && rng_next(&w->rng) % 100 == 0 ? -EAGAIN : 0;
 }
 
 static void random_walk(void **state)
@@ -187,6 +195,7 @@ static void random_walk(void **state)
     /* The walk must have exercised what it claims to. */
     assert_true(s.fences > 0 && s.seg_releases > 0 && s.retries > 0);
     assert_true(w->failures > 0 && s.hits > s.allocs / 2);
+    assert_true(w->trim ? s.trims > 0 : s.trims == 0);
     while (w->n)
         step_free(w);
     verify(w);
@@ -197,7 +206,14 @@ static int setup(void **state)
 {
     walk *w = *state;
     w->lv = calloc(MAX_LIVE, sizeof(*w->lv));
-    fx_open(&w->fx, 4096 * MIB, NULL);
+    if (!w->trim) {
+        fx_open(&w->fx, 4096 * MIB, NULL);
+    } else {
+        sim_backend_init(&w->fx.sim, 4096 * MIB, &w->fx.be);
+        sim_backend_enable_trim(&w->fx.sim, &w->fx.be, 2 * MIB);
+        test_config(&w->fx.cfg);
+        assert_int_equal(pool_create(&w->fx.cfg, &w->fx.be, &w->fx.p), 0);
+    }
     return w->lv ? 0 : -1;
 }
 
@@ -212,12 +228,15 @@ static int teardown(void **state)
 
 int main(int argc, char **argv)
 {
-    static walk w;
+    static walk w, t;
     w.ops = argc > 1 ? strtoul(argv[1], NULL, 0) : 1000000;
     w.rng = argc > 2 ? strtoull(argv[2], NULL, 0) : 0x5eed;
     printf("seed %#lx\n", (unsigned long)w.rng);
+    t = w;
+    t.trim = true;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate_setup_teardown(random_walk, setup, teardown, &w),
+        cmocka_unit_test_prestate_setup_teardown(random_walk, setup, teardown, &t),
     };
     return cmocka_run_group_tests_name("pool_random", tests, NULL, NULL);
 }

@@ -397,6 +397,17 @@ static int replay_check(const char *trace, const char *asserts)
     return st || strcmp(out, "ok\n");
 }
 
+/* --trim takes a power of two of at least 512 bytes, and says so. */
+static void test_replay_trim_option(void **s)
+{
+    (void)s;
+    char out[1024];
+    shell(TRACER " replay --trim 3M test/data/train.trace.gz 2>&1; echo rc=$?", out,
+          sizeof(out));
+    assert_non_null(strstr(out, "power of two"));
+    assert_non_null(strstr(out, "rc=2"));
+}
+
 /* Every event of four threads swapping blocks, each pool's ring filling
  * many times over: the replay sees exactly what the program did, every
  * free matches an allocation (a cross-thread free recorded after the reuse
@@ -581,6 +592,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trace_sigkill_still_reads),
         cmocka_unit_test(test_trace_write_error_then_sigterm),
         cmocka_unit_test(test_trace_bad_path),
+        cmocka_unit_test(test_replay_trim_option),
     };
     return cmocka_run_group_tests_name("shim", tests, NULL, NULL);
 }

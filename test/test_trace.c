@@ -297,6 +297,33 @@ static void test_replay_known_figures(void **s)
     assert_false(tiny.first_oom.fragmentation);
 }
 
+/* With a device that can trim (--trim), the pool gives back the units under
+ * a free block inside a segment that still holds a live block: under a
+ * 48 MiB cap, 36 MiB fit beside 10 MiB live in a 40 MiB segment. */
+static void test_replay_trim(void **s)
+{
+    (void)s;
+    const ev e[] = {
+        {0, TRACE_ALLOC, 0xA000, 40 * MIB, 0}, {1, TRACE_FREE, 0xA000, 0, 0},
+        {2, TRACE_ALLOC, 0xB000, 10 * MIB, 0}, {3, TRACE_ALLOC, 0xC000, 36 * MIB, 0},
+    };
+    write_trace(e, sizeof(e) / sizeof(e[0]));
+    trace t;
+    char why[256];
+    assert_int_equal(load(&t, why, sizeof(why)), 0);
+    replay_opts o = {.max_reserved = 48 * MIB, .policy = replay_policy_find("best")};
+    replay_result whole, trimmed;
+    assert_int_equal(replay_run(&t, &o, &whole), 0);
+    o.trim_unit = 2 * MIB;
+    assert_int_equal(replay_run(&t, &o, &trimmed), 0);
+    trace_free(&t);
+    assert_int_equal(whole.ooms, 1);
+    assert_int_equal(whole.first_oom.size, 36 * MIB);
+    assert_int_equal(trimmed.ooms, 0);
+    assert_int_equal(trimmed.peak_reserved, 46 * MIB);
+    assert_int_equal(trimmed.peak_allocated, 46 * MIB);
+}
+
 /* Recorded out-of-memory requests, flushes and segments. */
 static void test_replay_recorded_events(void **s)
 {
@@ -400,6 +427,7 @@ int main(void)
         T(test_corrupted_header),
         T(test_replay_known_figures),
         T(test_replay_recorded_events),
+        T(test_replay_trim),
         T(test_replay_reorders_cross_thread_stamps),
         T(test_plot_is_valid_svg),
     };
