@@ -47,6 +47,10 @@ static const option options[] = {
     {"CUPOOL_SHARDS", OPT_COUNT, F(shards), "16",
      "pools per device for small requests, one per thread round robin, so "
      "threads do not queue on one lock (1 to 64; 1 = one pool)"},
+    {"CUPOOL_VMM", OPT_BOOL, F(vmm), "0",
+     "1 builds segments from the driver's virtual memory calls, 2 MiB "
+     "granules the pool can give back from inside a segment (under the cap, "
+     "on a flush); no IPC export of pooled blocks, no peer access"},
     {"CUPOOL_FLUSH_SIGNAL", OPT_SIGNAL, F(flush_signal), "USR1",
      "signal that returns every cached segment to the driver, or none"},
     {"CUPOOL_STATS_SIGNAL", OPT_SIGNAL, F(stats_signal), "USR2",

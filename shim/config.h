@@ -47,6 +47,8 @@ typedef struct shim_config {
     bool stats_at_exit;
     bool live_page;
     size_t shards;                  /* pools per device, 1..SHIM_SHARDS_MAX */
+    bool vmm;                       /* segments from the driver's virtual
+                                       memory calls, trimmable */
     shim_log_level log;
     pool_config pool;               /* thresholds; max_reserved and
                                        release_threshold filled per device */

@@ -11,6 +11,11 @@
  *   sync     cudaDeviceSynchronize, as the real cudaFree would have done,
  *            but only when a block freed since the last fence is reused.
  *   none     no fence (only for programs known to use one stream).
+ * With CUPOOL_VMM, segments come from the driver's virtual memory calls
+ * (vmm.c) instead, and the pool may also give back parts of them (trim).
+ * Like the real cudaFree, giving memory back first waits for the device;
+ * while a capture is open it cannot, so a trim is refused and a release
+ * waits for the next chance.
  * No fence is issued while a graph is being captured: the fence answers
  * -EAGAIN and the pool serves the request from a new segment instead. While
  * a capture begun through the interposed runtime is open, the fence checks
@@ -43,6 +48,9 @@ __attribute__((constructor(101))) static void devices_init(void)
 
 /* ---- backend ------------------------------------------------------------ */
 
+/* Captures begun and not ended (shim_capture_begin). */
+static atomic_int captures;
+
 static int be_reserve(void *ctx, size_t size, uintptr_t *base)
 {
     shim_shard *sh = ctx;
@@ -57,6 +65,17 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
     uint64_t peak = atomic_load(&d->reserved_peak);
     while (now > peak && !atomic_compare_exchange_weak(&d->reserved_peak, &peak, now))
         ;
+    if (d->vmm) {
+        int err = shim_vmm_map(d->vmm, size, base);
+        if (!err) {
+            shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_OK, d->id, *base, size);
+            return 0;
+        }
+        atomic_fetch_sub(&d->reserved, size);
+        shim_trace_put(sh->ring, true, TRACE_RESERVE,
+                       err == -ENOMEM ? TRACE_R_NOMEM : TRACE_R_ERROR, d->id, 0, size);
+        return err;
+    }
     void *p = NULL;
     cudaError_t e = shim_real.cudaMalloc(&p, size);
     if (e == cudaSuccess) {
@@ -73,6 +92,32 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
     return oom ? -ENOMEM : -EIO;
 }
 
+/* Waits for all work on the device, as the real cudaFree does, so that
+ * VMM memory can be unmapped; then unmaps what waited for that. False
+ * while a capture is open (waiting would break it) or if the wait failed. */
+static bool vmm_settle(shim_device *d)
+{
+    if (atomic_load(&captures) != 0)
+        return false;
+    if (shim_real.cudaDeviceSynchronize() != cudaSuccess) {
+        shim_real.cudaGetLastError();
+        return false;
+    }
+    shim_vmm_drain(d->vmm);
+    return true;
+}
+
+/* Gives back [addr, addr + size) of a VMM segment, now or, while the
+ * device cannot be waited for, at the next chance. */
+static void vmm_give_back(shim_device *d, uintptr_t addr, size_t size)
+{
+    if (vmm_settle(d))
+        shim_vmm_unmap(d->vmm, addr, size);
+    else if (shim_vmm_defer(d->vmm, addr, size))
+        shim_log(SHIM_LOG_ERROR, "device %d: out of host memory; %zu bytes "
+                 "at %#lx stay mapped", d->id, size, (unsigned long)addr);
+}
+
 static void be_release(void *ctx, uintptr_t base, size_t size)
 {
     shim_shard *sh = ctx;
@@ -80,12 +125,30 @@ static void be_release(void *ctx, uintptr_t base, size_t size)
     atomic_fetch_sub(&d->reserved, size);
     /* Stamped before the driver may hand the range out again. */
     shim_trace_put(sh->ring, true, TRACE_RELEASE, TRACE_R_OK, d->id, base, size);
+    if (d->vmm) {
+        vmm_give_back(d, base, size);
+        return;
+    }
     cudaError_t e = shim_real.cudaFree((void *)base);
     if (e != cudaSuccess) {
         shim_real.cudaGetLastError();
         shim_log(SHIM_LOG_WARN, "device %d: cudaFree of a %zu-byte segment "
                  "failed: %s", d->id, size, shim_real.cudaGetErrorString(e));
     }
+}
+
+/* Part of a VMM segment, given back only when the device can be waited
+ * for now: a trim is optional, and the pool keeps the range if it fails. */
+static int be_trim(void *ctx, uintptr_t addr, size_t size)
+{
+    shim_shard *sh = ctx;
+    shim_device *d = sh->dev;
+    if (!vmm_settle(d))
+        return -EAGAIN;
+    atomic_fetch_sub(&d->reserved, size);
+    shim_trace_put(sh->ring, true, TRACE_RELEASE, TRACE_R_OK, d->id, addr, size);
+    shim_vmm_unmap(d->vmm, addr, size);
+    return 0;
 }
 
 static bool capturing(cudaStream_t s)
@@ -138,8 +201,6 @@ static int barrier_locked(shim_device *d)
     return 0;
 }
 
-/* Captures begun and not ended (shim_capture_begin). */
-static atomic_int captures;
 
 void shim_capture_begin(void)
 {
@@ -239,6 +300,17 @@ static pool *create_locked(shim_device *d, int shard)
             shim_real.cudaGetLastError();
         d->cap = device_cap(d->id, total);
     }
+    if (shim_cfg.vmm && !d->vmm_tried) {
+        d->vmm_tried = true;
+        shim_vmm *v = shim_vmm_open(d->id);
+        size_t u = v ? shim_vmm_unit(v) : 0;
+        if (v && (pc.small_segment % u || pc.large_round % u))
+            shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: CUPOOL_SMALL_SEGMENT and "
+                     "CUPOOL_LARGE_ROUND must be multiples of the device's "
+                     "granularity (%zu bytes); using cudaMalloc'd segments", u);
+        else
+            d->vmm = v;
+    }
     pc.max_reserved = 0; /* the device's cap, in be_reserve */
     pc.release_threshold = shim_cfg.release_threshold;
     shim_shard *sh = &d->shards[shard];
@@ -249,7 +321,9 @@ static pool *create_locked(shim_device *d, int shard)
         sh->ring = shim_trace_ring_new();
     pool_backend be = {.reserve = be_reserve, .release = be_release,
                        .fence = shim_cfg.fence == SHIM_FENCE_NONE ? NULL : be_fence,
-                       .observe = tracing ? be_observe : NULL, .ctx = sh};
+                       .observe = tracing ? be_observe : NULL,
+                       .trim = d->vmm ? be_trim : NULL,
+                       .trim_unit = d->vmm ? shim_vmm_unit(d->vmm) : 0, .ctx = sh};
     pool *p = NULL;
     int err = pool_create(&pc, &be, &p);
     if (err) {
@@ -260,11 +334,11 @@ static pool *create_locked(shim_device *d, int shard)
     char c[32];
     if (shard == 0)
         shim_log(SHIM_LOG_INFO, "device %d: pool ready, cap %s, fence %s, "
-                 "%zu shards", d->id,
+                 "%zu shards, %s segments", d->id,
                  d->cap ? stats_fmt_bytes(d->cap, c, sizeof(c)) : "none",
                  shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
                  : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",
-                 shim_cfg.shards);
+                 shim_cfg.shards, d->vmm ? "VMM" : "cudaMalloc'd");
     return p;
 }
 

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "pool.h"
 #include "real.h"
+#include "vmm.h"
 
 typedef struct shim_stream {
     cudaStream_t stream;
@@ -42,6 +43,8 @@ typedef struct shim_device {
     size_t nstreams, streams_cap;
     cudaEvent_t legacy_event;
     atomic_ulong syncs;        /* device synchronizations by the fence */
+    shim_vmm *vmm;             /* CUPOOL_VMM segments, or NULL */
+    bool vmm_tried;
 } shim_device;
 
 extern shim_device shim_devices[SHIM_MAX_DEVICES];

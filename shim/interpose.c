@@ -301,6 +301,12 @@ EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
         if (!shim_device_shard_if_any(i, 0) ||
             shim_device_segment_of(i, (uintptr_t)ptr, &base, &size) == -ENOENT)
             continue;
+        if (shim_devices[i].vmm) {
+            shim_log(SHIM_LOG_ERROR, "cudaIpcGetMemHandle(%p): the block is in a "
+                     "CUPOOL_VMM segment, which has no IPC handle; refused. Run "
+                     "without CUPOOL_VMM for programs that export blocks", ptr);
+            return cudaErrorInvalidValue;
+        }
         /* The handle names the whole segment: an importer maps its base.
          * That is right only for a block at the segment's start. */
         if (base == (uintptr_t)ptr)

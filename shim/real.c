@@ -45,6 +45,7 @@ static void resolve(void)
 #undef SHIM_X_FIND
 #define SHIM_X_TRY(ret, name, params) *(void **)&shim_real.name = find(#name, &lib);
     SHIM_OPTIONAL(SHIM_X_TRY)
+    SHIM_USED_OPTIONAL(SHIM_X_TRY)
 #undef SHIM_X_TRY
     result = missing ? -ENOENT : 0;
 }

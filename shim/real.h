@@ -63,6 +63,13 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *graph);
     X(cudaError_t, cudaStreamEndCapture_ptsz,                                 \
       (cudaStream_t stream, cudaGraph_t *graph))
 
+/* Called, not interposed, when the runtime has it: it reaches the driver's
+ * virtual memory calls for CUPOOL_VMM (CUDA 12.5 and later). */
+#define SHIM_USED_OPTIONAL(X)                                                 \
+    X(cudaError_t, cudaGetDriverEntryPointByVersion,                          \
+      (const char *symbol, void **fn, unsigned int version,                   \
+       unsigned long long flags, enum cudaDriverEntryPointQueryResult *status))
+
 /* Called but not interposed. */
 #define SHIM_USED(X)                                                          \
     X(cudaError_t, cudaGetDevice, (int *device))                              \
@@ -88,6 +95,7 @@ typedef struct shim_real_table {
     SHIM_INTERPOSED(SHIM_X_PTR)
     SHIM_OPTIONAL(SHIM_X_PTR)
     SHIM_USED(SHIM_X_PTR)
+    SHIM_USED_OPTIONAL(SHIM_X_PTR)
 #undef SHIM_X_PTR
 } shim_real_table;
 

@@ -629,6 +629,68 @@ static int traceloop(void)
     }
 }
 
+/* Sets n bytes at p to v and checks what a later read sees. */
+static void fill(void *p, int v, size_t n)
+{
+#ifdef SIMCUDA
+    memset(p, v, n);
+#else
+    OK(cudaMemset(p, v, n));
+#endif
+}
+
+static void expect(const void *p, int v, size_t n)
+{
+    static unsigned char host[4096];
+    for (size_t off = 0; off < n; off += n / 8) {
+#ifdef SIMCUDA
+        memcpy(host, (const char *)p + off, sizeof(host));
+#else
+        OK(cudaMemcpy(host, (const char *)p + off, sizeof(host), cudaMemcpyDeviceToHost));
+#endif
+        for (size_t i = 0; i < sizeof(host); i++)
+            CHECK(host[i] == v);
+    }
+}
+
+/* Under CUPOOL_VMM=1 and a 48 MiB cap: a 40 MiB segment is freed, then
+ * holds a 10 MiB block at its front; 36 MiB more fit only if the pool
+ * gives back the 30 MiB free behind that block, which VMM segments allow.
+ * The live block keeps its bytes; and the give-back waited for the device
+ * (the fence had recorded work just before). Without VMM the 36 MiB fail. */
+static int vmm(void)
+{
+    char *a, *b, *c;
+    OK(cudaMalloc((void **)&a, 40 * MIB));
+    fill(a, 1, 40 * MIB);
+    OK(cudaFree(a));
+    OK(cudaMalloc((void **)&b, 10 * MIB));
+    CHECK(b == a);
+    fill(b, 2, 10 * MIB);
+#ifdef SIMCUDA
+    simcuda_stats before = sim(0);
+    CHECK(before.mallocs == 0 && before.vmm_mapped == 40 * MIB);
+#endif
+    OK(cudaMalloc((void **)&c, 36 * MIB));
+    fill(c, 3, 36 * MIB);
+    expect(b, 2, 10 * MIB);
+    expect(c, 3, 36 * MIB);
+#ifdef SIMCUDA
+    simcuda_stats after = sim(0);
+    printf("unmapped %lu granules, %lu before the device was waited for\n",
+           after.vmm_unmaps - before.vmm_unmaps, after.unsynced_unmaps);
+    CHECK(after.vmm_unmaps - before.vmm_unmaps == 15);
+    CHECK(after.unsynced_unmaps == 0);
+    CHECK(after.vmm_mapped == 46 * MIB);
+#endif
+    size_t free_b, total;
+    OK(cudaMemGetInfo(&free_b, &total));
+    CHECK(total == 48 * MIB);
+    OK(cudaFree(b));
+    OK(cudaFree(c));
+    return 0;
+}
+
 static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
@@ -642,6 +704,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"serve", serve}, {"pairbench", pairbench},
     {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
+    {"vmm", vmm},
 };
 
 int main(int argc, char **argv)

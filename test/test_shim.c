@@ -179,6 +179,22 @@ static void test_shards(void **s)
     assert_non_null(strstr(c->err, "cause: the cap"));
 }
 
+/* CUPOOL_VMM: the pool gives back the granules behind a live block to
+ * serve a request under the cap, after waiting for the device; without
+ * driver support it says so and uses cudaMalloc'd segments (the scenario
+ * then stops at its first check: the driver saw a cudaMalloc). */
+static void test_vmm(void **s)
+{
+    (void)s;
+    result *r = run("vmm", "CUPOOL_VMM=1", "CUPOOL_MAX_RESERVED=48M", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "unmapped 15 granules, 0 before"));
+    r = run("vmm", "CUPOOL_VMM=1", "CUPOOL_MAX_RESERVED=48M", "SIMCUDA_NO_VMM=1", NULL);
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->err, "does not support virtual memory management"));
+    assert_non_null(strstr(r->out, "mallocs == 0"));
+}
+
 static void test_one_device(void **s)
 {
     (void)s;
@@ -582,6 +598,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_devices),
         cmocka_unit_test(test_one_device),
         cmocka_unit_test(test_shards),
+        cmocka_unit_test(test_vmm),
         cmocka_unit_test(test_zero_bytes),
         cmocka_unit_test(test_ipc_handles),
         cmocka_unit_test(test_bad_config_keeps_default),

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <cuda.h>
+
 #include "simcuda.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -23,6 +25,7 @@ static simcuda_stats st[MAX_DEV];
 static int ndev = -1;
 static cudaStream_t capturing_streams[MAX_STREAMS];
 static _Thread_local int current;
+static bool work_pending[MAX_DEV]; /* recorded since the last sync */
 static _Thread_local cudaError_t last_error;
 
 static void setup(void)
@@ -218,6 +221,7 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
     pthread_mutex_lock(&lock);
     st[current].syncs++;
+    work_pending[current] = false;
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
@@ -241,6 +245,7 @@ EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     pthread_mutex_lock(&lock);
     st[current].event_records++;
     st[current].legacy_records += s == cudaStreamLegacy;
+    work_pending[current] = true;
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
@@ -250,6 +255,7 @@ EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned i
     (void)s, (void)e, (void)f;
     pthread_mutex_lock(&lock);
     st[current].stream_waits++;
+    work_pending[current] = true;
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
@@ -376,4 +382,218 @@ EXPORT const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidValue: return "invalid argument";
     default: return "simulated error";
     }
+}
+
+/* ---- the driver's virtual memory calls ------------------------------------
+ * A reservation is an inaccessible mapping of host address space; a
+ * physical allocation (handle) is counted against the device's capacity;
+ * mapping one makes its range readable and writable (the real driver wants
+ * cuMemSetAccess for that; the sim checks that it comes, see below). */
+
+enum { GRANULE = 2 << 20, MAX_HANDLES = 1 << 16 };
+
+typedef struct handle { size_t size; int dev, maps; bool released, used; } handle;
+static handle handles[MAX_HANDLES];
+
+static CUresult drv_device_get(CUdevice *d, int ordinal)
+{
+    setup();
+    if (ordinal < 0 || ordinal >= ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_device_attr(int *v, CUdevice_attribute a, CUdevice d)
+{
+    (void)d;
+    *v = a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED &&
+         !getenv("SIMCUDA_NO_VMM");
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_granularity(size_t *g, const CUmemAllocationProp *p,
+                                CUmemAllocationGranularity_flags f)
+{
+    (void)p, (void)f;
+    *g = GRANULE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_reserve(CUdeviceptr *ptr, size_t size, size_t align,
+                            CUdeviceptr addr, unsigned long long flags)
+{
+    (void)addr, (void)flags;
+    if (!size || size % GRANULE || (align && align % GRANULE))
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Over-reserve to align the base. */
+    size_t a = align ? align : GRANULE;
+    char *p = mmap(NULL, size + a, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uintptr_t b = ((uintptr_t)p + a - 1) & ~(uintptr_t)(a - 1);
+    if (b > (uintptr_t)p)
+        munmap(p, b - (uintptr_t)p);
+    munmap((char *)b + size, (uintptr_t)p + a - b);
+    *ptr = (CUdeviceptr)b;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_address_free(CUdeviceptr ptr, size_t size)
+{
+    return munmap((void *)ptr, size) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static void handle_drop(int i)
+{
+    handle *h = &handles[i];
+    if (h->released && h->maps == 0) {
+        st[h->dev].used -= h->size;
+        h->used = false;
+    }
+}
+
+static CUresult drv_create(CUmemGenericAllocationHandle *out, size_t size,
+                           const CUmemAllocationProp *p, unsigned long long f)
+{
+    (void)f;
+    if (!size || size % GRANULE || p->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    setup();
+    int dev = p->location.id, i = 1;
+    while (i < MAX_HANDLES && handles[i].used)
+        i++;
+    CUresult r = CUDA_SUCCESS;
+    if (dev < 0 || dev >= ndev)
+        r = CUDA_ERROR_INVALID_DEVICE;
+    else if (i == MAX_HANDLES || size > st[dev].capacity - st[dev].used)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        handles[i] = (handle){.size = size, .dev = dev, .used = true};
+        st[dev].used += size;
+        *out = (CUmemGenericAllocationHandle)i;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static CUresult drv_release(CUmemGenericAllocationHandle hd)
+{
+    pthread_mutex_lock(&lock);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released) {
+        handles[hd].released = true;
+        handle_drop((int)hd);
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* Mapped ranges: address -> handle, to check unmaps. */
+typedef struct mapping { uintptr_t addr; size_t size; int h; } mapping;
+static mapping maps[MAX_HANDLES];
+static int nmaps;
+
+static CUresult drv_map(CUdeviceptr ptr, size_t size, size_t off,
+                        CUmemGenericAllocationHandle hd, unsigned long long f)
+{
+    (void)f;
+    pthread_mutex_lock(&lock);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released &&
+        off == 0 && size == handles[hd].size && nmaps < MAX_HANDLES &&
+        mmap((void *)ptr, size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED) {
+        maps[nmaps++] = (mapping){ptr, size, (int)hd};
+        handles[hd].maps++;
+        st[handles[hd].dev].vmm_maps++;
+        st[handles[hd].dev].vmm_mapped += size;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static CUresult drv_unmap(CUdeviceptr ptr, size_t size)
+{
+    pthread_mutex_lock(&lock);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < nmaps; i++) {
+        if (maps[i].addr != ptr || maps[i].size != size)
+            continue;
+        handle *h = &handles[maps[i].h];
+        /* Back to an inaccessible reservation. */
+        mmap((void *)ptr, size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        st[h->dev].vmm_unmaps++;
+        st[h->dev].unsynced_unmaps += work_pending[h->dev];
+        st[h->dev].vmm_mapped -= size;
+        h->maps--;
+        handle_drop(maps[i].h);
+        maps[i] = maps[--nmaps];
+        r = CUDA_SUCCESS;
+        break;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* Read and write access to every mapping inside the range. */
+static CUresult drv_set_access(CUdeviceptr ptr, size_t size,
+                               const CUmemAccessDesc *d, size_t n)
+{
+    if (n != 1 || d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    size_t covered = 0;
+    for (int i = 0; i < nmaps; i++)
+        if (maps[i].addr >= ptr && maps[i].addr + maps[i].size <= ptr + size)
+            covered += maps[i].size;
+    CUresult r = covered == size && !mprotect((void *)ptr, size, PROT_READ | PROT_WRITE)
+                     ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static CUresult drv_error_string(CUresult e, const char **s)
+{
+    *s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_OUT_OF_MEMORY
+                                             ? "out of memory" : "invalid argument";
+    return CUDA_SUCCESS;
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn,
+                                                    unsigned int version,
+                                                    unsigned long long flags,
+                                                    enum cudaDriverEntryPointQueryResult *q)
+{
+    (void)version, (void)flags;
+    static const struct { const char *name; void *fn; } table[] = {
+        {"cuDeviceGet", (void *)drv_device_get},
+        {"cuDeviceGetAttribute", (void *)drv_device_attr},
+        {"cuMemGetAllocationGranularity", (void *)drv_granularity},
+        {"cuMemAddressReserve", (void *)drv_reserve},
+        {"cuMemAddressFree", (void *)drv_address_free},
+        {"cuMemCreate", (void *)drv_create},
+        {"cuMemRelease", (void *)drv_release},
+        {"cuMemMap", (void *)drv_map},
+        {"cuMemUnmap", (void *)drv_unmap},
+        {"cuMemSetAccess", (void *)drv_set_access},
+        {"cuGetErrorString", (void *)drv_error_string},
+    };
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        if (!strcmp(sym, table[i].name)) {
+            *fn = table[i].fn;
+            if (q)
+                *q = cudaDriverEntryPointSuccess;
+            return cudaSuccess;
+        }
+    }
+    *fn = NULL;
+    if (q)
+        *q = cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
 }

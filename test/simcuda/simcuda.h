@@ -4,7 +4,8 @@
  * build/sim/libcudart.so.13 carries the real library's soname and version
  * node and implements the runtime calls cupool uses, backed by host memory
  * (mmap, so untouched bytes cost nothing). SIMCUDA_DEVICES (default 2) and
- * SIMCUDA_CAPACITY (bytes per device, default 16 GiB) shape it.
+ * SIMCUDA_CAPACITY (bytes per device, default 16 GiB) shape it;
+ * SIMCUDA_NO_VMM=1 makes the driver's virtual memory calls unsupported.
  */
 #ifndef CUPOOL_SIMCUDA_H
 #define CUPOOL_SIMCUDA_H
@@ -15,6 +16,13 @@ typedef struct simcuda_stats {
     unsigned long mallocs, frees, bad_frees, syncs;
     unsigned long event_records, legacy_records, stream_waits;
     unsigned long capture_queries;  /* cudaStreamIsCapturing calls */
+    /* The driver's virtual memory calls (reached through
+     * cudaGetDriverEntryPointByVersion): granules created and mapped,
+     * unmapped, and unmapped while work recorded since the last device
+     * synchronization may still run (event records and stream waits count
+     * as work). */
+    unsigned long vmm_maps, vmm_unmaps, unsynced_unmaps;
+    unsigned long long vmm_mapped;  /* bytes mapped now */
     unsigned long long used, capacity;
 } simcuda_stats;
 

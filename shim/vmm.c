@@ -1,0 +1,300 @@
+/*
+ * vmm.c - see vmm.h.
+ *
+ * The driver calls are reached through the runtime
+ * (cudaGetDriverEntryPointByVersion), so they come from the driver the
+ * program's runtime uses, and the tests' simulated runtime can stand in.
+ * Each reservation keeps one handle per granule, in address order; a
+ * handle of 0 is a granule already given back.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "log.h"
+#include "real.h"
+#include "vmm.h"
+
+#define DRIVER_CALLS(X)                                                       \
+    X(cuDeviceGet, (CUdevice *, int))                                         \
+    X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))            \
+    X(cuMemGetAllocationGranularity,                                          \
+      (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags)) \
+    X(cuMemAddressReserve,                                                    \
+      (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))       \
+    X(cuMemAddressFree, (CUdeviceptr, size_t))                                \
+    X(cuMemCreate, (CUmemGenericAllocationHandle *, size_t,                   \
+                    const CUmemAllocationProp *, unsigned long long))         \
+    X(cuMemRelease, (CUmemGenericAllocationHandle))                           \
+    X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,   \
+                 unsigned long long))                                         \
+    X(cuMemUnmap, (CUdeviceptr, size_t))                                      \
+    X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
+    X(cuGetErrorString, (CUresult, const char **))
+
+static struct {
+#define X_PTR(name, params) CUresult(*name) params;
+    DRIVER_CALLS(X_PTR)
+#undef X_PTR
+} drv;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+static const char *drv_missing; /* the first call not found, or NULL */
+
+static void drv_resolve(void)
+{
+    if (!shim_real.cudaGetDriverEntryPointByVersion) {
+        drv_missing = "cudaGetDriverEntryPointByVersion (CUDA 12.5 or later)";
+        return;
+    }
+#define X_FIND(name, params)                                                  \
+    if (shim_real.cudaGetDriverEntryPointByVersion(#name, (void **)&drv.name, \
+                                                   12000, cudaEnableDefault,  \
+                                                   NULL) != cudaSuccess ||    \
+        !drv.name) {                                                          \
+        shim_real.cudaGetLastError();                                         \
+        if (!drv_missing)                                                     \
+            drv_missing = #name;                                              \
+    }
+    DRIVER_CALLS(X_FIND)
+#undef X_FIND
+}
+
+typedef struct vmm_range {
+    uintptr_t base;
+    size_t size;
+    size_t mapped;                   /* granules still mapped */
+    CUmemGenericAllocationHandle *h; /* one per granule; 0 = given back */
+} vmm_range;
+
+typedef struct span { uintptr_t addr; size_t size; } span;
+
+struct shim_vmm {
+    int dev;
+    size_t unit;
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+    pthread_mutex_t lock;
+    vmm_range *r; /* sorted by base */
+    size_t n, cap;
+    span *later;  /* shim_vmm_defer */
+    size_t nlater, later_cap;
+};
+
+static const char *errstr(CUresult e)
+{
+    const char *s = NULL;
+    if (drv.cuGetErrorString(e, &s) != CUDA_SUCCESS || !s)
+        s = "unknown driver error";
+    return s;
+}
+
+shim_vmm *shim_vmm_open(int dev)
+{
+    pthread_once(&drv_once, drv_resolve);
+    if (drv_missing) {
+        shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: the driver call %s is not "
+                 "available; using cudaMalloc'd segments", drv_missing);
+        return NULL;
+    }
+    CUdevice cd;
+    int ok = 0;
+    size_t unit = 0;
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE}};
+    CUresult e = drv.cuDeviceGet(&cd, dev);
+    if (e == CUDA_SUCCESS)
+        e = drv.cuDeviceGetAttribute(
+            &ok, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cd);
+    prop.location.id = cd;
+    if (e == CUDA_SUCCESS && ok)
+        e = drv.cuMemGetAllocationGranularity(&unit, &prop,
+                                              CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+    if (e != CUDA_SUCCESS || !ok || !unit || (unit & (unit - 1))) {
+        shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: device %d %s; using cudaMalloc'd "
+                 "segments", dev, e != CUDA_SUCCESS ? errstr(e)
+                 : !ok ? "does not support virtual memory management"
+                 : "reports an unusable granularity");
+        return NULL;
+    }
+    shim_vmm *v = calloc(1, sizeof(*v));
+    if (!v)
+        return NULL;
+    v->dev = dev;
+    v->unit = unit;
+    v->prop = prop;
+    v->access = (CUmemAccessDesc){.location = prop.location,
+                                  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    pthread_mutex_init(&v->lock, NULL);
+    return v;
+}
+
+size_t shim_vmm_unit(const shim_vmm *v) { return v->unit; }
+
+/* Index of the range holding addr, or -1. Needs v->lock. */
+static long find(const shim_vmm *v, uintptr_t addr)
+{
+    size_t lo = 0, hi = v->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (addr < v->r[mid].base)
+            hi = mid;
+        else if (addr - v->r[mid].base >= v->r[mid].size)
+            lo = mid + 1;
+        else
+            return (long)mid;
+    }
+    return -1;
+}
+
+/* Unmaps and releases granules [from, to) of range r. */
+static void drop(shim_vmm *v, vmm_range *r, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++) {
+        if (!r->h[i])
+            continue;
+        CUresult e = drv.cuMemUnmap(r->base + i * v->unit, v->unit);
+        if (e == CUDA_SUCCESS)
+            e = drv.cuMemRelease(r->h[i]);
+        if (e != CUDA_SUCCESS)
+            shim_log(SHIM_LOG_WARN, "device %d: giving back %zu bytes at %#lx "
+                     "failed: %s", v->dev, v->unit,
+                     (unsigned long)(r->base + i * v->unit), errstr(e));
+        r->h[i] = 0;
+        r->mapped--;
+    }
+}
+
+int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
+{
+    if (!size || size % v->unit)
+        return -EIO;
+    size_t n = size / v->unit;
+    vmm_range r = {.size = size, .h = calloc(n, sizeof(*r.h))};
+    if (!r.h)
+        return -ENOMEM;
+    CUdeviceptr va = 0;
+    CUresult e = drv.cuMemAddressReserve(&va, size, v->unit, 0, 0);
+    r.base = (uintptr_t)va;
+    for (size_t i = 0; e == CUDA_SUCCESS && i < n; i++) {
+        e = drv.cuMemCreate(&r.h[i], v->unit, &v->prop, 0);
+        if (e != CUDA_SUCCESS) {
+            r.h[i] = 0;
+            break;
+        }
+        e = drv.cuMemMap(va + i * v->unit, v->unit, 0, r.h[i], 0);
+        if (e != CUDA_SUCCESS) {
+            drv.cuMemRelease(r.h[i]);
+            r.h[i] = 0;
+            break;
+        }
+        r.mapped++;
+    }
+    if (e == CUDA_SUCCESS)
+        e = drv.cuMemSetAccess(va, size, &v->access, 1);
+    pthread_mutex_lock(&v->lock);
+    if (e == CUDA_SUCCESS && v->n == v->cap) {
+        size_t cap = v->cap ? 2 * v->cap : 16;
+        vmm_range *g = realloc(v->r, cap * sizeof(*g));
+        if (g) {
+            v->r = g;
+            v->cap = cap;
+        } else {
+            e = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (e == CUDA_SUCCESS) {
+        size_t i = v->n;
+        while (i > 0 && v->r[i - 1].base > r.base) {
+            v->r[i] = v->r[i - 1];
+            i--;
+        }
+        v->r[i] = r;
+        v->n++;
+    }
+    pthread_mutex_unlock(&v->lock);
+    if (e == CUDA_SUCCESS) {
+        *base = r.base;
+        return 0;
+    }
+    /* Nothing of it was used yet: no need to wait for the device. */
+    drop(v, &r, 0, n);
+    if (va)
+        drv.cuMemAddressFree(va, size);
+    free(r.h);
+    if (e != CUDA_ERROR_OUT_OF_MEMORY)
+        shim_log(SHIM_LOG_ERROR, "device %d: mapping a %zu-byte segment "
+                 "failed: %s", v->dev, size, errstr(e));
+    return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+/* Needs v->lock. */
+static void unmap_locked(shim_vmm *v, uintptr_t addr, size_t size)
+{
+    while (size) {
+        long k = find(v, addr);
+        if (k < 0) {
+            shim_log(SHIM_LOG_ERROR, "device %d: %#lx is in no VMM segment; "
+                     "not unmapped", v->dev, (unsigned long)addr);
+            return;
+        }
+        vmm_range *r = &v->r[k];
+        size_t from = (addr - r->base) / v->unit;
+        size_t here = r->base + r->size - addr < size ? r->base + r->size - addr : size;
+        drop(v, r, from, from + here / v->unit);
+        addr += here;
+        size -= here;
+        if (r->mapped)
+            continue;
+        drv.cuMemAddressFree(r->base, r->size);
+        free(r->h);
+        memmove(r, r + 1, (v->n - (size_t)k - 1) * sizeof(*r));
+        v->n--;
+    }
+}
+
+void shim_vmm_unmap(shim_vmm *v, uintptr_t addr, size_t size)
+{
+    pthread_mutex_lock(&v->lock);
+    unmap_locked(v, addr, size);
+    pthread_mutex_unlock(&v->lock);
+}
+
+int shim_vmm_defer(shim_vmm *v, uintptr_t addr, size_t size)
+{
+    pthread_mutex_lock(&v->lock);
+    int err = 0;
+    if (v->nlater == v->later_cap) {
+        size_t cap = v->later_cap ? 2 * v->later_cap : 16;
+        span *g = realloc(v->later, cap * sizeof(*g));
+        if (g) {
+            v->later = g;
+            v->later_cap = cap;
+        } else {
+            err = -ENOMEM;
+        }
+    }
+    if (!err)
+        v->later[v->nlater++] = (span){addr, size};
+    pthread_mutex_unlock(&v->lock);
+    return err;
+}
+
+void shim_vmm_drain(shim_vmm *v)
+{
+    pthread_mutex_lock(&v->lock);
+    for (size_t i = 0; i < v->nlater; i++)
+        unmap_locked(v, v->later[i].addr, v->later[i].size);
+    v->nlater = 0;
+    pthread_mutex_unlock(&v->lock);
+}
+
+int shim_vmm_owns(shim_vmm *v, uintptr_t addr)
+{
+    pthread_mutex_lock(&v->lock);
+    int owns = find(v, addr) >= 0;
+    pthread_mutex_unlock(&v->lock);
+    return owns;
+}
