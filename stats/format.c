@@ -52,6 +52,7 @@ void stats_device_from_pool(stats_device *d, int device, const pool_stats *p)
     d->driver_frees = p->seg_releases;
     d->driver_alloc = p->reserved_bytes_total;
     d->driver_free = p->released_bytes_total;
+    d->trims = p->trims;
     d->fences = p->fences;
     d->fence_deferrals = p->fence_deferrals;
     d->flushes = p->flushes;

@@ -44,6 +44,8 @@
     X(driver_frees, COUNT, COUNTER, "segments returned to the driver")        \
     X(driver_alloc, BYTES, COUNTER, "bytes reserved from the driver")         \
     X(driver_free, BYTES, COUNTER, "bytes returned to the driver")            \
+    X(trims, COUNT, COUNTER, "free ranges inside segments returned to the "   \
+      "driver (CUPOOL_VMM)")                                                  \
     X(fences, COUNT, COUNTER, "fences issued before reuse")                   \
     X(fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)")   \
     X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
