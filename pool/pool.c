@@ -343,13 +343,16 @@ static int by_span_desc(const void *x, const void *y)
     return (a < b) - (a > b);
 }
 
-/* Gives back whole trim units under clean free blocks, those with the most
- * first, until at least need bytes are back (SIZE_MAX: all of them).
- * Returns the bytes given back. */
+/* Gives back whole trim units under free blocks, those with the most first,
+ * until at least need bytes are back (SIZE_MAX: all of them). Only clean
+ * blocks are trimmed, so it fences first if any block is dirty (if that
+ * fails, the dirty blocks stay). Returns the bytes given back. */
 static size_t trim_free(pool *p, size_t need)
 {
     if (!p->be.trim)
         return 0;
+    if (p->dirty[POOL_SMALL].count + p->dirty[POOL_LARGE].count)
+        pool_fence(p);
     /* Candidates as (span, address) pairs: blocks move while segments are
      * cut, so each is found again by address. */
     size_t n = 0, cap = 0, *c = NULL, got = 0;
@@ -520,12 +523,8 @@ static int block_grow(pool *p, enum pool_kind kind, size_t size,
     int err = segment_grow(p, kind, seg, out);
     if (err == -EDQUOT || err == -ENOMEM) {
         size_t back = release_idle(p, 0);
-        if (back < seg && p->be.trim) {
-            /* Trim only clean blocks: make the dirty ones clean first. */
-            if (p->dirty[POOL_SMALL].count + p->dirty[POOL_LARGE].count)
-                pool_fence(p);
+        if (back < seg)
             back += trim_free(p, seg - back);
-        }
         if (back == 0)
             return err;
         p->st.retries++;
@@ -773,11 +772,7 @@ size_t pool_flush(pool *p)
 {
     pthread_mutex_lock(&p->lock);
     size_t released = release_idle(p, 0);
-    if (p->be.trim) {
-        if (p->dirty[POOL_SMALL].count + p->dirty[POOL_LARGE].count)
-            pool_fence(p);
-        released += trim_free(p, SIZE_MAX);
-    }
+    released += trim_free(p, SIZE_MAX);
     p->st.flushes++;
     pthread_mutex_unlock(&p->lock);
     return released;

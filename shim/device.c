@@ -51,6 +51,19 @@ __attribute__((constructor(101))) static void devices_init(void)
 /* Captures begun and not ended (shim_capture_begin). */
 static atomic_int captures;
 
+/* A cudaMalloc'd segment: 0, -ENOMEM or -EIO. */
+static int cuda_reserve(size_t size, uintptr_t *base)
+{
+    void *p = NULL;
+    cudaError_t e = shim_real.cudaMalloc(&p, size);
+    if (e == cudaSuccess) {
+        *base = (uintptr_t)p;
+        return 0;
+    }
+    shim_real.cudaGetLastError(); /* the pool may still succeed: no residue */
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+}
+
 static int be_reserve(void *ctx, size_t size, uintptr_t *base)
 {
     shim_shard *sh = ctx;
@@ -65,31 +78,16 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
     uint64_t peak = atomic_load(&d->reserved_peak);
     while (now > peak && !atomic_compare_exchange_weak(&d->reserved_peak, &peak, now))
         ;
-    if (d->vmm) {
-        int err = shim_vmm_map(d->vmm, size, base);
-        if (!err) {
-            shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_OK, d->id, *base, size);
-            return 0;
-        }
-        atomic_fetch_sub(&d->reserved, size);
-        shim_trace_put(sh->ring, true, TRACE_RESERVE,
-                       err == -ENOMEM ? TRACE_R_NOMEM : TRACE_R_ERROR, d->id, 0, size);
-        return err;
-    }
-    void *p = NULL;
-    cudaError_t e = shim_real.cudaMalloc(&p, size);
-    if (e == cudaSuccess) {
-        *base = (uintptr_t)p;
+    int err = d->vmm ? shim_vmm_map(d->vmm, size, base) : cuda_reserve(size, base);
+    if (!err) {
         /* Stamped after the driver handed it out (see recorder.c). */
         shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_OK, d->id, *base, size);
         return 0;
     }
     atomic_fetch_sub(&d->reserved, size);
-    shim_real.cudaGetLastError(); /* the pool may still succeed: no residue */
-    bool oom = e == cudaErrorMemoryAllocation;
-    shim_trace_put(sh->ring, true, TRACE_RESERVE, oom ? TRACE_R_NOMEM : TRACE_R_ERROR,
-                   d->id, 0, size);
-    return oom ? -ENOMEM : -EIO;
+    shim_trace_put(sh->ring, true, TRACE_RESERVE,
+                   err == -ENOMEM ? TRACE_R_NOMEM : TRACE_R_ERROR, d->id, 0, size);
+    return err;
 }
 
 /* Waits for all work on the device, as the real cudaFree does, so that

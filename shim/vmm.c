@@ -290,11 +290,3 @@ void shim_vmm_drain(shim_vmm *v)
     v->nlater = 0;
     pthread_mutex_unlock(&v->lock);
 }
-
-int shim_vmm_owns(shim_vmm *v, uintptr_t addr)
-{
-    pthread_mutex_lock(&v->lock);
-    int owns = find(v, addr) >= 0;
-    pthread_mutex_unlock(&v->lock);
-    return owns;
-}

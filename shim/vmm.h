@@ -45,7 +45,4 @@ int shim_vmm_defer(shim_vmm *v, uintptr_t addr, size_t size);
 /* Unmaps what shim_vmm_defer kept. The device must be synchronized. */
 void shim_vmm_drain(shim_vmm *v);
 
-/* Whether addr lies in a VMM segment. */
-int shim_vmm_owns(shim_vmm *v, uintptr_t addr);
-
 #endif
