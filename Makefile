@@ -27,7 +27,7 @@ STATS_SRC := stats/format.c stats/page.c stats/trace.c
 STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c \
-            shim/vmm.c $(STATS_SRC)
+            shim/vmm.c shim/cupti.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 SIMCUDA  := test/simcuda/simcuda.c test/simcuda/simcuda.h test/simcuda/libcudart.map

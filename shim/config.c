@@ -51,6 +51,12 @@ static const option options[] = {
      "1 builds segments from the driver's virtual memory calls, 2 MiB "
      "granules the pool can give back from inside a segment (under the cap, "
      "on a flush); no IPC export of pooled blocks, no peer access"},
+    {"CUPOOL_CUPTI", OPT_BOOL, F(cupti), "0",
+     "1 counts, through CUPTI, the driver calls that may give the GPU work, "
+     "and skips a fence when none came since the last one; profilers cannot "
+     "use CUPTI in the same process"},
+    {"CUPOOL_CUPTI_LIB", OPT_PATH, F(cupti_lib), "",
+     "path of libcupti for CUPOOL_CUPTI; empty = search the usual places"},
     {"CUPOOL_FLUSH_SIGNAL", OPT_SIGNAL, F(flush_signal), "USR1",
      "signal that returns every cached segment to the driver, or none"},
     {"CUPOOL_STATS_SIGNAL", OPT_SIGNAL, F(stats_signal), "USR2",

@@ -49,6 +49,9 @@ typedef struct shim_config {
     size_t shards;                  /* pools per device, 1..SHIM_SHARDS_MAX */
     bool vmm;                       /* segments from the driver's virtual
                                        memory calls, trimmable */
+    bool cupti;                     /* skip fences when CUPTI saw no GPU
+                                       work since the last one */
+    char cupti_lib[SHIM_PATH_MAX];  /* "" = search for libcupti */
     shim_log_level log;
     pool_config pool;               /* thresholds; max_reserved and
                                        release_threshold filled per device */

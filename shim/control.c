@@ -159,6 +159,7 @@ void shim_stats_view(stats_view *v)
         stats_device_from_pool(d, i, &ps);
         d->cap = shim_devices[i].cap;
         d->syncs = atomic_load(&shim_devices[i].syncs);
+        d->fences_skipped = atomic_load(&shim_devices[i].fences_skipped);
         d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
     }
 #define X(name, unit, kind, help) \

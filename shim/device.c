@@ -11,6 +11,9 @@
  *   sync     cudaDeviceSynchronize, as the real cudaFree would have done,
  *            but only when a block freed since the last fence is reused.
  *   none     no fence (only for programs known to use one stream).
+ * With CUPOOL_CUPTI, a fence is skipped when no GPU work was submitted
+ * since the device's last one (cupti.h): that one orders every block freed
+ * since.
  * With CUPOOL_VMM, segments come from the driver's virtual memory calls
  * (vmm.c) instead, and the pool may also give back parts of them (trim).
  * Like the real cudaFree, giving memory back first waits for the device;
@@ -28,6 +31,7 @@
 #include <string.h>
 
 #include "control.h"
+#include "cupti.h"
 #include "device.h"
 #include "log.h"
 #include "recorder.h"
@@ -42,6 +46,7 @@ __attribute__((constructor(101))) static void devices_init(void)
 {
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
         shim_devices[i].id = i;
+        shim_devices[i].fenced_work = SHIM_WORK_NEVER;
         pthread_mutex_init(&shim_devices[i].lock, NULL);
     }
 }
@@ -218,17 +223,24 @@ void shim_capture_end(void)
     atomic_fetch_sub(&captures, 1);
 }
 
-/* The fence proper. Needs d->lock. */
-static int fence_locked(shim_device *d)
+/* The fence proper, ordering all work counted up to work (CUPOOL_CUPTI).
+ * Needs d->lock. */
+static int fence_locked(shim_device *d, uint64_t work)
 {
-    if (shim_cfg.fence != SHIM_FENCE_SYNC)
-        return barrier_locked(d);
-    cudaError_t e = shim_real.cudaDeviceSynchronize();
-    atomic_fetch_add(&d->syncs, 1);
-    if (e == cudaSuccess)
-        return 0;
-    shim_real.cudaGetLastError();
-    return -EIO;
+    int err = 0;
+    if (shim_cfg.fence != SHIM_FENCE_SYNC) {
+        err = barrier_locked(d);
+    } else {
+        cudaError_t e = shim_real.cudaDeviceSynchronize();
+        atomic_fetch_add(&d->syncs, 1);
+        if (e != cudaSuccess) {
+            shim_real.cudaGetLastError();
+            err = -EIO;
+        }
+    }
+    if (!err)
+        atomic_store_explicit(&d->fenced_work, work, memory_order_relaxed);
+    return err;
 }
 
 static int be_fence(void *ctx)
@@ -236,10 +248,21 @@ static int be_fence(void *ctx)
     shim_shard *sh = ctx;
     shim_device *d = sh->dev;
     int err = -EAGAIN;
+    /* Read before the fence's calls: all work counted so far is queued
+     * before them, so the fence orders it. */
+    uint64_t work = SHIM_WORK_NEVER;
+    if (shim_work_watching()) {
+        work = shim_work_count();
+        if (work == atomic_load_explicit(&d->fenced_work, memory_order_relaxed)) {
+            atomic_fetch_add_explicit(&d->fences_skipped, 1, memory_order_relaxed);
+            shim_trace_put(sh->ring, false, TRACE_FENCE, TRACE_R_OK, d->id, 0, 0);
+            return 0;
+        }
+    }
     pthread_mutex_lock(&d->lock);
     bool fast = atomic_load(&captures) == 0;
     if (fast)
-        err = fence_locked(d);
+        err = fence_locked(d, work);
     pthread_mutex_unlock(&d->lock);
     if (!fast) {
         /* A capture may be going on, on this thread or another: check
@@ -249,7 +272,7 @@ static int be_fence(void *ctx)
         shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
         pthread_mutex_lock(&d->lock);
         if (!any_capture(d))
-            err = fence_locked(d);
+            err = fence_locked(d, work);
         pthread_mutex_unlock(&d->lock);
         shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
     }
@@ -309,6 +332,7 @@ static pool *create_locked(shim_device *d, int shard)
         else
             d->vmm = v;
     }
+    shim_work_watch(); /* before any block is handed out */
     pc.max_reserved = 0; /* the device's cap, in be_reserve */
     pc.release_threshold = shim_cfg.release_threshold;
     shim_shard *sh = &d->shards[shard];
@@ -331,11 +355,12 @@ static pool *create_locked(shim_device *d, int shard)
     }
     char c[32];
     if (shard == 0)
-        shim_log(SHIM_LOG_INFO, "device %d: pool ready, cap %s, fence %s, "
+        shim_log(SHIM_LOG_INFO, "device %d: pool ready, cap %s, fence %s%s, "
                  "%zu shards, %s segments", d->id,
                  d->cap ? stats_fmt_bytes(d->cap, c, sizeof(c)) : "none",
                  shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
                  : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",
+                 shim_work_watching() ? " (skipped while CUPTI sees no new work)" : "",
                  shim_cfg.shards, d->vmm ? "VMM" : "cudaMalloc'd");
     return p;
 }

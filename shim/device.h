@@ -43,6 +43,9 @@ typedef struct shim_device {
     size_t nstreams, streams_cap;
     cudaEvent_t legacy_event;
     atomic_ulong syncs;        /* device synchronizations by the fence */
+    atomic_ulong fences_skipped; /* fences that needed no CUDA call */
+    _Atomic uint64_t fenced_work; /* CUPOOL_CUPTI: the work count read
+                                     before the last fence that was issued */
     shim_vmm *vmm;             /* CUPOOL_VMM segments, or NULL */
     bool vmm_tried;
 } shim_device;

@@ -49,6 +49,8 @@
     X(fences, COUNT, COUNTER, "fences issued before reuse")                   \
     X(fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)")   \
     X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
+    X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "   \
+      "GPU work since the last (CUPOOL_CUPTI)")                               \
     X(flushes, COUNT, COUNTER, "flushes of the cache")                        \
     X(retries, COUNT, COUNTER, "allocations retried after releasing cache")   \
     X(oom_failures, COUNT, COUNTER, "allocations that failed for memory")     \

@@ -691,12 +691,44 @@ static int vmm(void)
     return 0;
 }
 
+#ifdef SIMCUDA
+/* Pairs of 64 MiB that reuse one block (a large block is always the best
+ * fit, so each reuse asks for a fence): n pairs with nothing between them,
+ * then n with work (a memset of the block) in each. Prints how many fences
+ * reached CUDA for each; CUPOOL_CUPTI should skip a fence only when no work
+ * came since the last one. */
+static int cupti(void)
+{
+    enum { n = 50 };
+    void *p, *q;
+    OK(cudaMalloc(&p, 64 * MIB));
+    OK(cudaFree(p));
+    simcuda_stats s0 = sim(0);
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&q, 64 * MIB));
+        CHECK(q == p);
+        OK(cudaFree(q));
+    }
+    simcuda_stats s1 = sim(0);
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&q, 64 * MIB));
+        CHECK(q == p);
+        OK(cudaMemsetAsync(q, i, MIB, 0));
+        OK(cudaFree(q));
+    }
+    simcuda_stats s2 = sim(0);
+    printf("quiet pairs: %lu fences; busy pairs: %lu fences\n",
+           s1.legacy_records - s0.legacy_records, s2.legacy_records - s1.legacy_records);
+    return 0;
+}
+#endif
+
 static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev}, {"shards", shards},
-    {"shards_cap", shards_cap},
+    {"shards_cap", shards_cap}, {"cupti", cupti},
 #endif
 #ifndef SIMCUDA
     {"capture_real", capture_real},

@@ -131,8 +131,11 @@ static void test_defaults(void **state)
     assert_string_equal(c.stats_file, "");
     assert_int_equal(c.log, SHIM_LOG_WARN);
     pool_config def;
+    memset(&def, 0, sizeof(def)); /* padding too: load zeroes c first */
     pool_config_default(&def);
     assert_memory_equal(&c.pool, &def, sizeof(def));
+    assert_false(c.cupti);
+    assert_string_equal(c.cupti_lib, "");
 }
 
 static void test_valid_values(void **state)
@@ -144,7 +147,8 @@ static void test_valid_values(void **state)
         "CUPOOL_FENCE=sync", "CUPOOL_FLUSH_SIGNAL=HUP",
         "CUPOOL_STATS_SIGNAL=none", "CUPOOL_STATS_FILE=/tmp/s.%p",
         "CUPOOL_LOG=debug", "CUPOOL_MAX_SPLIT=64M",
-        "CUPOOL_FENCE_INTERVAL=1", NULL};
+        "CUPOOL_FENCE_INTERVAL=1", "CUPOOL_CUPTI=on",
+        "CUPOOL_CUPTI_LIB=/opt/cuda/lib64/libcupti.so", NULL};
     shim_config c;
     assert_int_equal(load(env, &c), 0);
     assert_int_equal(nwarned, 0);
@@ -161,6 +165,8 @@ static void test_valid_values(void **state)
     assert_int_equal(c.log, SHIM_LOG_DEBUG);
     assert_int_equal(c.pool.max_split, 64 * MIB);
     assert_int_equal(c.pool.fence_interval, 1);
+    assert_true(c.cupti);
+    assert_string_equal(c.cupti_lib, "/opt/cuda/lib64/libcupti.so");
 }
 
 static void test_invalid_values_warn_and_keep_default(void **state)

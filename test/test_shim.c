@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -193,6 +194,36 @@ static void test_vmm(void **s)
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->err, "does not support virtual memory management"));
     assert_non_null(strstr(r->out, "mallocs == 0"));
+}
+
+/* CUPOOL_CUPTI: fences that reach CUDA only after work was submitted; and
+ * without CUPTI, a message and every fence, as without the option. */
+static void test_cupti(void **s)
+{
+    (void)s;
+    /* The simulated runtime carries the simulated CUPTI. */
+    char path[600], full[PATH_MAX], lib[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/sim/libcudart.so.13", dir);
+    assert_non_null(realpath(path, full));
+    snprintf(lib, sizeof(lib), "CUPOOL_CUPTI_LIB=%s", full);
+    result *r = run("cupti", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "quiet pairs: 50 fences; busy pairs: 50 fences"));
+    r = run("cupti", "CUPOOL_CUPTI=1", lib, NULL);
+    assert_int_equal(r->status, 0);
+    /* The first quiet reuse fences (nothing did yet); so does each busy one
+     * but the first, which follows a quiet pair. */
+    assert_non_null(strstr(r->out, "quiet pairs: 1 fences; busy pairs: 49 fences"));
+    r = run("cupti", "CUPOOL_CUPTI=1", lib, "SIMCUDA_CUPTI_TAKEN=1", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "quiet pairs: 50 fences; busy pairs: 50 fences"));
+    assert_non_null(strstr(r->err, "CUPTI refused a subscriber "
+                                   "(CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED): "
+                                   "a profiler or another tool holds it"));
+    r = run("cupti", "CUPOOL_CUPTI=1", "CUPOOL_CUPTI_LIB=/nonexistent/libcupti.so", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "quiet pairs: 50 fences; busy pairs: 50 fences"));
+    assert_non_null(strstr(r->err, "cannot load CUPTI (tried /nonexistent/libcupti.so)"));
 }
 
 static void test_one_device(void **s)
@@ -577,6 +608,7 @@ int main(int argc, char **argv)
     printf("variant: %s\n", dir);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exports_match_allowlist),
+        cmocka_unit_test(test_cupti),
         cmocka_unit_test(test_pairs_hit_the_cache),
         cmocka_unit_test(test_fence_barrier),
         cmocka_unit_test(test_fence_sync),

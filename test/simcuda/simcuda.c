@@ -3,6 +3,7 @@
  * Only what cupool calls (and what tests call around it) is implemented.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,9 @@
 #include <sys/mman.h>
 
 #include <cuda.h>
+#include <cupti_callbacks.h>
+#include <cupti_driver_cbid.h>
+#include <cupti_result.h>
 
 #include "simcuda.h"
 
@@ -45,6 +49,74 @@ static cudaError_t fail(cudaError_t e)
 {
     last_error = e;
     return e;
+}
+
+/* ---- CUPTI, driver domain only -------------------------------------------
+ * Every runtime call below that stands for a driver call reports it (entry,
+ * then return) to the one subscriber, unless that call was turned off. */
+static CUpti_CallbackFunc cupti_cb;
+static atomic_bool cupti_off[CUPTI_DRIVER_TRACE_CBID_SIZE];
+static atomic_bool cupti_domain_on;
+
+static void drv_call(CUpti_CallbackId id)
+{
+    if (!atomic_load(&cupti_domain_on) || id >= CUPTI_DRIVER_TRACE_CBID_SIZE ||
+        atomic_load(&cupti_off[id]))
+        return;
+    CUpti_CallbackData d = {.callbackSite = CUPTI_API_ENTER};
+    cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+    d.callbackSite = CUPTI_API_EXIT;
+    cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+}
+
+/* SIMCUDA_CUPTI_TAKEN=1: another tool holds CUPTI already. */
+EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb,
+                                  void *ud)
+{
+    (void)ud;
+    const char *t = getenv("SIMCUDA_CUPTI_TAKEN");
+    if (cupti_cb || (t && *t == '1'))
+        return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    cupti_cb = cb;
+    *sub = (CUpti_SubscriberHandle)&cupti_cb;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle sub)
+{
+    (void)sub;
+    atomic_store(&cupti_domain_on, false);
+    cupti_cb = NULL;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiEnableDomain(uint32_t on, CUpti_SubscriberHandle sub,
+                                     CUpti_CallbackDomain domain)
+{
+    if (sub != (CUpti_SubscriberHandle)&cupti_cb || domain != CUPTI_CB_DOMAIN_DRIVER_API)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    for (int i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
+        atomic_store(&cupti_off[i], !on);
+    atomic_store(&cupti_domain_on, on != 0);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle sub,
+                                       CUpti_CallbackDomain domain, CUpti_CallbackId id)
+{
+    if (sub != (CUpti_SubscriberHandle)&cupti_cb || domain != CUPTI_CB_DOMAIN_DRIVER_API ||
+        id >= CUPTI_DRIVER_TRACE_CBID_SIZE)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    atomic_store(&cupti_off[id], !on);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiGetResultString(CUptiResult r, const char **s)
+{
+    *s = r == CUPTI_SUCCESS ? "CUPTI_SUCCESS"
+         : r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+             ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" : "CUPTI_ERROR";
+    return CUPTI_SUCCESS;
 }
 
 void simcuda_get_stats(int dev, simcuda_stats *out) EXPORT;
@@ -102,11 +174,13 @@ static cudaError_t sim_alloc(void **ptr, size_t size, int dev)
 
 EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2);
     return sim_alloc(ptr, size, current);
 }
 
 EXPORT cudaError_t cudaFree(void *ptr)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2);
     if (!ptr)
         return cudaSuccess;
     pthread_mutex_lock(&lock);
@@ -161,6 +235,7 @@ EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent e)
 
 EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2);
     pthread_mutex_lock(&lock);
     setup();
     *free_b = st[current].capacity - st[current].used;
@@ -196,6 +271,7 @@ EXPORT cudaError_t cudaGetDeviceCount(int *n)
 
 EXPORT cudaError_t cudaGetDevice(int *d)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice_v2);
     *d = current;
     return cudaSuccess;
 }
@@ -219,6 +295,7 @@ EXPORT cudaError_t cudaGetLastError(void)
 
 EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
     pthread_mutex_lock(&lock);
     st[current].syncs++;
     work_pending[current] = false;
@@ -228,6 +305,7 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
 
 EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventCreate);
     (void)f;
     *e = (cudaEvent_t)malloc(16);
     return cudaSuccess;
@@ -241,6 +319,7 @@ EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e)
 
 EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventRecord);
     (void)e;
     pthread_mutex_lock(&lock);
     st[current].event_records++;
@@ -252,6 +331,7 @@ EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 
 EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent);
     (void)s, (void)e, (void)f;
     pthread_mutex_lock(&lock);
     st[current].stream_waits++;
@@ -260,8 +340,21 @@ EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned i
     return cudaSuccess;
 }
 
+/* Work: sets bytes of (simulated) device memory, at once. */
+EXPORT cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+{
+    (void)s;
+    memset(p, v, n);
+    pthread_mutex_lock(&lock);
+    work_pending[current] = true;
+    pthread_mutex_unlock(&lock);
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async);
+    return cudaSuccess;
+}
+
 EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int f, int p)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamCreateWithPriority);
     (void)f, (void)p;
     *s = (cudaStream_t)malloc(16);
     return cudaSuccess;
@@ -334,6 +427,7 @@ EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g)
 
 EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
 {
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamIsCapturing);
     *status = cudaStreamCaptureStatusNone;
     pthread_mutex_lock(&lock);
     st[current].capture_queries++;

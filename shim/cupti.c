@@ -1,0 +1,171 @@
+/*
+ * cupti.c - see cupti.h.
+ *
+ * CUPTI is loaded with dlopen only when asked for, so libcupool.so does not
+ * depend on it. The callback runs on every driver call not listed in
+ * quiet_calls, at its entry and at its return; it counts returns only.
+ */
+#include <dlfcn.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cupti_callbacks.h>
+#include <cupti_driver_cbid.h>
+#include <cupti_result.h>
+
+#include "config.h"
+#include "cupti.h"
+#include "device.h"
+#include "log.h"
+
+static _Atomic uint64_t work;
+static atomic_bool watching;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* Driver calls that put nothing in a queue that could touch memory: they
+ * ask, create, record an event or wait. The fence's own calls (event
+ * record, stream wait, capture checks, device synchronize) and the shim's
+ * cudaGetDevice are among them, so a fence does not count as new work.
+ * The frequent ones are here also to spare them the callback. */
+#define Q(name) CUPTI_DRIVER_TRACE_CBID_##name
+static const CUpti_CallbackId quiet_calls[] = {
+    Q(cuCtxGetCurrent), Q(cuCtxSetCurrent), Q(cuCtxGetDevice),
+    Q(cuCtxGetDevice_v2), Q(cuCtxPushCurrent), Q(cuCtxPushCurrent_v2),
+    Q(cuCtxPopCurrent), Q(cuCtxPopCurrent_v2), Q(cuCtxGetId), Q(cuCtxGetLimit),
+    Q(cuCtxGetStreamPriorityRange), Q(cuDevicePrimaryCtxGetState),
+    Q(cuDeviceGet), Q(cuDeviceGetAttribute), Q(cuDeviceGetCount),
+    Q(cuDeviceGetName), Q(cuDeviceGetUuid), Q(cuDeviceGetUuid_v2),
+    Q(cuDriverGetVersion), Q(cuGetProcAddress), Q(cuGetProcAddress_v2),
+    Q(cuEventCreate), Q(cuEventDestroy), Q(cuEventDestroy_v2),
+    Q(cuEventRecord), Q(cuEventRecord_ptsz), Q(cuEventRecordWithFlags),
+    Q(cuEventRecordWithFlags_ptsz), Q(cuEventQuery), Q(cuEventSynchronize),
+    Q(cuEventElapsedTime), Q(cuEventElapsedTime_v2),
+    Q(cuStreamWaitEvent), Q(cuStreamWaitEvent_ptsz), Q(cuStreamQuery),
+    Q(cuStreamQuery_ptsz), Q(cuStreamSynchronize), Q(cuStreamSynchronize_ptsz),
+    Q(cuStreamIsCapturing), Q(cuStreamIsCapturing_ptsz),
+    Q(cuStreamGetCaptureInfo), Q(cuStreamGetCaptureInfo_ptsz),
+    Q(cuStreamGetCaptureInfo_v2), Q(cuStreamGetCaptureInfo_v2_ptsz),
+    Q(cuStreamGetCaptureInfo_v3), Q(cuStreamGetCaptureInfo_v3_ptsz),
+    Q(cuStreamGetFlags), Q(cuStreamGetPriority), Q(cuStreamGetId),
+    Q(cuStreamGetCtx), Q(cuStreamGetCtx_v2), Q(cuThreadExchangeStreamCaptureMode),
+    Q(cuCtxSynchronize), Q(cuCtxSynchronize_v2), Q(cuPointerGetAttribute),
+    Q(cuPointerGetAttributes), Q(cuFuncGetAttribute), Q(cuKernelGetAttribute),
+    Q(cuKernelGetName), Q(cuKernelGetFunction), Q(cuMemGetInfo),
+    Q(cuMemGetInfo_v2), Q(cuMemGetAddressRange_v2),
+    Q(cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    Q(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
+    Q(cuOccupancyAvailableDynamicSMemPerBlock), Q(cuOccupancyMaxActiveClusters),
+};
+#undef Q
+
+static void CUPTIAPI on_call(void *ud, CUpti_CallbackDomain domain,
+                             CUpti_CallbackId id, const void *data)
+{
+    (void)ud, (void)domain, (void)id;
+    const CUpti_CallbackData *cd = data;
+    if (cd->callbackSite == CUPTI_API_EXIT)
+        atomic_fetch_add_explicit(&work, 1, memory_order_release);
+}
+
+typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+typedef CUptiResult (*unsubscribe_fn)(CUpti_SubscriberHandle);
+typedef CUptiResult (*enable_domain_fn)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
+typedef CUptiResult (*enable_callback_fn)(uint32_t, CUpti_SubscriberHandle,
+                                          CUpti_CallbackDomain, CUpti_CallbackId);
+typedef CUptiResult (*result_string_fn)(CUptiResult, const char **);
+
+/* CUPOOL_CUPTI_LIB, else CUPTI by soname, beside the program's runtime,
+ * then in the toolkit's usual places. */
+static void *open_cupti(char *tried, size_t len)
+{
+    if (shim_cfg.cupti_lib[0]) {
+        snprintf(tried, len, "%s", shim_cfg.cupti_lib);
+        return dlopen(shim_cfg.cupti_lib, RTLD_NOW | RTLD_LOCAL);
+    }
+    char beside[SHIM_PATH_MAX] = "";
+    Dl_info info;
+    if (shim_real.cudaMalloc && dladdr((void *)shim_real.cudaMalloc, &info) &&
+        info.dli_fname && strlen(info.dli_fname) < sizeof(beside) - 20) {
+        char dir[SHIM_PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", info.dli_fname);
+        snprintf(beside, sizeof(beside), "%s/libcupti.so.13", dirname(dir));
+    }
+    const char *names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so", beside,
+                           "/usr/local/cuda/lib64/libcupti.so",
+                           "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"};
+    snprintf(tried, len, "libcupti.so.13, .so.12, .so, beside libcudart, "
+             "/usr/local/cuda");
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        void *h = names[i][0] ? dlopen(names[i], RTLD_NOW | RTLD_LOCAL) : NULL;
+        if (h)
+            return h;
+    }
+    return NULL;
+}
+
+static void start(void)
+{
+    if (!shim_cfg.cupti)
+        return;
+    char tried[SHIM_PATH_MAX + 64];
+    void *h = open_cupti(tried, sizeof(tried));
+    if (!h) {
+        shim_log(SHIM_LOG_WARN, "CUPOOL_CUPTI: cannot load CUPTI (tried %s); "
+                 "set CUPOOL_CUPTI_LIB to its path. Fencing as usual", tried);
+        return;
+    }
+    subscribe_fn subscribe = (subscribe_fn)dlsym(h, "cuptiSubscribe");
+    unsubscribe_fn unsubscribe = (unsubscribe_fn)dlsym(h, "cuptiUnsubscribe");
+    enable_domain_fn enable_domain = (enable_domain_fn)dlsym(h, "cuptiEnableDomain");
+    enable_callback_fn enable_callback = (enable_callback_fn)dlsym(h, "cuptiEnableCallback");
+    result_string_fn result_string = (result_string_fn)dlsym(h, "cuptiGetResultString");
+    if (!subscribe || !unsubscribe || !enable_domain || !enable_callback || !result_string) {
+        shim_log(SHIM_LOG_WARN, "CUPOOL_CUPTI: %s lacks the callback calls; "
+                 "fencing as usual", tried);
+        dlclose(h);
+        return;
+    }
+    CUpti_SubscriberHandle sub;
+    CUptiResult r = subscribe(&sub, (CUpti_CallbackFunc)on_call, NULL);
+    const char *why = "?";
+    if (r != CUPTI_SUCCESS) {
+        result_string(r, &why);
+        shim_log(SHIM_LOG_WARN, "CUPOOL_CUPTI: CUPTI refused a subscriber (%s)%s; "
+                 "fencing as usual", why,
+                 r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                     ? ": a profiler or another tool holds it" : "");
+        return; /* CUPTI stays loaded: it may be the profiler's */
+    }
+    r = enable_domain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API);
+    if (r != CUPTI_SUCCESS) {
+        result_string(r, &why);
+        shim_log(SHIM_LOG_WARN, "CUPOOL_CUPTI: cannot watch the driver's calls "
+                 "(%s); fencing as usual", why);
+        unsubscribe(sub);
+        return;
+    }
+    /* One that cannot be turned off just keeps counting: fences, not harm. */
+    for (size_t i = 0; i < sizeof(quiet_calls) / sizeof(quiet_calls[0]); i++)
+        enable_callback(0, sub, CUPTI_CB_DOMAIN_DRIVER_API, quiet_calls[i]);
+    atomic_store(&watching, true);
+    shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: watching GPU work through CUPTI; "
+             "profilers cannot use CUPTI in this process");
+}
+
+bool shim_work_watch(void)
+{
+    pthread_once(&once, start);
+    return atomic_load(&watching);
+}
+
+bool shim_work_watching(void)
+{
+    return atomic_load_explicit(&watching, memory_order_relaxed);
+}
+
+uint64_t shim_work_count(void)
+{
+    return atomic_load_explicit(&work, memory_order_acquire);
+}

@@ -1,0 +1,40 @@
+/*
+ * cupti.h - CUPOOL_CUPTI: counting, through CUPTI's callbacks, the driver
+ * calls that may give the GPU work, so that a fence can be skipped when no
+ * work was submitted since the last one.
+ *
+ * A block freed now can only be in use by work submitted before its free.
+ * If no such work was submitted after the device's last fence was issued,
+ * that fence already orders it, and a new one would order nothing more.
+ * Every driver call counts as work except a fixed list of calls that only
+ * ask, create, record or wait (quiet_calls in cupti.c): an unknown call
+ * counts, so the count can only err on the side of fencing. A call counts
+ * when it returns, that is once its work is in the driver's queues.
+ *
+ * CUPTI takes one subscriber per process, and profilers (Nsight Systems,
+ * torch.profiler) need it too: this is opt-in, and when CUPTI cannot be
+ * loaded or is taken, the shim says so once and fences as always.
+ */
+#ifndef CUPOOL_SHIM_CUPTI_H
+#define CUPOOL_SHIM_CUPTI_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Starts watching, once per process, if CUPOOL_CUPTI asks for it. Must be
+ * called before a pool hands out its first block, so that all work that
+ * can touch a pooled block is counted. Returns whether watching. */
+bool shim_work_watch(void);
+
+/* Whether watching (after shim_work_watch). */
+bool shim_work_watching(void);
+
+/* Driver calls counted so far. Acquire: the work of every call counted is
+ * in the driver's queues before anything the caller issues next. */
+uint64_t shim_work_count(void);
+
+/* What no count ever equals: the fence of a device that never fenced. */
+#define SHIM_WORK_NEVER UINT64_MAX
+
+#endif
