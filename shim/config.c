@@ -353,6 +353,13 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
         c->shards = 16;
         bad++;
     }
+    if (c->cupti && c->fence == SHIM_FENCE_NONE) {
+        /* It would take CUPTI from the profilers for nothing. */
+        warn("CUPOOL_CUPTI=1 has no fence to skip under CUPOOL_FENCE=none; "
+             "leaving CUPTI alone");
+        c->cupti = false;
+        bad++;
+    }
     if (pool_config_validate(&c->pool)) {
         warn("the pool thresholds do not fit together (all multiples of 512, "
              "CUPOOL_SMALL_MAX <= CUPOOL_SMALL_SEGMENT, CUPOOL_MAX_SPLIT 0 or "

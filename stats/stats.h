@@ -46,7 +46,8 @@
     X(driver_free, BYTES, COUNTER, "bytes returned to the driver")            \
     X(trims, COUNT, COUNTER, "free ranges inside segments returned to the "   \
       "driver (CUPOOL_VMM)")                                                  \
-    X(fences, COUNT, COUNTER, "fences issued before reuse")                   \
+    X(fences, COUNT, COUNTER, "fences before reuse (fences_skipped of them "  \
+      "needed no CUDA call)")                                                 \
     X(fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)")   \
     X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
     X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "   \

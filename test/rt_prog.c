@@ -717,8 +717,10 @@ static int cupti(void)
         OK(cudaFree(q));
     }
     simcuda_stats s2 = sim(0);
+    /* A fence is a legacy-stream event (barrier) or a synchronization (sync). */
     printf("quiet pairs: %lu fences; busy pairs: %lu fences\n",
-           s1.legacy_records - s0.legacy_records, s2.legacy_records - s1.legacy_records);
+           s1.legacy_records + s1.syncs - s0.legacy_records - s0.syncs,
+           s2.legacy_records + s2.syncs - s1.legacy_records - s1.syncs);
     return 0;
 }
 #endif

@@ -213,6 +213,13 @@ static void test_cross_checks(void **state)
     assert_int_equal(load(pool_bad, &c), 1);
     assert_int_equal(c.pool.small_max, MIB);
     assert_non_null(warning_with("thresholds"));
+    static const char *const cupti_none[] = {"CUPOOL_CUPTI=1", "CUPOOL_FENCE=none", NULL};
+    assert_int_equal(load(cupti_none, &c), 1);
+    assert_false(c.cupti);
+    assert_non_null(warning_with("CUPOOL_CUPTI=1 has no fence to skip under CUPOOL_FENCE=none"));
+    static const char *const cupti_sync[] = {"CUPOOL_CUPTI=1", "CUPOOL_FENCE=sync", NULL};
+    assert_int_equal(load(cupti_sync, &c), 0);
+    assert_true(c.cupti);
 }
 
 int main(void)

@@ -214,6 +214,9 @@ static void test_cupti(void **s)
     /* The first quiet reuse fences (nothing did yet); so does each busy one
      * but the first, which follows a quiet pair. */
     assert_non_null(strstr(r->out, "quiet pairs: 1 fences; busy pairs: 49 fences"));
+    r = run("cupti", "CUPOOL_CUPTI=1", "CUPOOL_FENCE=sync", lib, NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "quiet pairs: 1 fences; busy pairs: 49 fences"));
     r = run("cupti", "CUPOOL_CUPTI=1", lib, "SIMCUDA_CUPTI_TAKEN=1", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "quiet pairs: 50 fences; busy pairs: 50 fences"));
