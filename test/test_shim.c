@@ -229,6 +229,27 @@ static void test_cupti(void **s)
     assert_non_null(strstr(r->err, "cannot load CUPTI (tried /nonexistent/libcupti.so)"));
 }
 
+/* `cupool run`: its options become the program's environment, beside the
+ * preload; bad use exits 2 with a message. */
+static void test_cupool_run(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip(); /* a sanitizer build cannot be preloaded into sh */
+    char out[4096], cmd[1024];
+    snprintf(cmd, sizeof(cmd), "CUPOOL_LIB=%s/libcupool.so scripts/cupool run --cupti "
+             "--vmm --fence sync --max-reserved 2G -- sh -c 'echo \"$CUPOOL_CUPTI "
+             "$CUPOOL_VMM $CUPOOL_FENCE $CUPOOL_MAX_RESERVED $LD_PRELOAD\"' 2>/dev/null",
+             dir);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "1 1 sync 2G /"));
+    assert_non_null(strstr(out, "/libcupool.so"));
+    assert_int_equal(shell("scripts/cupool run --bogus -- true 2>&1", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "run: unknown option '--bogus'"));
+    assert_int_equal(shell("scripts/cupool run --cupti 2>&1", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "run: no program given"));
+}
+
 static void test_one_device(void **s)
 {
     (void)s;
@@ -612,6 +633,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exports_match_allowlist),
         cmocka_unit_test(test_cupti),
+        cmocka_unit_test(test_cupool_run),
         cmocka_unit_test(test_pairs_hit_the_cache),
         cmocka_unit_test(test_fence_barrier),
         cmocka_unit_test(test_fence_sync),
