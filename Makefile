@@ -139,8 +139,14 @@ $(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim $< $(TRACE_SRC) $(POOL_SRC) \
 	    -lcmocka -lpthread -lm -o $@
 
+# The recorder with its test window (recorder.h), under ThreadSanitizer.
+$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/recorder.c stats/trace.c $(SHIM_HDR) $(POOL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/recorder.c \
+	    stats/trace.c -lcmocka -lpthread -o $@
+
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
-             $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS))
+             $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder)
 
 test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; timeout 600 $$t; done

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pool_internal.h"
 
@@ -860,6 +861,21 @@ void pool_destroy(pool *p)
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
+
+bool pool_hold(pool *p, unsigned timeout_ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += timeout_ms / 1000;
+    t.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return pthread_mutex_timedlock(&p->lock, &t) == 0;
+}
+
+void pool_let_go(pool *p) { pthread_mutex_unlock(&p->lock); }
 
 void pool_forget(pool *p)
 {

@@ -40,6 +40,7 @@
 #define CUPOOL_POOL_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define POOL_ALIGN ((size_t)512)
@@ -175,6 +176,13 @@ void pool_destroy(pool *p);
  * reset), leaving an empty pool that stays valid: other threads may still
  * hold it. Gauges drop to zero; counters go on. */
 void pool_forget(pool *p);
+
+/* Holds the pool's lock, so that no call on the pool (nor any backend call
+ * one makes) runs until pool_let_go. Waits at most timeout_ms for calls in
+ * flight; returns false, holding nothing, if they outlast it. For a caller
+ * that must wait out the calls in flight: the trace's final drain. */
+bool pool_hold(pool *p, unsigned timeout_ms);
+void pool_let_go(pool *p);
 
 /* Allocates size bytes and stores the block's address in *addr.
  * A zero-byte request succeeds, stores 0 and allocates nothing (as

@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "control.h"
 #include "cupti.h"
@@ -312,6 +313,39 @@ static uint64_t device_cap(int dev, uint64_t total)
     return shim_cap_bytes(cap, total);
 }
 
+enum { HOLD_MS = 200 };
+
+/* Runs the trace's final drain of a shard's ring (recorder.h) under the
+ * lock its records are written under: the pool's, or, while the shard has
+ * no pool yet, create_lock, which its creation holds. A lock held past
+ * HOLD_MS (a thread waiting in the driver; exit called from a signal
+ * handler that interrupted the pool) is not waited for. */
+static void shard_hold(void *ctx, shim_trace_ring *r, void (*drain)(shim_trace_ring *))
+{
+    shim_shard *sh = ctx;
+    _Atomic(pool *) *slot = &sh->dev->pools[sh - sh->dev->shards];
+    pool *p = atomic_load_explicit(slot, memory_order_acquire);
+    if (!p) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += HOLD_MS * 1000000L;
+        t.tv_sec += t.tv_nsec / 1000000000L;
+        t.tv_nsec %= 1000000000L;
+        if (pthread_mutex_timedlock(&create_lock, &t) == 0) {
+            p = atomic_load_explicit(slot, memory_order_acquire);
+            if (!p)
+                drain(r);
+            pthread_mutex_unlock(&create_lock);
+            if (!p)
+                return;
+        }
+    }
+    bool held = p && pool_hold(p, HOLD_MS);
+    drain(r);
+    if (held)
+        pool_let_go(p);
+}
+
 static pool *create_locked(shim_device *d, int shard)
 {
     pool_config pc = shim_cfg.pool;
@@ -340,7 +374,7 @@ static pool *create_locked(shim_device *d, int shard)
     sh->id = d->id;
     bool tracing = shim_tracing();
     if (tracing && !sh->ring)
-        sh->ring = shim_trace_ring_new();
+        sh->ring = shim_trace_ring_new(shard_hold, sh);
     pool_backend be = {.reserve = be_reserve, .release = be_release,
                        .fence = shim_cfg.fence == SHIM_FENCE_NONE ? NULL : be_fence,
                        .observe = tracing ? be_observe : NULL,

@@ -46,6 +46,14 @@ extern atomic_int shim_trace_state;
 /* Advanced by the helper every SHIM_TRACE_TICK_MS while recording. */
 extern atomic_uint shim_trace_ticks;
 
+struct shim_trace_ring;
+
+/* Runs drain(r) with r's producers held off: under the lock its records
+ * are written under, or, if that lock is not free soon, without it. The
+ * final drain needs it (shim_trace_finish). */
+typedef void shim_trace_hold_fn(void *ctx, struct shim_trace_ring *r,
+                                void (*drain)(struct shim_trace_ring *r));
+
 typedef struct shim_trace_ring {
     /* The producer's side: whoever holds the pool's lock. */
     _Atomic uint64_t head;   /* records written; only grows */
@@ -57,6 +65,8 @@ typedef struct shim_trace_ring {
     _Alignas(64) _Atomic uint64_t tail;  /* records drained; only grows */
     atomic_bool woken;       /* the helper was asked to drain this ring */
     struct shim_trace_ring *next;        /* every ring, newest first */
+    shim_trace_hold_fn *hold;            /* NULL: nothing to hold off */
+    void *hold_ctx;
     trace_record rec[SHIM_TRACE_RING];
 } shim_trace_ring;
 
@@ -69,9 +79,10 @@ static inline int shim_tracing(void)
  * x86-64, nanoseconds elsewhere). */
 uint64_t shim_trace_now(void);
 
-/* A new ring, drained with the others from now on; NULL (logged) if no
- * memory. Rings live as long as the process, like the pools. */
-shim_trace_ring *shim_trace_ring_new(void);
+/* A new ring, drained with the others from now on, whose producers hold
+ * (ctx) holds off; NULL (logged) if no memory. Rings live as long as the
+ * process, like the pools. */
+shim_trace_ring *shim_trace_ring_new(shim_trace_hold_fn *hold, void *ctx);
 
 /* Writes one record at once, stamped now, under the trace lock: for events
  * outside any pool, and for a pool whose ring could not be made. */
@@ -83,11 +94,20 @@ void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,
 void shim_trace_put_slow(shim_trace_ring *r, trace_op op, trace_result res,
                          int dev, uint64_t addr, uint64_t size);
 
+/* test_recorder.c stops a producer here, between reading the state and
+ * publishing its record, to run the final drain in that window. */
+#ifdef SHIM_TRACE_TESTING
+void shim_trace_test_window(void);
+#else
+static inline void shim_trace_test_window(void) {}
+#endif
+
 /* Writes the record at head, stamped with r's time, and publishes it. */
 static inline void shim_trace_ring_store(shim_trace_ring *r, uint64_t head,
                                          trace_op op, trace_result res, int dev,
                                          uint64_t addr, uint64_t size)
 {
+    shim_trace_test_window();
     trace_record *rec = &r->rec[head % SHIM_TRACE_RING];
     rec->time = r->stamp;
     rec->addr = addr;
@@ -131,8 +151,10 @@ void shim_trace_open(const char *pattern);
 /* Writes every ring's records to the file (helper tick, SIGTERM). */
 void shim_trace_drain(void);
 
-/* Drains everything and switches to writing each record at once: for the
- * exit path, after which no thread may be left to drain. */
+/* Switches to writing each record at once, then drains every ring with
+ * its producers held off, so that no record made before the switch is left
+ * behind: for the exit path and SIGTERM, after which no thread may be left
+ * to drain. */
 void shim_trace_finish(void);
 
 /* Stops recording in a forked child (the file is the parent's). */

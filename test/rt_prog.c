@@ -597,14 +597,35 @@ static int tracemix(void)
     return 0;
 }
 
-/* CUPOOL_TRACE and signals: allocates and frees without end, counting each
- * successful call in the shared file COUNTER (two words: allocs, frees),
- * until a signal ends it. Installs no handler of its own. FSIZE_LIMIT set:
- * files may not grow past 64 KiB, so the trace's writes fail. */
+/* CUPOOL_TRACE and signals: TL_THREADS threads (default 1) allocate and
+ * free without end, counting each successful call in the shared file
+ * COUNTER (two words: allocs, frees) after it returns, until a signal ends
+ * the program. Installs no handler of its own. FSIZE_LIMIT set: files may
+ * not grow past 64 KiB, so the trace's writes fail. */
+static _Atomic uint64_t *tl_count;
+
+static void *tl_worker(void *arg)
+{
+    (void)arg;
+    void *p[8] = {0};
+    for (uint64_t i = 0;; i++) {
+        void **slot = &p[i % 8];
+        if (*slot) {
+            OK(cudaFree(*slot));
+            atomic_fetch_add(&tl_count[1], 1);
+        }
+        OK(cudaMalloc(slot, 512 * (1 + i % 64)));
+        atomic_fetch_add(&tl_count[0], 1);
+    }
+    return NULL;
+}
+
 static int traceloop(void)
 {
     const char *path = getenv("COUNTER"), *ready = getenv("READY");
-    CHECK(path && ready);
+    const char *nt = getenv("TL_THREADS");
+    int threads = nt ? atoi(nt) : 1;
+    CHECK(path && ready && threads >= 1 && threads <= 16);
     if (getenv("FSIZE_LIMIT")) { /* make the trace's writes fail */
         struct rlimit rl = {64 * 1024, 64 * 1024};
         signal(SIGXFSZ, SIG_IGN);
@@ -612,21 +633,16 @@ static int traceloop(void)
     }
     int fd = open(path, O_RDWR | O_CREAT, 0600);
     CHECK(fd >= 0 && ftruncate(fd, 16) == 0);
-    volatile uint64_t *count = mmap(NULL, 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    CHECK(count != MAP_FAILED);
+    tl_count = mmap(NULL, 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(tl_count != MAP_FAILED);
+    pthread_t t;
+    for (int i = 1; i < threads; i++)
+        CHECK(pthread_create(&t, NULL, tl_worker, NULL) == 0);
     FILE *f = fopen(ready, "w");
     CHECK(f);
     fclose(f);
-    void *p[8] = {0};
-    for (uint64_t i = 0;; i++) {
-        void **slot = &p[i % 8];
-        if (*slot) {
-            OK(cudaFree(*slot));
-            count[1]++;
-        }
-        OK(cudaMalloc(slot, 512 * (1 + i % 64)));
-        count[0]++;
-    }
+    tl_worker(NULL);
+    return 0;
 }
 
 /* Sets n bytes at p to v and checks what a later read sees. */

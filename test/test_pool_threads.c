@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "pool_test.h"
 
@@ -95,10 +96,66 @@ static void test_threads_share_a_pool(void **state)
     fx_close(&fx);
 }
 
+/* pool_hold: calls wait while it is held; a second holder gives up after
+ * its timeout; pool_let_go lets the waiting call through. */
+typedef struct held_call {
+    pool *p;
+    atomic_int done;
+    int err;
+} held_call;
+
+static void *alloc_one(void *arg)
+{
+    held_call *c = arg;
+    uintptr_t a;
+    c->err = pool_alloc(c->p, 4096, &a);
+    if (!c->err)
+        c->err = pool_free(c->p, a);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+static void *hold_briefly(void *arg)
+{
+    pool *p = arg;
+    if (!pool_hold(p, 20))
+        return (void *)0;
+    pool_let_go(p);
+    return (void *)1;
+}
+
+static void test_hold(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_open(&fx, 0, NULL);
+    assert_true(pool_hold(fx.p, 20));
+    held_call c = {.p = fx.p};
+    pthread_t t, h;
+    assert_int_equal(pthread_create(&t, NULL, alloc_one, &c), 0);
+    assert_int_equal(pthread_create(&h, NULL, hold_briefly, fx.p), 0);
+    void *got;
+    pthread_join(h, &got);
+    assert_ptr_equal(got, (void *)0); /* timed out */
+    struct timespec ms50 = {0, 50 * 1000000L};
+    nanosleep(&ms50, NULL);
+    assert_int_equal(atomic_load(&c.done), 0); /* still waiting */
+    pool_let_go(fx.p);
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&c.done), 1);
+    assert_int_equal(c.err, 0);
+    assert_int_equal(pthread_create(&h, NULL, hold_briefly, fx.p), 0);
+    pthread_join(h, &got);
+    assert_ptr_equal(got, (void *)1);
+    checked(fx.p);
+    fx_close(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_share_a_pool),
+        cmocka_unit_test(test_hold),
     };
     return cmocka_run_group_tests_name("pool_threads", tests, NULL, NULL);
 }

@@ -94,8 +94,10 @@ static void start(child *c, const char *scenario, va_list ap)
     posix_spawn_file_actions_destroy(&fa);
 }
 
-/* Waits for the child and collects its status and output. */
-static result *finish(child *c, const char *scenario)
+/* Waits for the child and collects its status and output; prints them
+ * when the status is not the one the test expects, so that the log shows
+ * only what went wrong. */
+static result *finish(child *c, const char *scenario, int expect)
 {
     static result r;
     int st;
@@ -105,23 +107,26 @@ static result *finish(child *c, const char *scenario)
     slurp(c->err, r.err, sizeof(r.err));
     unlink(c->out);
     unlink(c->err);
-    if (r.status)
+    if (r.status != expect)
         print_message("%s exited %d\n--- stdout\n%s--- stderr\n%.4000s\n",
                       scenario, r.status, r.out, r.err);
     return &r;
 }
 
-/* Runs rt_prog SCENARIO preloaded to the end; extra NAME=VALUE strings
- * (NULL terminated) are added to the environment. */
-static result *run(const char *scenario, ...)
+/* Runs rt_prog SCENARIO preloaded to the end, expecting exit status
+ * expect; extra NAME=VALUE strings (NULL terminated) are added to the
+ * environment. */
+static result *run_expecting(int expect, const char *scenario, ...)
 {
     child c;
     va_list ap;
     va_start(ap, scenario);
     start(&c, scenario, ap);
     va_end(ap);
-    return finish(&c, scenario);
+    return finish(&c, scenario, expect);
 }
+
+#define run(...) run_expecting(0, __VA_ARGS__)
 
 static child *spawn(child *c, const char *scenario, ...)
 {
@@ -190,7 +195,8 @@ static void test_vmm(void **s)
     result *r = run("vmm", "CUPOOL_VMM=1", "CUPOOL_MAX_RESERVED=48M", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "unmapped 15 granules, 0 before"));
-    r = run("vmm", "CUPOOL_VMM=1", "CUPOOL_MAX_RESERVED=48M", "SIMCUDA_NO_VMM=1", NULL);
+    r = run_expecting(1, "vmm", "CUPOOL_VMM=1", "CUPOOL_MAX_RESERVED=48M",
+                      "SIMCUDA_NO_VMM=1", NULL);
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->err, "does not support virtual memory management"));
     assert_non_null(strstr(r->out, "mallocs == 0"));
@@ -393,7 +399,7 @@ static void test_stat_and_flush_from_outside(void **s)
     assert_int_equal(shell(cmd, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "returned 6.00 MiB (6291456 bytes) to the driver"));
     kill(c.pid, SIGTERM);
-    result *r = finish(&c, "serve");
+    result *r = finish(&c, "serve", 0);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "driver frees: 1")); /* the simulated driver saw it */
     /* The page went away with the program. */
@@ -412,7 +418,7 @@ static void test_killed_process_page_is_cleaned(void **s)
     spawn(&c, "serve", direnv, readyenv, NULL);
     wait_for_file(ready);
     kill(c.pid, SIGKILL);
-    assert_int_equal(finish(&c, "serve")->status, 128 + SIGKILL);
+    assert_int_equal(finish(&c, "serve", 128 + SIGKILL)->status, 128 + SIGKILL);
     snprintf(cmd, sizeof(cmd), "%s/cupool-%u-%d", pages, (unsigned)getuid(), c.pid);
     assert_int_equal(access(cmd, F_OK), 0); /* left behind */
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat %d", pages, c.pid);
@@ -439,7 +445,7 @@ static void test_disable_passes_through(void **s)
     (void)s;
     /* With the pool off, every pair reaches the driver: the scenario's own
      * check (a handful of driver calls) must fail. */
-    result *r = run("pairs", "CUPOOL_DISABLE=1", NULL);
+    result *r = run_expecting(1, "pairs", "CUPOOL_DISABLE=1", NULL);
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->out, "driver mallocs for 10000 pairs: 10000"));
 }
@@ -508,25 +514,31 @@ static void test_trace_threads(void **s)
 }
 
 /* A program killed while it allocates: with SIGTERM every record up to the
- * signal is in the file (the program's own counter says how many calls
- * succeeded; the call in flight may be recorded, not yet counted). After
- * SIGKILL the file still reads, up to its last whole record. */
-static void trace_killed(int sig)
+ * signal is in the file (the program's own counters say how many calls
+ * returned; each thread's call in flight may be recorded, not yet counted).
+ * After SIGKILL the file still reads, up to its last whole record. With
+ * four threads (and so four shards, each with its ring), the final drain
+ * holds off several pools' producers. A final drain that did not hold them
+ * off lost a record in about one SIGTERM in twenty here; test_recorder
+ * runs that schedule deterministically. */
+static void trace_killed(int sig, int threads)
 {
     char dirn[] = "/tmp/cupool-tl-XXXXXX";
     assert_non_null(mkdtemp(dirn));
-    char trace[96], counter[96], ready[96], e1[128], e2[128], e3[128], check[512];
+    char trace[96], counter[96], ready[96], e1[128], e2[128], e3[128], e4[32];
+    char check[512];
     snprintf(trace, sizeof(trace), "%s/t.trace", dirn);
     snprintf(counter, sizeof(counter), "%s/count", dirn);
     snprintf(ready, sizeof(ready), "%s/ready", dirn);
     snprintf(e1, sizeof(e1), "CUPOOL_TRACE=%s", trace);
     snprintf(e2, sizeof(e2), "COUNTER=%s", counter);
     snprintf(e3, sizeof(e3), "READY=%s", ready);
+    snprintf(e4, sizeof(e4), "TL_THREADS=%d", threads);
     child c;
-    spawn(&c, "traceloop", e1, e2, e3, NULL);
+    spawn(&c, "traceloop", e1, e2, e3, e4, NULL);
     wait_for_file(ready);
     kill(c.pid, sig);
-    assert_int_equal(finish(&c, "traceloop")->status, 128 + sig);
+    assert_int_equal(finish(&c, "traceloop", 128 + sig)->status, 128 + sig);
     uint64_t n[2] = {0, 0};
     FILE *f = fopen(counter, "rb");
     assert_non_null(f);
@@ -534,21 +546,27 @@ static void trace_killed(int sig)
     fclose(f);
     assert_true(n[0] > 1000);
     if (sig == SIGTERM)
-        snprintf(check, sizeof(check), "assert %lu <= v[\"allocs\"] <= %lu + 1 and "
-                 "%lu <= v[\"frees\"] <= %lu + 1, (v, %lu, %lu)",
-                 (unsigned long)n[0], (unsigned long)n[0], (unsigned long)n[1],
-                 (unsigned long)n[1], (unsigned long)n[0], (unsigned long)n[1]);
+        snprintf(check, sizeof(check), "assert %lu <= v[\"allocs\"] <= %lu + %d and "
+                 "%lu <= v[\"frees\"] <= %lu + %d, (v, %lu, %lu)",
+                 (unsigned long)n[0], (unsigned long)n[0], threads, (unsigned long)n[1],
+                 (unsigned long)n[1], threads, (unsigned long)n[0], (unsigned long)n[1]);
     else
-        snprintf(check, sizeof(check), "assert 0 < v[\"allocs\"] <= %lu + 1, v",
-                 (unsigned long)n[0]);
+        snprintf(check, sizeof(check), "assert 0 < v[\"allocs\"] <= %lu + %d, v",
+                 (unsigned long)n[0], threads);
     assert_int_equal(replay_check(trace, check), 0);
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
     assert_int_equal(system(cmd), 0);
 }
 
-static void test_trace_sigterm_loses_nothing(void **s) { (void)s; trace_killed(SIGTERM); }
-static void test_trace_sigkill_still_reads(void **s) { (void)s; trace_killed(SIGKILL); }
+static void test_trace_sigterm_loses_nothing(void **s)
+{
+    (void)s;
+    trace_killed(SIGTERM, 1);
+    trace_killed(SIGTERM, 4);
+}
+
+static void test_trace_sigkill_still_reads(void **s) { (void)s; trace_killed(SIGKILL, 1); }
 
 /* Recording stopped on a write error (the file may not grow): SIGTERM
  * still ends the program, with its default action. */
@@ -630,6 +648,8 @@ int main(int argc, char **argv)
     if (argc > 2)
         runtime = argv[2];
     printf("variant: %s\n", dir);
+    if (getenv("TEST_ONLY")) /* a glob of test names, to run a few */
+        cmocka_set_test_filter(getenv("TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exports_match_allowlist),
         cmocka_unit_test(test_cupti),
