@@ -11,7 +11,8 @@
  * no system call; the helper thread drains every ring to the file each tick
  * and whenever a ring passes half full. A pool whose ring is full drains it
  * itself, so nothing is dropped for speed. The exit path and SIGTERM drain
- * everything; after exit began, records go straight out.
+ * everything, each ring under its pool's lock so that no producer is caught
+ * half-way; after that, records go straight out.
  *
  * Time: the clock is read for every segment reserve and release, and
  * otherwise once per SHIM_TRACE_EVERY records of a ring or when the helper's
