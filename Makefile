@@ -27,7 +27,7 @@ STATS_SRC := stats/format.c stats/page.c stats/trace.c
 STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c \
-            shim/vmm.c shim/cupti.c $(STATS_SRC)
+            shim/vmm.c shim/cupti.c shim/signals.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 SIMCUDA  := test/simcuda/simcuda.c test/simcuda/simcuda.h test/simcuda/libcudart.map
@@ -99,7 +99,7 @@ $(BUILD)/cupool-trace: stats/trace_cli.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $
 
 $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(STATS_SRC) -lcmocka -o $@
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(STATS_SRC) -lcmocka -lpthread -o $@
 
 $(BUILD)/asan/test_config: test/test_config.c shim/config.c $(POOL_SRC) $(SHIM_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)

@@ -1,12 +1,12 @@
 /*
  * control.c - see control.h.
  *
- * Signals: installed with sigaction at load, the previous handler kept and
- * chained (unless it was the default or ignore). The handler saves errno,
- * writes the signal number as one byte to a non-blocking pipe and restores
- * errno: nothing else is async-signal-safe enough. The helper thread starts
- * with the first pool; it reads the pipe and flushes or dumps statistics
- * with the pools' locks taken the ordinary way.
+ * Signals: taken at load by signals.c, which keeps them whatever the
+ * program does later and chains the program's handlers. The handler writes
+ * the signal number as one byte to a non-blocking pipe. The helper thread
+ * starts with the first pool; it reads the pipe, and the requests on the
+ * live page (cupool flush, cupool dump: no signal), and flushes or dumps
+ * statistics with the pools' locks taken the ordinary way.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,12 +28,11 @@
 #include "log.h"
 #include "nvml.h"
 #include "recorder.h"
+#include "signals.h"
 
 static atomic_bool active;
 static _Atomic uint64_t counters[SHIM_NCOUNTERS];
 static int pipe_fd[2] = {-1, -1};
-static struct sigaction previous[2];
-static int handled[2];
 static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
 static atomic_bool helper_running;
 static bool term_handled; /* on_term owns SIGTERM: its byte means "end" */
@@ -50,26 +50,6 @@ void shim_count_add(enum shim_counter c, uint64_t n)
 }
 
 /* ---- signals -------------------------------------------------------------- */
-
-static void on_signal(int sig, siginfo_t *info, void *uctx)
-{
-    int saved = errno;
-    unsigned char b = (unsigned char)sig;
-    ssize_t w = write(pipe_fd[1], &b, 1);
-    (void)w;
-    for (int i = 0; i < 2; i++) {
-        if (handled[i] != sig)
-            continue;
-        const struct sigaction *p = &previous[i];
-        if (p->sa_flags & SA_SIGINFO) {
-            if (p->sa_sigaction)
-                p->sa_sigaction(sig, info, uctx);
-        } else if (p->sa_handler != SIG_DFL && p->sa_handler != SIG_IGN) {
-            p->sa_handler(sig);
-        }
-    }
-    errno = saved;
-}
 
 /* SIGTERM while tracing, installed only over the default action: the
  * helper drains the trace, then the signal is raised again with its default
@@ -99,22 +79,6 @@ static void install_term(void)
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     term_handled = sigaction(SIGTERM, &sa, NULL) == 0;
-}
-
-static void install(int slot, int sig)
-{
-    if (!sig)
-        return;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = on_signal;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(sig, &sa, &previous[slot]) == 0)
-        handled[slot] = sig;
-    else
-        shim_log(SHIM_LOG_WARN, "cannot handle signal %d: %s", sig,
-                 strerror(errno));
 }
 
 /* ---- statistics ------------------------------------------------------------ */
@@ -183,20 +147,71 @@ static void refresh_outside(void)
     }
 }
 
-/* Opens CUPOOL_STATS_FILE (with %p replaced by the pid) or stderr. */
+/* Why CUPOOL_STATS_FILE's path cannot take the statistics, or NULL if it
+ * can: a regular file of this user, not a link, or nothing yet. */
+static const char *stats_file_refusal(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? NULL : strerror(errno);
+    if (S_ISLNK(st.st_mode))
+        return "it is a symbolic link";
+    if (!S_ISREG(st.st_mode))
+        return "it is not a regular file (a device, FIFO or socket)";
+    if (st.st_uid != geteuid())
+        return "it belongs to another user";
+    return NULL;
+}
+
+/* Opens CUPOOL_STATS_FILE (with %p replaced by the pid) for appending, or
+ * returns stderr. Never follows a link, never blocks, never writes into
+ * something that is not a regular file of this user. */
 static int stats_fd(void)
 {
     if (!*shim_cfg.stats_file)
         return STDERR_FILENO;
     char path[SHIM_PATH_MAX + 32];
+    const char *why = "the path is too long";
     int fd = -1;
-    errno = ENAMETOOLONG;
-    if (shim_path_expand(shim_cfg.stats_file, (int)getpid(), path, sizeof(path)) == 0)
-        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (shim_path_expand(shim_cfg.stats_file, (int)getpid(), path, sizeof(path)) == 0 &&
+        !(why = stats_file_refusal(path))) {
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK |
+                  O_NOCTTY | O_CLOEXEC, 0600);
+        struct stat st;
+        why = fd < 0 ? strerror(errno)
+              : fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid()
+                  ? "it changed into something else while opened" : NULL;
+        if (why && fd >= 0)
+            close(fd), fd = -1;
+    }
     if (fd < 0)
-        shim_log(SHIM_LOG_WARN, "cannot open CUPOOL_STATS_FILE %s: %s; "
-                 "writing to stderr", shim_cfg.stats_file, strerror(errno));
+        shim_log(SHIM_LOG_WARN, "cannot write to CUPOOL_STATS_FILE %s: %s; "
+                 "writing to stderr", shim_cfg.stats_file, why);
     return fd < 0 ? STDERR_FILENO : fd;
+}
+
+/* At start-up: says at once when CUPOOL_STATS_FILE cannot be used, and
+ * falls back to stderr (nothing is created before the first dump). */
+static void stats_file_check(void)
+{
+    if (!*shim_cfg.stats_file)
+        return;
+    char path[SHIM_PATH_MAX + 32], dir[SHIM_PATH_MAX + 32];
+    const char *why = "the path is too long";
+    if (shim_path_expand(shim_cfg.stats_file, (int)getpid(), path, sizeof(path)) == 0 &&
+        !(why = stats_file_refusal(path))) {
+        snprintf(dir, sizeof(dir), "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *(slash == dir ? slash + 1 : slash) = '\0';
+        if (access(path, F_OK) != 0 && access(slash ? dir : ".", W_OK | X_OK) != 0)
+            why = "its directory is missing or not writable";
+    }
+    if (!why)
+        return;
+    shim_log(SHIM_LOG_ERROR, "CUPOOL_STATS_FILE=%s cannot be used: %s; statistics "
+             "go to stderr", shim_cfg.stats_file, why);
+    shim_cfg.stats_file[0] = '\0';
 }
 
 /* Writes the full view (table and every field, or one JSON line). From
@@ -222,7 +237,9 @@ static void dump_stats(void)
         n = sizeof(buf) - 1;
     int fd = stats_fd();
     ssize_t w = write(fd, buf, n);
-    (void)w;
+    if (w != (ssize_t)n && fd != STDERR_FILENO)
+        shim_log(SHIM_LOG_WARN, "cannot write the statistics to CUPOOL_STATS_FILE "
+                 "%s: %s", shim_cfg.stats_file, w < 0 ? strerror(errno) : "short write");
     if (fd != STDERR_FILENO)
         close(fd);
     pthread_mutex_unlock(&dump_lock);
@@ -252,6 +269,17 @@ static void terminate_drained(void)
                                 block it takes it */
 }
 
+/* Returns every cached segment to the driver, counted under c. */
+static void flush(enum shim_counter c, const char *by)
+{
+    uint64_t n = shim_device_flush_all();
+    shim_count(c);
+    shim_count_add(SHIM_flushed, n);
+    char h[32];
+    shim_log(SHIM_LOG_WARN, "flush (%s): returned %s to the driver", by,
+             stats_fmt_bytes(n, h, sizeof(h)));
+}
+
 static void handle(unsigned char b)
 {
     if (b == WAKE_DRAIN) {
@@ -261,15 +289,36 @@ static void handle(unsigned char b)
          * program still has to end. */
         terminate_drained();
     } else if (b == shim_cfg.flush_signal) {
-        uint64_t n = shim_device_flush_all();
-        shim_count(SHIM_signal_flushes);
-        shim_count_add(SHIM_flushed, n);
-        char h[32];
-        shim_log(SHIM_LOG_WARN, "flush: returned %s to the driver",
-                 stats_fmt_bytes(n, h, sizeof(h)));
+        flush(SHIM_signal_flushes, "a signal");
     } else if (b == shim_cfg.stats_signal) {
         dump_stats();
     }
+}
+
+/* Serves what readers asked for on the page (cupool flush, cupool dump),
+ * then publishes and answers, so that a reader that sees its answer sees
+ * the flush in the figures. */
+static void serve_requests(void)
+{
+    uint64_t t[STATS_NREQUESTS];
+    pthread_mutex_lock(&page_lock);
+    for (int r = 0; r < STATS_NREQUESTS; r++)
+        t[r] = page ? stats_page_pending(page, (stats_request)r) : 0;
+    pthread_mutex_unlock(&page_lock);
+    if (!t[STATS_REQ_FLUSH] && !t[STATS_REQ_DUMP])
+        return;
+    if (t[STATS_REQ_FLUSH])
+        flush(SHIM_requested_flushes, "cupool flush");
+    if (t[STATS_REQ_DUMP]) {
+        shim_count(SHIM_requested_dumps);
+        dump_stats();
+    }
+    publish();
+    pthread_mutex_lock(&page_lock);
+    for (int r = 0; r < STATS_NREQUESTS; r++)
+        if (page && t[r])
+            stats_page_answer(page, (stats_request)r, t[r]);
+    pthread_mutex_unlock(&page_lock);
 }
 
 /* Publishes the page and drains the trace every PUBLISH_MS; while
@@ -278,9 +327,8 @@ static void handle(unsigned char b)
 static void *helper(void *arg)
 {
     (void)arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    shim_signals_helper_mask(); /* cupool's own signals reach it even when
+                                   every program thread blocks them */
     bool ticking = shim_cfg.live_page || shim_tracing();
     uint64_t due = 0;
     for (unsigned publishes = 0;;) {
@@ -289,6 +337,7 @@ static void *helper(void *arg)
             if (shim_cfg.live_page && publishes++ % NVML_EVERY == 0)
                 refresh_outside();
             publish();
+            serve_requests();
             if (shim_tracing())
                 shim_trace_drain();
             due = now + PUBLISH_MS;
@@ -419,6 +468,11 @@ static void after_fork_child(void)
      * destructor returns early (inactive), so page_lock is not needed. */
     atomic_store(&active, false);
     atomic_store(&helper_running, false);
+    shim_signals_mute(); /* its signals must not reach the parent's helper */
+    for (int i = 0; i < 2; i++)
+        if (pipe_fd[i] >= 0)
+            close(pipe_fd[i]), pipe_fd[i] = -1;
+    stats_page_forget(page);
     page = NULL;
     shim_trace_after_fork();
 }
@@ -446,6 +500,7 @@ __attribute__((constructor(102))) static void shim_init(void)
     shim_log_set_level(shim_cfg.log);
     for (int i = 0; i < npending; i++)
         shim_log(SHIM_LOG_ERROR, "%s", pending[i]);
+    stats_file_check();
     if (shim_cfg.disable) {
         shim_log(SHIM_LOG_INFO, "disabled by CUPOOL_DISABLE: every call "
                  "passes through");
@@ -453,8 +508,8 @@ __attribute__((constructor(102))) static void shim_init(void)
     }
     if (pipe2(pipe_fd, O_CLOEXEC) == 0) {
         fcntl(pipe_fd[1], F_SETFL, O_NONBLOCK);
-        install(0, shim_cfg.flush_signal);
-        install(1, shim_cfg.stats_signal);
+        int sigs[] = {shim_cfg.flush_signal, shim_cfg.stats_signal};
+        shim_signals_take(sigs, 2, pipe_fd[1]);
         if (*shim_cfg.trace) {
             shim_trace_open(shim_cfg.trace);
             if (shim_tracing())

@@ -1,18 +1,20 @@
 /*
- * cli.c - cupool-stat, the reader behind `cupool stat`, `cupool top` and
- * `cupool flush`: it reads the live pages of this user's processes and
- * prints them, or asks one process to flush and waits for the page to
- * show it done.
+ * cli.c - cupool-stat, the reader behind `cupool stat`, `cupool top`,
+ * `cupool flush` and `cupool dump`: it reads the live pages of this user's
+ * processes and prints them, or asks one process, through its page, to
+ * flush or dump its statistics and waits for the answer. It never sends a
+ * signal.
  *
  *   cupool-stat stat [--json | --prometheus] [PID...]
  *   cupool-stat top [--interval SECONDS] [--count N]
  *   cupool-stat flush [--timeout SECONDS] PID
+ *   cupool-stat dump [--timeout SECONDS] PID
  *
- * Exit status: 0, 1 when a process has no page or a flush did not finish,
+ * Exit status: 0, 1 when a process has no page or did not answer in time,
  * 2 for bad usage.
  */
 #include <errno.h>
-#include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +33,27 @@ static int usage(void)
 {
     fputs("usage: cupool stat [--json | --prometheus] [PID...]\n"
           "       cupool top [--interval SECONDS] [--count N]\n"
-          "       cupool flush [--timeout SECONDS] PID\n", stderr);
+          "       cupool flush [--timeout SECONDS] PID\n"
+          "       cupool dump [--timeout SECONDS] PID\n", stderr);
     return 2;
+}
+
+/* One line naming the mistake, then exit status 2. */
+static int bad(const char *what, const char *value)
+{
+    fprintf(stderr, "cupool: %s '%s' (see 'cupool --help')\n", what, value);
+    return 2;
+}
+
+/* Parses seconds: a finite number from lo to hi. */
+static int parse_seconds(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || !isfinite(v) || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
 }
 
 static void sleep_s(double s)
@@ -54,8 +75,11 @@ static const char *read_error(int err)
     switch (err) {
     case -ENOENT: return "no cupool page (not running under cupool, or not yet "
                          "allocating)";
-    case -ESRCH: return "the process is gone (stale page)";
+    case -ESRCH: return "the process is gone, or has exec'd another program "
+                        "(stale page)";
     case -EPROTO: return "not a page this version of cupool can read";
+    case -EPERM: return "no trustworthy page (a file named like it is not a "
+                        "regular file of yours with mode 0600 and one link)";
     default: return "the page kept changing while read";
     }
 }
@@ -150,15 +174,19 @@ static int cmd_top(int argc, char **argv)
     double interval = 1.0;
     long count = -1;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--interval") && i + 1 < argc)
-            interval = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--count") && i + 1 < argc)
-            count = atol(argv[++i]);
-        else
-            return usage();
+        if (!strcmp(argv[i], "--interval") && i + 1 < argc) {
+            if (parse_seconds(argv[++i], 0.05, 86400, &interval))
+                return bad("top: --interval takes seconds from 0.05 to 86400, not",
+                           argv[i]);
+        } else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
+            char *end;
+            count = strtol(argv[++i], &end, 10);
+            if (!*argv[i] || *end || count < 1)
+                return bad("top: --count takes a whole number from 1 up, not", argv[i]);
+        } else {
+            return bad("top: unknown option or missing value", argv[i]);
+        }
     }
-    if (interval < 0.05)
-        interval = 0.05;
     int tty = isatty(STDOUT_FILENO);
     for (long it = 0; count < 0 || it < count; it++) {
         int n = collect(NULL, 0);
@@ -176,47 +204,69 @@ static int cmd_top(int argc, char **argv)
     return 0;
 }
 
-static int cmd_flush(int argc, char **argv)
+/* Asks pid for r through its page and waits up to timeout seconds for
+ * the answer; *before and *after are its views around it. 0, or 1 with a
+ * message. */
+static int ask(int pid, stats_request r, double timeout, stats_view *before,
+               stats_view *after)
 {
-    double timeout = 10.0;
-    int i = 0;
-    for (; i < argc && argv[i][0] == '-'; i++) {
-        if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
-            timeout = atof(argv[++i]);
-        else
-            return usage();
-    }
-    if (argc - i != 1)
-        return usage();
-    int pid = parse_pid(argv[i]);
-    static stats_view v;
-    int err = pid < 0 ? -ENOENT : stats_page_read(pid, &v);
+    uint64_t ticket;
+    int err = stats_page_read(pid, before);
+    if (!err)
+        err = stats_page_ask(pid, r, &ticket);
     if (err) {
-        fprintf(stderr, "cupool: %s: %s\n", argv[i], read_error(err));
-        return 1;
-    }
-    if (!v.flush_signal) {
-        fprintf(stderr, "cupool: %d: its flush signal is disabled "
-                "(CUPOOL_FLUSH_SIGNAL=none)\n", pid);
-        return 1;
-    }
-    uint64_t flushes = v.proc.signal_flushes, bytes = v.proc.flushed;
-    if (kill(pid, v.flush_signal)) {
-        fprintf(stderr, "cupool: %d: %s\n", pid, strerror(errno));
+        fprintf(stderr, "cupool: %d: %s\n", pid, read_error(err));
         return 1;
     }
     for (double waited = 0; waited < timeout; waited += 0.01) {
         sleep_s(0.01);
-        if (stats_page_read(pid, &v) == 0 && v.proc.signal_flushes > flushes) {
-            char h[32];
-            uint64_t got = v.proc.flushed - bytes;
-            printf("%d: returned %s (%lu bytes) to the driver\n", pid,
-                   stats_fmt_bytes(got, h, sizeof(h)), (unsigned long)got);
+        int got = stats_page_answered(pid, r, ticket);
+        if (got < 0) {
+            fprintf(stderr, "cupool: %d: %s\n", pid, read_error(got));
+            return 1;
+        }
+        if (got && stats_page_read(pid, after) == 0)
             return 0;
+    }
+    fprintf(stderr, "cupool: %d: no answer within %.1f s (is its helper thread "
+            "stuck?)\n", pid, timeout);
+    return 1;
+}
+
+/* flush and dump: [--timeout SECONDS] PID. */
+static int cmd_ask(const char *name, stats_request r, int argc, char **argv)
+{
+    double timeout = 10.0;
+    int i = 0;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+            if (parse_seconds(argv[++i], 0.01, 86400, &timeout))
+                return bad("--timeout takes seconds from 0.01 to 86400, not", argv[i]);
+        } else {
+            return bad("unknown option or missing value", argv[i]);
         }
     }
-    fprintf(stderr, "cupool: %d: no flush seen within %.1f s\n", pid, timeout);
-    return 1;
+    if (argc - i != 1) {
+        fprintf(stderr, "cupool: %s takes one process id (cupool %s [--timeout "
+                "SECONDS] PID)\n", name, name);
+        return 2;
+    }
+    int pid = parse_pid(argv[i]);
+    if (pid < 0)
+        return bad("not a process id:", argv[i]);
+    static stats_view before, after;
+    if (ask(pid, r, timeout, &before, &after))
+        return 1;
+    if (r == STATS_REQ_FLUSH) {
+        char h[32];
+        uint64_t got = after.proc.flushed - before.proc.flushed;
+        printf("%d: returned %s (%lu bytes) to the driver\n", pid,
+               stats_fmt_bytes(got, h, sizeof(h)), (unsigned long)got);
+    } else {
+        printf("%d: statistics written (to its CUPOOL_STATS_FILE, else its "
+               "standard error)\n", pid);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -228,6 +278,8 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "top"))
         return cmd_top(argc - 2, argv + 2);
     if (!strcmp(argv[1], "flush"))
-        return cmd_flush(argc - 2, argv + 2);
+        return cmd_ask("flush", STATS_REQ_FLUSH, argc - 2, argv + 2);
+    if (!strcmp(argv[1], "dump"))
+        return cmd_ask("dump", STATS_REQ_DUMP, argc - 2, argv + 2);
     return usage();
 }

@@ -65,7 +65,9 @@
     X(passthrough_managed, COUNT, COUNTER, "cudaMallocManaged calls passed on") \
     X(passthrough_async, COUNT, COUNTER, "cudaMallocAsync calls passed on")   \
     X(signal_flushes, COUNT, COUNTER, "flushes asked for by signal")          \
-    X(flushed, BYTES, COUNTER, "bytes returned by signal flushes")            \
+    X(requested_flushes, COUNT, COUNTER, "flushes asked for by cupool flush") \
+    X(requested_dumps, COUNT, COUNTER, "dumps asked for by cupool dump")      \
+    X(flushed, BYTES, COUNTER, "bytes returned by flushes")                   \
     X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")           \
     X(trace_records, COUNT, COUNTER, "trace records written (CUPOOL_TRACE)")  \
     X(trace_lost, COUNT, COUNTER, "trace records lost (write error)")
@@ -128,27 +130,54 @@ size_t stats_format_prometheus(const stats_view *const *v, size_t n,
                                char *buf, size_t len);
 
 /* ---- the live page (stats/page.c) ---------------------------------------
- * /dev/shm/cupool-<uid>-<pid> (or $CUPOOL_PAGE_DIR), mode 0600. The writer
- * publishes with a seqlock; readers retry while it is odd or changes. */
+ * One file per process in stats_page_dir(), named
+ * cupool-<uid>-<pid namespace>-<pid>[.N], mode 0600: the statistics (the
+ * writer publishes with a seqlock; readers retry while it is odd or moves)
+ * and the control channel (requests counted up by readers, answers by the
+ * process's helper thread). Readers trust only a regular file of their own
+ * user, mode 0600, one link, mapped by the live process it names. */
 
 typedef struct stats_page stats_page;
+
+/* What a reader can ask a process for. */
+typedef enum stats_request {
+    STATS_REQ_FLUSH, /* return the cache to the driver */
+    STATS_REQ_DUMP,  /* write the statistics where CUPOOL_STATS_FILE says */
+    STATS_NREQUESTS
+} stats_request;
 
 /* Directory of the pages: $CUPOOL_PAGE_DIR, else /dev/shm, else /tmp. */
 const char *stats_page_dir(void);
 
-/* Creates this process's page. Returns NULL (errno set) on failure. */
+/* Creates this process's page (never follows or truncates what is at its
+ * name). Returns NULL (errno set) on failure. */
 stats_page *stats_page_create(void);
+/* The page's path. */
+const char *stats_page_path(const stats_page *p);
 /* Publishes a view. Single writer. */
 void stats_page_publish(stats_page *p, const stats_view *v);
+/* The newest ticket of request r not yet answered, or 0. */
+uint64_t stats_page_pending(const stats_page *p, stats_request r);
+/* Marks every ticket of r up to ticket answered. */
+void stats_page_answer(stats_page *p, stats_request r, uint64_t ticket);
 /* Unmaps and removes the page. */
 void stats_page_remove(stats_page *p);
+/* Unmaps the page and frees p, leaving the file (a forked child). */
+void stats_page_forget(stats_page *p);
 
 /* Reads the page of pid into *v. 0, -ENOENT (no page), -ESRCH (a page
- * whose process is gone: stale), -EPROTO (not a cupool page), -EAGAIN
- * (kept changing while read). */
+ * whose process is gone or has exec'd: stale), -EPROTO (not a cupool
+ * page), -EPERM (a file named like it that is not a regular file of this
+ * user, mode 0600, one link), -EAGAIN (kept changing while read). */
 int stats_page_read(int pid, stats_view *v);
-/* Lists the pids that have pages for this user, up to max; removes stale
- * pages when clean is true. Returns the count. */
+/* Asks pid for r: *ticket is the ticket to wait for. 0 or as
+ * stats_page_read. Catches SIGBUS while it runs: for readers, not for the
+ * shim. */
+int stats_page_ask(int pid, stats_request r, uint64_t *ticket);
+/* 1 if pid answered ticket of r, 0 if not yet, or as stats_page_read. */
+int stats_page_answered(int pid, stats_request r, uint64_t ticket);
+/* Lists the pids that have live pages for this user in this pid namespace,
+ * up to max; removes stale pages when clean is true. Returns the count. */
 size_t stats_page_list(int *pids, size_t max, bool clean, size_t *removed);
 
 #endif

@@ -16,11 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "real.h"
+#include "signals.h"
 
 extern char **environ;
 
@@ -135,6 +137,36 @@ static child *spawn(child *c, const char *scenario, ...)
     start(c, scenario, ap);
     va_end(ap);
     return c;
+}
+
+/* Starts python3 SCRIPT preloaded, with extra NAME=VALUE strings (env,
+ * NULL terminated). */
+static void python_start(child *c, const char *script, char **extra)
+{
+    char *env[256];
+    int n = 0;
+    for (char **e = environ; *e && n < 200; e++)
+        if (strncmp(*e, "CUPOOL_", 7) && strncmp(*e, "LD_PRELOAD=", 11))
+            env[n++] = *e;
+    static char preload[600];
+    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s/libcupool.so", dir);
+    env[n++] = preload;
+    for (; *extra && n < 254; extra++)
+        env[n++] = *extra;
+    env[n] = NULL;
+    snprintf(c->out, sizeof(c->out), "/tmp/cupool-test-outXXXXXX");
+    snprintf(c->err, sizeof(c->err), "/tmp/cupool-test-errXXXXXX");
+    int fo = mkstemp(c->out), fe = mkstemp(c->err);
+    assert_true(fo >= 0 && fe >= 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fo, 1);
+    posix_spawn_file_actions_adddup2(&fa, fe, 2);
+    char *argv[] = {"python3", (char *)script, NULL};
+    assert_int_equal(posix_spawnp(&c->pid, "python3", &fa, NULL, argv, env), 0);
+    close(fo);
+    close(fe);
+    posix_spawn_file_actions_destroy(&fa);
 }
 
 /* Runs a shell command; returns its exit status and its stdout in out. */
@@ -367,17 +399,34 @@ static int pages_teardown(void **s)
     return system(cmd);
 }
 
+/* The path of pid's page in the test's page directory (the plain name). */
+static void page_of(int pid, char *buf, size_t len)
+{
+    struct stat ns;
+    unsigned long ino = stat("/proc/self/ns/pid", &ns) == 0 ? (unsigned long)ns.st_ino : 0;
+    snprintf(buf, len, "%s/cupool-%u-%lu-%d", pages, (unsigned)geteuid(), ino, pid);
+}
+
+/* Starts rt_prog serve with its page in the test's directory and waits
+ * until it holds its blocks; extra environment strings (up to 2) follow. */
+static void serve_start(child *c, const char *tag, const char *e1, const char *e2)
+{
+    static char direnv[128], readyenv[160];
+    char ready[128];
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    snprintf(ready, sizeof(ready), "%s/ready-%s", pages, tag);
+    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    spawn(c, "serve", direnv, readyenv, e1, e2, NULL);
+    wait_for_file(ready);
+}
+
 /* cupool stat and flush from outside a running program. */
 static void test_stat_and_flush_from_outside(void **s)
 {
     (void)s;
-    char direnv[128], ready[128], readyenv[160], cmd[512], out[8192];
-    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
-    snprintf(ready, sizeof(ready), "%s/ready", pages);
-    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    char cmd[512], out[8192];
     child c;
-    spawn(&c, "serve", direnv, readyenv, NULL);
-    wait_for_file(ready);
+    serve_start(&c, "1", NULL, NULL);
     /* The numbers match what the program did: 1000 B and 3 MiB live
      * (1024 B and 4 MiB rounded), segments of 2, 4 and 6 MiB. */
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat --json %d | "
@@ -403,8 +452,131 @@ static void test_stat_and_flush_from_outside(void **s)
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "driver frees: 1")); /* the simulated driver saw it */
     /* The page went away with the program. */
-    snprintf(cmd, sizeof(cmd), "%s/cupool-%u-%d", pages, (unsigned)getuid(), c.pid);
+    page_of(c.pid, cmd, sizeof(cmd));
     assert_int_equal(access(cmd, F_OK), -1);
+    snprintf(cmd, sizeof(cmd), "ls %s | grep -c cupool-", pages);
+    shell(cmd, out, sizeof(out));
+    assert_string_equal(out, "0\n");
+}
+
+/* A program with its own SIGUSR1 handler: cupool flush sends no signal
+ * (its handler is not called), kill -USR1 flushes and calls it once;
+ * cupool dump writes the statistics where CUPOOL_STATS_FILE says. */
+static void test_flush_without_signal(void **s)
+{
+    (void)s;
+    char cmd[768], out[8192], stats[160], statsenv[200];
+    snprintf(stats, sizeof(stats), "%s/dump.%%p", pages);
+    snprintf(statsenv, sizeof(statsenv), "CUPOOL_STATS_FILE=%s", stats);
+    child c;
+    serve_start(&c, "own", "OWN_HANDLER=1", statsenv);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush %d", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "returned 6.00 MiB (6291456 bytes) to the driver"));
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " dump %d", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "statistics written"));
+    snprintf(cmd, sizeof(cmd), "grep -Ec '^process +requested_(flushes|dumps) +1$' "
+             "%s/dump.%d", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_string_equal(out, "2\n");
+    kill(c.pid, SIGUSR1);
+    usleep(500000);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat --json %d | "
+             "python3 -c 'import json,sys; p=json.loads(sys.stdin.read())[\"process\"]; "
+             "assert (p[\"requested_flushes\"], p[\"signal_flushes\"], "
+             "p[\"requested_dumps\"]) == (1, 1, 1), p; print(\"ok\")'", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_string_equal(out, "ok\n");
+    kill(c.pid, SIGTERM);
+    result *r = finish(&c, "serve", 0);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "own handler calls: 1")); /* kill -USR1 only */
+}
+
+/* Copies pid's live page to a file named for victim, its pid field (at
+ * offset 16) and start time (24) rewritten: a page that claims victim. */
+static void plant_copy(int pid, int victim, const char *name)
+{
+    char from[256], buf[1 << 16];
+    page_of(pid, from, sizeof(from));
+    int in = open(from, O_RDONLY);
+    assert_true(in >= 0);
+    ssize_t n = read(in, buf, sizeof(buf));
+    close(in);
+    assert_true(n > 32);
+    int32_t v = victim;
+    memcpy(buf + 16, &v, sizeof(v));
+    memset(buf + 24, 0, 8);
+    int fd = open(name, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, (size_t)n), n);
+    close(fd);
+}
+
+/* Pages nobody may trust: a copy claiming another process, the same owned
+ * by another user, and a FIFO, each named like that process's page. Each
+ * is refused: cupool flush signals nothing (the victim lives on), stat
+ * neither hangs nor lists it. */
+static void test_planted_pages_refused(void **s)
+{
+    (void)s;
+    char cmd[512], out[8192], name[256];
+    child c;
+    serve_start(&c, "p", NULL, NULL);
+    pid_t victim = fork();
+    if (victim == 0) {
+        execl("/bin/sleep", "sleep", "30", (char *)NULL);
+        _exit(127);
+    }
+    page_of(victim, name, sizeof(name));
+    plant_copy(c.pid, victim, name);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s timeout 10 " READER " flush %d 2>&1",
+             pages, victim);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "stale page"));
+    usleep(100000);
+    assert_int_equal(waitpid(victim, NULL, WNOHANG), 0); /* alive */
+    unlink(name);
+    if (geteuid() == 0) { /* root can make a file of another user */
+        plant_copy(c.pid, victim, name);
+        assert_int_equal(chown(name, 65534, 65534), 0);
+        assert_int_equal(shell(cmd, out, sizeof(out)), 1);
+        assert_non_null(strstr(out, "no trustworthy page"));
+        unlink(name);
+    }
+    assert_int_equal(mkfifo(name, 0600), 0);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s timeout 10 " READER " stat 2>&1",
+             pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    snprintf(name, sizeof(name), "%d ", victim);
+    assert_null(strstr(out, name));
+    snprintf(name, sizeof(name), "%d ", c.pid);
+    assert_non_null(strstr(out, name));
+    kill(victim, SIGKILL);
+    waitpid(victim, NULL, 0);
+    kill(c.pid, SIGTERM);
+    assert_int_equal(finish(&c, "serve", 0)->status, 0);
+}
+
+/* After exec the same pid runs another program: its old page is stale,
+ * and cupool flush does nothing to it. */
+static void test_exec_makes_page_stale(void **s)
+{
+    (void)s;
+    char direnv[128], ready[128], readyenv[160], cmd[512], out[8192];
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    snprintf(ready, sizeof(ready), "%s/ready-exec", pages);
+    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    child c;
+    spawn(&c, "execsleep", direnv, readyenv, NULL);
+    wait_for_file(ready);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush %d 2>&1", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "exec'd"));
+    assert_int_equal(waitpid(c.pid, NULL, WNOHANG), 0); /* sleep runs on */
+    kill(c.pid, SIGKILL);
+    finish(&c, "execsleep", 128 + SIGKILL);
 }
 
 static void test_killed_process_page_is_cleaned(void **s)
@@ -419,14 +591,14 @@ static void test_killed_process_page_is_cleaned(void **s)
     wait_for_file(ready);
     kill(c.pid, SIGKILL);
     assert_int_equal(finish(&c, "serve", 128 + SIGKILL)->status, 128 + SIGKILL);
-    snprintf(cmd, sizeof(cmd), "%s/cupool-%u-%d", pages, (unsigned)getuid(), c.pid);
+    page_of(c.pid, cmd, sizeof(cmd));
     assert_int_equal(access(cmd, F_OK), 0); /* left behind */
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat %d", pages, c.pid);
     assert_int_equal(shell(cmd, out, sizeof(out)), 1); /* named: an error */
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat 2>&1", pages);
     assert_int_equal(shell(cmd, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "removed 1 stale page of exited processes"));
-    snprintf(cmd, sizeof(cmd), "%s/cupool-%u-%d", pages, (unsigned)getuid(), c.pid);
+    page_of(c.pid, cmd, sizeof(cmd));
     assert_int_equal(access(cmd, F_OK), -1);
 }
 
@@ -448,6 +620,83 @@ static void test_disable_passes_through(void **s)
     result *r = run_expecting(1, "pairs", "CUPOOL_DISABLE=1", NULL);
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->out, "driver mallocs for 10000 pairs: 10000"));
+}
+
+/* ---- signals: cupool's stay its own, the program's handlers still run ---- */
+
+static void test_signal_chaining(void **s)
+{
+    (void)s;
+    static const char *const api[] = {"SIG_API=sigaction", "SIG_API=siginfo",
+        "SIG_API=signal", "SIG_API=bsd_signal", "SIG_API=sysv_signal", "SIG_API=sigset"};
+    for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++)
+        PASSES("sig_chain", api[i]);
+}
+
+static void test_signal_ignored_or_default(void **s)
+{
+    (void)s;
+    PASSES("sig_dispositions");
+    /* Ignored by the parent before exec: the program's view stays SIG_IGN
+     * and the flush still happens. */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+    sigaction(SIGUSR1, &ign, &old);
+    result *r = run("sig_dispositions", "INHERITED_IGN=1", NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    assert_int_equal(r->status, 0);
+}
+
+static void test_signal_blocked_everywhere(void **s) { (void)s; PASSES("sig_blocked"); }
+static void test_signal_program_flags(void **s) { (void)s; PASSES("sig_flags"); }
+
+static void test_forked_child_signals(void **s)
+{
+    (void)s;
+    char dirn[] = "/tmp/cupool-fork-XXXXXX", env[96], cmd[128];
+    assert_non_null(mkdtemp(dirn));
+    snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s/s.%%p", dirn);
+    result *r = run("sig_fork", env, NULL);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(r->status, 0);
+}
+
+/* Python's signal.signal after start-up: kill -USR1 flushes and runs the
+ * program's handler once; cupool flush flushes and runs it not at all. */
+static void test_python_handler(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip(); /* a sanitizer runtime cannot be preloaded into python3 */
+    char sim[600], full[PATH_MAX], simenv[PATH_MAX + 16], readyenv[160], ready[128];
+    char direnv[128], cmd[512], out[4096];
+    snprintf(sim, sizeof(sim), "%s/sim/libcudart.so.13", dir);
+    assert_non_null(realpath(sim, full));
+    snprintf(simenv, sizeof(simenv), "SIM_LIB=%s", full);
+    snprintf(ready, sizeof(ready), "%s/ready-py", pages);
+    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    for (int by_signal = 0; by_signal < 2; by_signal++) {
+        unlink(ready);
+        char *env[] = {simenv, readyenv, direnv, "CUPOOL_SMALL_SEGMENT=2M", NULL};
+        child c;
+        python_start(&c, "test/sig_prog.py", env);
+        wait_for_file(ready);
+        if (by_signal) {
+            kill(c.pid, SIGUSR1);
+            usleep(500000);
+        } else {
+            snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush %d", pages,
+                     c.pid);
+            assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+            assert_non_null(strstr(out, "returned 24.00 MiB"));
+        }
+        kill(c.pid, SIGTERM);
+        result *r = finish(&c, "sig_prog.py", 0);
+        assert_int_equal(r->status, 0);
+        assert_non_null(strstr(r->out, by_signal ? "handler calls: 1, driver holds: 0"
+                                                 : "handler calls: 0, driver holds: 0"));
+    }
 }
 
 static void test_threads_and_signal_storm(void **s)
@@ -621,6 +870,9 @@ static void test_exports_match_allowlist(void **s)
         SHIM_INTERPOSED(X_NAME)
         SHIM_OPTIONAL(X_NAME)
 #undef X_NAME
+#define X_SIG(name) #name,
+        SHIM_SIGNAL_EXPORTS(X_SIG)
+#undef X_SIG
     };
     size_t nwant = sizeof(want) / sizeof(want[0]);
     qsort(want, nwant, sizeof(want[0]), by_name);
@@ -666,6 +918,18 @@ int main(int argc, char **argv)
                                         pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_killed_process_page_is_cleaned,
                                         pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_flush_without_signal,
+                                        pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_planted_pages_refused,
+                                        pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_exec_makes_page_stale,
+                                        pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_python_handler, pages_setup, pages_teardown),
+        cmocka_unit_test(test_signal_chaining),
+        cmocka_unit_test(test_signal_ignored_or_default),
+        cmocka_unit_test(test_signal_blocked_everywhere),
+        cmocka_unit_test(test_signal_program_flags),
+        cmocka_unit_test(test_forked_child_signals),
         cmocka_unit_test(test_cap_and_report),
         cmocka_unit_test(test_cap_percent),
         cmocka_unit_test(test_fragmentation_named),

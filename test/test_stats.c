@@ -5,8 +5,12 @@
  * appear in every format.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -185,13 +189,23 @@ static int page_teardown(void **s)
     return system(cmd);
 }
 
+/* The plain name of pid's page: cupool-<uid>-<pid namespace>-<pid>. */
+static void page_name(char *path, size_t len, int pid, const char *suffix)
+{
+    struct stat ns;
+    assert_int_equal(stat("/proc/self/ns/pid", &ns), 0);
+    snprintf(path, len, "%s/cupool-%u-%lu-%d%s", dir, (unsigned)geteuid(),
+             (unsigned long)ns.st_ino, pid, suffix);
+}
+
 static void test_page_round_trip(void **s)
 {
     (void)s;
     stats_page *p = stats_page_create();
     assert_non_null(p);
     char path[256];
-    snprintf(path, sizeof(path), "%s/cupool-%u-%d", dir, (unsigned)getuid(), (int)getpid());
+    page_name(path, sizeof(path), (int)getpid(), "");
+    assert_string_equal(stats_page_path(p), path);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600); /* this user only */
@@ -208,6 +222,34 @@ static void test_page_round_trip(void **s)
     assert_int_equal(pids[0], getpid());
     stats_page_remove(p);
     assert_int_equal(stats_page_read((int)getpid(), &r), -ENOENT);
+}
+
+/* A reader's request reaches the writer, whose answer reaches the reader;
+ * requests that come before an answer are served by it together. */
+static void test_page_requests(void **s)
+{
+    (void)s;
+    stats_page *p = stats_page_create();
+    assert_non_null(p);
+    stats_view v;
+    sample(&v, "self");
+    stats_page_publish(p, &v);
+    int me = (int)getpid();
+    assert_int_equal(stats_page_pending(p, STATS_REQ_FLUSH), 0);
+    uint64_t t1, t2, t3;
+    assert_int_equal(stats_page_ask(me, STATS_REQ_FLUSH, &t1), 0);
+    assert_int_equal(stats_page_ask(me, STATS_REQ_FLUSH, &t2), 0);
+    assert_int_equal(stats_page_ask(me, STATS_REQ_DUMP, &t3), 0);
+    assert_int_equal(t2, t1 + 1);
+    assert_int_equal(stats_page_answered(me, STATS_REQ_FLUSH, t1), 0);
+    assert_int_equal(stats_page_pending(p, STATS_REQ_FLUSH), t2);
+    stats_page_answer(p, STATS_REQ_FLUSH, t2);
+    assert_int_equal(stats_page_pending(p, STATS_REQ_FLUSH), 0);
+    assert_int_equal(stats_page_answered(me, STATS_REQ_FLUSH, t1), 1);
+    assert_int_equal(stats_page_answered(me, STATS_REQ_FLUSH, t2), 1);
+    assert_int_equal(stats_page_answered(me, STATS_REQ_DUMP, t3), 0);
+    assert_int_equal(stats_page_pending(p, STATS_REQ_DUMP), t3);
+    stats_page_remove(p);
 }
 
 static void test_stale_page_is_cleaned(void **s)
@@ -233,19 +275,196 @@ static void test_stale_page_is_cleaned(void **s)
     assert_int_equal(stats_page_read(child, &r), -ENOENT);
 }
 
+/* The same pid after exec runs another image, which does not map the page:
+ * stale, though the process lives with the same start time. */
+static void test_exec_makes_page_stale(void **s)
+{
+    (void)s;
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        stats_page *p = stats_page_create();
+        stats_view v;
+        sample(&v, "child");
+        if (p)
+            stats_page_publish(p, &v);
+        char c;
+        close(go[1]);
+        if (read(go[0], &c, 1) != 1) /* the parent has read it live */
+            _exit(1);
+        execl("/bin/sleep", "sleep", "5", (char *)NULL);
+        _exit(127);
+    }
+    close(go[0]);
+    stats_view r;
+    for (int i = 0; i < 200 && stats_page_read(child, &r) != 0; i++)
+        usleep(10000);
+    assert_int_equal(stats_page_read(child, &r), 0);
+    assert_int_equal(write(go[1], "x", 1), 1);
+    close(go[1]);
+    int err = 0;
+    for (int i = 0; i < 200 && (err = stats_page_read(child, &r)) == 0; i++)
+        usleep(10000);
+    assert_int_equal(err, -ESRCH);
+    assert_int_equal(kill(child, 0), 0); /* sleep is running */
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+}
+
+/* Writes a file of len bytes of garbage at path with the given mode. */
+static void plant(const char *path, size_t len, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+    assert_true(fd >= 0);
+    for (size_t i = 0; i < len; i++)
+        assert_int_equal(write(fd, "g", 1), 1);
+    assert_int_equal(fchmod(fd, mode), 0);
+    close(fd);
+}
+
 static void test_foreign_file_is_not_a_page(void **s)
 {
     (void)s;
     char path[256];
-    snprintf(path, sizeof(path), "%s/cupool-%u-%d", dir, (unsigned)getuid(), (int)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    for (int i = 0; i < 4096; i++)
-        fputs("garbage!", f);
-    fclose(f);
+    page_name(path, sizeof(path), (int)getpid(), "");
+    plant(path, 4096 * 8, 0600);
     stats_view r;
-    assert_int_equal(stats_page_read((int)getpid(), &r), -EPROTO);
+    assert_int_equal(stats_page_read((int)getpid(), &r), -EPERM); /* wrong size */
     unlink(path);
+    stats_page *p = stats_page_create();
+    assert_non_null(p);
+    stats_view v;
+    sample(&v, "self");
+    stats_page_publish(p, &v);
+    /* The same page with another mode, or another link to it: refused. */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(stats_page_read((int)getpid(), &r), -EPERM);
+    assert_int_equal(chmod(path, 0600), 0);
+    char other[300];
+    snprintf(other, sizeof(other), "%s.link", path);
+    assert_int_equal(link(path, other), 0);
+    assert_int_equal(stats_page_read((int)getpid(), &r), -EPERM);
+    unlink(other);
+    assert_int_equal(stats_page_read((int)getpid(), &r), 0);
+    stats_page_remove(p);
+}
+
+/* Files planted at the name a process will use (a file of another user, a
+ * hard link to one of the user's own files, a FIFO) neither keep it from
+ * its page nor get written: the page takes the next name. Readers ignore
+ * them without blocking. */
+static void test_planted_names(void **s)
+{
+    (void)s;
+    char path[256], victim[256];
+    page_name(path, sizeof(path), (int)getpid(), "");
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    plant(victim, 100, 0600);
+    assert_int_equal(link(victim, path), 0);
+    stats_page *p = stats_page_create();
+    assert_non_null(p);
+    char want[300];
+    page_name(want, sizeof(want), (int)getpid(), ".1");
+    assert_string_equal(stats_page_path(p), want);
+    struct stat st;
+    assert_int_equal(stat(victim, &st), 0);
+    assert_int_equal(st.st_size, 100); /* untouched */
+    stats_view v, r;
+    sample(&v, "self");
+    stats_page_publish(p, &v);
+    assert_int_equal(stats_page_read((int)getpid(), &r), 0);
+    stats_page_remove(p);
+    unlink(path);
+    unlink(victim);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(10); /* a reader that blocks on the FIFO fails here */
+    assert_int_equal(stats_page_read((int)getpid(), &r), -EPERM);
+    int pids[4];
+    assert_int_equal(stats_page_list(pids, 4, true, NULL), 0);
+    alarm(0);
+    unlink(path);
+    if (geteuid() != 0)
+        return; /* only root can make a file of another user here */
+    p = stats_page_create();
+    assert_non_null(p);
+    stats_page_publish(p, &v);
+    assert_int_equal(chown(path, 65534, 65534), 0);
+    assert_int_equal(stats_page_read((int)getpid(), &r), -EPERM);
+    assert_int_equal(stats_page_list(pids, 4, true, NULL), 0);
+    assert_int_equal(access(path, F_OK), 0); /* not removed either */
+    stats_page_remove(p);
+}
+
+/* A page of another pid namespace (same pid number) is neither read,
+ * listed nor removed. */
+static void test_other_namespace_left_alone(void **s)
+{
+    (void)s;
+    stats_page *p = stats_page_create();
+    assert_non_null(p);
+    char other[256];
+    snprintf(other, sizeof(other), "%s/cupool-%u-1-%d", dir, (unsigned)geteuid(),
+             (int)getpid());
+    assert_int_equal(link(stats_page_path(p), other), 0);
+    assert_int_equal(unlink(stats_page_path(p)), 0); /* still mapped by us */
+    stats_view r;
+    assert_int_equal(stats_page_read((int)getpid(), &r), -ENOENT);
+    int pids[4];
+    size_t removed = 0;
+    assert_int_equal(stats_page_list(pids, 4, true, &removed), 0);
+    assert_int_equal(removed, 0);
+    assert_int_equal(access(other, F_OK), 0);
+    unlink(other);
+    stats_page_forget(p);
+}
+
+/* A live page cut short (its header kept) and grown again, over and over,
+ * while it is read: the reader never dies of SIGBUS (it reads with pread;
+ * it maps nothing). */
+static atomic_int truncating;
+static off_t page_size;
+static void *truncate_loop(void *arg)
+{
+    while (atomic_load(&truncating)) {
+        truncate(arg, 256);
+        truncate(arg, page_size);
+    }
+    return NULL;
+}
+
+static void test_truncated_while_read(void **s)
+{
+    (void)s;
+    stats_page *p = stats_page_create();
+    assert_non_null(p);
+    stats_view v;
+    sample(&v, "self");
+    stats_page_publish(p, &v); /* not touched again while cut short */
+    char path[300];
+    snprintf(path, sizeof(path), "%s", stats_page_path(p));
+    struct stat st0;
+    assert_int_equal(stat(path, &st0), 0);
+    page_size = st0.st_size;
+    pid_t child = fork();
+    if (child == 0) {
+        atomic_store(&truncating, 1);
+        pthread_t t;
+        pthread_create(&t, NULL, truncate_loop, path);
+        stats_view r;
+        int read_ok = 0;
+        for (int i = 0; i < 3000; i++)
+            read_ok += stats_page_read((int)getppid(), &r) == 0;
+        atomic_store(&truncating, 0);
+        pthread_join(t, NULL);
+        printf("reads that got a whole view: %d of 3000\n", read_ok);
+        fflush(stdout);
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(child, &st, 0), child);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    stats_page_remove(p);
 }
 
 int main(void)
@@ -260,6 +479,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_page_round_trip, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_stale_page_is_cleaned, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_foreign_file_is_not_a_page, page_setup, page_teardown),
+        cmocka_unit_test_setup_teardown(test_page_requests, page_setup, page_teardown),
+        cmocka_unit_test_setup_teardown(test_exec_makes_page_stale, page_setup, page_teardown),
+        cmocka_unit_test_setup_teardown(test_planted_names, page_setup, page_teardown),
+        cmocka_unit_test_setup_teardown(test_other_namespace_left_alone, page_setup,
+                                        page_teardown),
+        cmocka_unit_test_setup_teardown(test_truncated_while_read, page_setup, page_teardown),
     };
     return cmocka_run_group_tests_name("stats", tests, NULL, NULL);
 }
