@@ -337,10 +337,51 @@ static int load_device_caps(shim_config *c, shim_getenv_fn get,
     return bad;
 }
 
+/* The largest segment size or rounding accepted: a segment larger than
+ * this fails on a device with room for the program's data. */
+#define SEGMENT_MAX ((size_t)1 << 30)
+
+/* Resets a size option to its table default. */
+static void reset_default(shim_config *c, const char *name)
+{
+    for (int i = 0; i < NOPTIONS; i++)
+        if (!strcmp(options[i].name, name))
+            parse_option(&options[i], options[i].def, c);
+}
+
+/* A byte cap below one small segment refuses every allocation. */
+static int check_cap(shim_cap *cap, const char *name, const shim_config *c,
+                     shim_warn_fn warn)
+{
+    if (cap->percent || !cap->bytes || cap->bytes >= c->pool.small_segment)
+        return 0;
+    char line[256];
+    snprintf(line, sizeof(line), "%s=%lu bytes is below one small segment "
+             "(CUPOOL_SMALL_SEGMENT, %zu bytes): every allocation would fail; "
+             "using none", name, (unsigned long)cap->bytes, c->pool.small_segment);
+    warn(line);
+    *cap = (shim_cap){0, 0};
+    return 1;
+}
+
 /* Checks that options agree with each other; resets what cannot stand. */
 static int cross_check(shim_config *c, shim_warn_fn warn)
 {
     int bad = 0;
+    static const char *const sized[] = {"CUPOOL_SMALL_SEGMENT", "CUPOOL_LARGE_ROUND",
+                                        "CUPOOL_SMALL_MAX", "CUPOOL_LARGE_SPLIT_MIN"};
+    size_t *const field[] = {&c->pool.small_segment, &c->pool.large_round,
+                             &c->pool.small_max, &c->pool.large_split_min};
+    for (int i = 0; i < 4; i++) {
+        if (*field[i] <= SEGMENT_MAX)
+            continue;
+        char line[160];
+        snprintf(line, sizeof(line), "%s is above 1 GiB (segments that large fail "
+                 "on devices with room); using the default", sized[i]);
+        warn(line);
+        reset_default(c, sized[i]);
+        bad++;
+    }
     if (c->flush_signal && c->flush_signal == c->stats_signal) {
         warn("CUPOOL_FLUSH_SIGNAL and CUPOOL_STATS_SIGNAL name the same "
              "signal; using USR1 and USR2");
@@ -367,6 +408,13 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
              "CUPOOL_LARGE_ROUND); using the defaults");
         pool_config_default(&c->pool);
         bad++;
+    }
+    bad += check_cap(&c->max_reserved, "CUPOOL_MAX_RESERVED", c, warn);
+    for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
+        char name[40];
+        snprintf(name, sizeof(name), "CUPOOL_MAX_RESERVED_%d", d);
+        if (c->has_dev_cap[d])
+            bad += check_cap(&c->max_reserved_dev[d], name, c, warn);
     }
     return bad;
 }

@@ -81,11 +81,12 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
         shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_CAP, d->id, 0, size);
         return -EDQUOT;
     }
-    uint64_t peak = atomic_load(&d->reserved_peak);
-    while (now > peak && !atomic_compare_exchange_weak(&d->reserved_peak, &peak, now))
-        ;
     int err = d->vmm ? shim_vmm_map(d->vmm, size, base) : cuda_reserve(size, base);
     if (!err) {
+        /* The peak counts what the driver gave, never a failed request. */
+        uint64_t peak = atomic_load(&d->reserved_peak);
+        while (now > peak && !atomic_compare_exchange_weak(&d->reserved_peak, &peak, now))
+            ;
         /* Stamped after the driver handed it out (see recorder.c). */
         shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_OK, d->id, *base, size);
         return 0;

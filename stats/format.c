@@ -102,6 +102,18 @@ const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len)
     return buf;
 }
 
+/* A process name as it may go to a terminal or a label: every byte that
+ * is not printable ASCII (escape sequences, newlines, other encodings)
+ * becomes '?'. The name is the program's to choose, not ours. */
+static const char *printable(const char *comm, char *buf, size_t len)
+{
+    size_t i = 0;
+    for (; comm[i] && i + 1 < len; i++)
+        buf[i] = comm[i] >= 0x20 && comm[i] < 0x7f ? comm[i] : '?';
+    buf[i] = '\0';
+    return buf;
+}
+
 /* ---- table --------------------------------------------------------------- */
 
 size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
@@ -116,8 +128,10 @@ size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
             const stats_device *d = &v[i]->dev[k];
             char a[24], r[24], c[24], l[24], o2[24], p[24];
             double hit = d->allocs ? 100.0 * (double)d->hits / (double)d->allocs : 0;
+            char name[sizeof(v[i]->comm)];
             put(&o, "%-7d %-15.15s %3d %11s %11s %11s %11s %4.0f%% %11s %11s %9lu "
-                "%5.1f%% %7lu\n", v[i]->pid, v[i]->comm, d->device,
+                "%5.1f%% %7lu\n", v[i]->pid, printable(v[i]->comm, name, sizeof(name)),
+                d->device,
                 stats_fmt_bytes(d->allocated, a, sizeof(a)),
                 stats_fmt_bytes(d->reserved, r, sizeof(r)),
                 stats_fmt_bytes(d->cached, c, sizeof(c)),
@@ -134,8 +148,9 @@ size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
 size_t stats_format_detail(const stats_view *v, char *buf, size_t len)
 {
     out o = {buf, len, 0};
-    char h[24];
-    put(&o, "cupool statistics, pid %d (%s)\n", v->pid, v->comm);
+    char h[24], name[sizeof(v->comm)];
+    put(&o, "cupool statistics, pid %d (%s)\n", v->pid,
+        printable(v->comm, name, sizeof(name)));
     for (uint32_t k = 0; k < v->ndevices; k++) {
         const stats_device *d = &v->dev[k];
 #define X(name, unit, kind, help)                                             \
@@ -165,7 +180,7 @@ static void put_json_string(out *o, const char *s)
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\')
             put(o, "\\%c", c);
-        else if (c < 0x20)
+        else if (c < 0x20 || c >= 0x7f) /* bytes, not UTF-8: one code each */
             put(o, "\\u%04x", c);
         else
             put(o, "%c", c);
@@ -208,11 +223,10 @@ size_t stats_format_json(const stats_view *v, char *buf, size_t len)
 
 static void put_label(out *o, const char *s)
 {
-    for (; *s; s++) {
+    char name[64];
+    for (s = printable(s, name, sizeof(name)); *s; s++) {
         if (*s == '\\' || *s == '"')
             put(o, "\\%c", *s);
-        else if (*s == '\n')
-            put(o, "\\n");
         else
             put(o, "%c", *s);
     }

@@ -11,6 +11,9 @@
  *   cupool-trace dump TRACE        one record per line, as encode reads
  *   cupool-trace encode -o TRACE [--source text|torch] [--pid N]
  *                       [--comm NAME] < TEXT
+ *   cupool-trace check-env         checks every CUPOOL_* variable of the
+ *                       environment with the shim's own parser (for
+ *                       `cupool run`): each mistake on one line, exit 2
  *
  * Text records: TIME_NS OP DEVICE ADDR SIZE [RESULT], OP one of alloc,
  * free, fence, reserve, release, flush, oom; '#' starts a comment.
@@ -466,8 +469,27 @@ static int cmd_plot(const args *a)
     return rc;
 }
 
+/* A line of the shim's parser, without what the shim would do instead
+ * ("; using ..."): cupool run does not start the program. */
+static void check_warn(const char *line)
+{
+    const char *cut = strstr(line, "; using");
+    fprintf(stderr, "cupool: run: %.*s\n", cut ? (int)(cut - line) : (int)strlen(line), line);
+}
+static const char *check_get(const char *name) { return getenv(name); }
+
+/* The environment's CUPOOL_* options as libcupool.so will read them:
+ * 0 if every one holds, 2 (after one line each) if not. */
+static int cmd_check_env(void)
+{
+    shim_config c;
+    return shim_config_load(&c, check_get, check_warn) ? 2 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "check-env"))
+        return cmd_check_env();
     if (argc < 2) {
         fprintf(stderr, "usage: %s replay|plot|dump|encode ...\n", me);
         return 2;

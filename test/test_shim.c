@@ -286,6 +286,119 @@ static void test_cupool_run(void **s)
     assert_non_null(strstr(out, "run: unknown option '--bogus'"));
     assert_int_equal(shell("scripts/cupool run --cupti 2>&1", out, sizeof(out)), 2);
     assert_non_null(strstr(out, "run: no program given"));
+    /* Every option is checked before anything starts: one line, exit 2. */
+    snprintf(cmd, sizeof(cmd), "CUPOOL_LIB=%s/libcupool.so scripts/cupool run "
+             "--max-reserved 12Q -- sh -c 'echo started' 2>&1", dir);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 2);
+    assert_string_equal(out, "cupool: run: CUPOOL_MAX_RESERVED=12Q is invalid (expected "
+                        "none, a size such as 20G or 512MiB, or a percentage of device "
+                        "memory such as 50%)\n");
+    snprintf(cmd, sizeof(cmd), "CUPOOL_SMALL_SEGMENT=2G CUPOOL_LIB=%s/libcupool.so "
+             "scripts/cupool run true 2>&1", dir);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "CUPOOL_SMALL_SEGMENT is above 1 GiB"));
+    assert_int_equal(shell("scripts/cupool run --max-reserved 2>&1", out, sizeof(out)), 2);
+    assert_string_equal(out, "cupool: run: --max-reserved needs a value (see 'cupool --help')\n");
+    snprintf(cmd, sizeof(cmd), "CUPOOL_LIB=%s/libcupool.so scripts/cupool run --log warn "
+             "echo no-dashes 2>&1", dir);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_string_equal(out, "no-dashes\n");
+}
+
+/* What cannot work is said at start-up, in one line each: a cap below one
+ * segment, a segment above 1 GiB, a statistics file that is a device or a
+ * link (the link's target is left alone). */
+static void test_startup_refusals(void **s)
+{
+    (void)s;
+    result *r = run("zero", "CUPOOL_MAX_RESERVED=1K", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "cupool: CUPOOL_MAX_RESERVED=1024 bytes is below one "
+                                   "small segment"));
+    r = run("zero", "CUPOOL_LARGE_ROUND=4G", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "cupool: CUPOOL_LARGE_ROUND is above 1 GiB"));
+    r = run("zero", "CUPOOL_STATS_FILE=/dev/full", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "cupool: CUPOOL_STATS_FILE=/dev/full cannot be used: "
+                                   "it is not a regular file"));
+    char dirn[] = "/tmp/cupool-sf-XXXXXX", target[64], link_[64], env[96], cmd[128];
+    assert_non_null(mkdtemp(dirn));
+    snprintf(target, sizeof(target), "%s/target", dirn);
+    snprintf(link_, sizeof(link_), "%s/link", dirn);
+    FILE *f = fopen(target, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(symlink(target, link_), 0);
+    snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s", link_);
+    r = run("zero", env, "CUPOOL_STATS_AT_EXIT=1", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "it is a symbolic link; statistics go to stderr"));
+    assert_non_null(strstr(r->err, "cupool statistics, pid"));
+    struct stat st;
+    assert_int_equal(stat(target, &st), 0);
+    assert_int_equal(st.st_size, 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A statistics file that becomes a FIFO after start-up never blocks the
+ * helper: the dump goes to stderr, and SIGTERM still ends a traced
+ * program. */
+static void test_stats_file_fifo(void **s)
+{
+    (void)s;
+    char dirn[] = "/tmp/cupool-ff-XXXXXX";
+    assert_non_null(mkdtemp(dirn));
+    char e1[128], e2[128], e3[128], e4[128], ready[96], fifo[96];
+    snprintf(e1, sizeof(e1), "CUPOOL_TRACE=%s/t.trace", dirn);
+    snprintf(e2, sizeof(e2), "COUNTER=%s/count", dirn);
+    snprintf(ready, sizeof(ready), "%s/ready", dirn);
+    snprintf(e3, sizeof(e3), "READY=%s", ready);
+    snprintf(fifo, sizeof(fifo), "%s/stats", dirn);
+    snprintf(e4, sizeof(e4), "CUPOOL_STATS_FILE=%s", fifo);
+    child c;
+    spawn(&c, "traceloop", e1, e2, e3, e4, NULL);
+    wait_for_file(ready);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    kill(c.pid, SIGUSR2);
+    usleep(300000);
+    kill(c.pid, SIGTERM);
+    int st = 0, gone = 0;
+    for (int i = 0; i < 500 && !(gone = waitpid(c.pid, &st, WNOHANG)); i++)
+        usleep(10000);
+    if (!gone) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &st, 0);
+    }
+    char err[4096];
+    slurp(c.err, err, sizeof(err));
+    unlink(c.out);
+    unlink(c.err);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(gone, c.pid); /* not still running after 5 s */
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+    assert_non_null(strstr(err, "it is not a regular file (a device, FIFO or socket); "
+                                "writing to stderr"));
+}
+
+/* A request far beyond the device fails; the peak of reserved memory
+ * counts only what the driver gave (one 2 MiB segment). */
+static void test_failed_request_not_in_peak(void **s)
+{
+    (void)s;
+    result *r = run("bigfail", "CUPOOL_STATS_AT_EXIT=1", "CUPOOL_STATS_FORMAT=json", NULL);
+    assert_int_equal(r->status, 0);
+    const char *j = strstr(r->err, "{\"cupool\":1");
+    assert_non_null(j);
+    char cmd[8192], out[256];
+    snprintf(cmd, sizeof(cmd), "python3 -c 'import json,sys; v=json.loads(sys.argv[1])"
+             "[\"devices\"][0]; assert v[\"reserved_peak\"]==2**21, v; print(\"ok\")' '%.*s'",
+             (int)strcspn(j, "\n"), j);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_string_equal(out, "ok\n");
 }
 
 static void test_one_device(void **s)
@@ -906,6 +1019,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_exports_match_allowlist),
         cmocka_unit_test(test_cupti),
         cmocka_unit_test(test_cupool_run),
+        cmocka_unit_test(test_startup_refusals),
+        cmocka_unit_test(test_stats_file_fifo),
+        cmocka_unit_test(test_failed_request_not_in_peak),
         cmocka_unit_test(test_pairs_hit_the_cache),
         cmocka_unit_test(test_fence_barrier),
         cmocka_unit_test(test_fence_sync),

@@ -140,6 +140,33 @@ static void test_json_parses(void **s)
     assert_int_equal(pclose(py), 0);
 }
 
+/* A process name holding escape sequences and other bytes reaches no
+ * output raw: the table and Prometheus show '?', JSON escapes each byte. */
+static void test_comm_escaped(void **s)
+{
+    (void)s;
+    stats_view v;
+    sample(&v, "\033]0;x\a\033[2J\x9b\n");
+    const stats_view *one = &v;
+    size_t (*text[])(const stats_view *const *, size_t, char *, size_t) = {
+        stats_format_table, stats_format_prometheus};
+    for (int k = 0; k < 3; k++) {
+        if (k < 2)
+            text[k](&one, 1, buf, sizeof(buf));
+        else
+            stats_format_detail(&v, buf, sizeof(buf));
+        for (const unsigned char *c = (const unsigned char *)buf; *c; c++)
+            if ((*c < 0x20 && *c != '\n') || *c >= 0x7f)
+                fail_msg("format %d passes byte 0x%02x", k, *c);
+        assert_non_null(strstr(buf, "?]0;x??[2J??"));
+    }
+    stats_format_json(&v, buf, sizeof(buf));
+    for (const unsigned char *c = (const unsigned char *)buf; *c; c++)
+        if ((*c < 0x20 && *c != '\n') || *c >= 0x7f)
+            fail_msg("JSON passes byte 0x%02x", *c);
+    assert_non_null(strstr(buf, "\\u001b]0;x\\u0007\\u001b[2J\\u009b\\u000a"));
+}
+
 static void test_prometheus_passes_promtool(void **s)
 {
     (void)s;
@@ -476,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_every_field_in_every_format),
         cmocka_unit_test(test_json_parses),
         cmocka_unit_test(test_prometheus_passes_promtool),
+        cmocka_unit_test(test_comm_escaped),
         cmocka_unit_test_setup_teardown(test_page_round_trip, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_stale_page_is_cleaned, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_foreign_file_is_not_a_page, page_setup, page_teardown),
