@@ -148,13 +148,14 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/recorder.c stats/trace.c 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder)
 
+# Every test program, each one's output shown, then one line counting every
+# test they ran: "N passed, N failed, N skipped".
 test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS)
-	@set -e; for t in $(TEST_BINS); do echo "== $$t"; timeout 600 $$t; done
-	timeout 600 $(BUILD)/test_shim $(BUILD)
-	timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)
-	timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)
-	timeout 600 python3 test/test_import_torch.py $(BUILD)
-	@echo "make test: all test programs passed"
+	@scripts/run-tests $(foreach t,$(TEST_BINS),"timeout 600 $(t)") \
+	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
+	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
+	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
+	    "timeout 600 python3 test/test_import_torch.py $(BUILD)"
 
 bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cupool-trace
 	scripts/bench-pool

@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +31,10 @@ extern char **environ;
  * sanitizer runtime that must be preloaded ahead of it, if any. */
 static const char *dir = "build";
 static const char *runtime;
+/* Where the children's live pages go unless a test names its own: a
+ * directory of this run, removed at the end, so nothing is left in
+ * /dev/shm by children that end without their destructors. */
+static char run_pages[64];
 
 typedef struct result {
     int status;          /* exit code, or 128 + signal */
@@ -76,8 +81,15 @@ static void start(child *c, const char *scenario, va_list ap)
     /* The scenarios' arithmetic (when a cap is reached, how many segments
      * a test makes) is written for 2 MiB small segments. */
     env[n++] = "CUPOOL_SMALL_SEGMENT=2M";
-    for (char *x; (x = va_arg(ap, char *)) && n < 254;)
+    bool own_pages = false;
+    for (char *x; (x = va_arg(ap, char *)) && n < 253;) {
         env[n++] = x;
+        own_pages |= !strncmp(x, "CUPOOL_PAGE_DIR=", 16);
+    }
+    static char pagedir[96];
+    snprintf(pagedir, sizeof(pagedir), "CUPOOL_PAGE_DIR=%s", run_pages);
+    if (!own_pages)
+        env[n++] = pagedir;
     env[n] = NULL;
     snprintf(c->out, sizeof(c->out), "/tmp/cupool-test-outXXXXXX");
     snprintf(c->err, sizeof(c->err), "/tmp/cupool-test-errXXXXXX");
@@ -1068,5 +1080,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trace_bad_path),
         cmocka_unit_test(test_replay_trim_option),
     };
-    return cmocka_run_group_tests_name("shim", tests, NULL, NULL);
+    snprintf(run_pages, sizeof(run_pages), "/tmp/cupool-run-pages-XXXXXX");
+    if (!mkdtemp(run_pages))
+        return 1;
+    int failed = cmocka_run_group_tests_name("shim", tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", run_pages);
+    return system(cmd) ? 1 : failed;
 }
