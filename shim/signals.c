@@ -314,15 +314,25 @@ NO_TSAN static handler_fn owned_signal(slot *s, handler_fn h, int flags, bool ma
     return r ? SIG_ERR : old.sa_handler;
 }
 
-/* BSD semantics (glibc's signal): restart, the signal masked in its
- * handler; siginterrupt can take the restart away. */
-NO_TSAN static handler_fn bsd(int sig, handler_fn h)
+/* A signal()-style call: for an owned signal, installs h with the C
+ * library's flags and mask for that call; any other goes to the C
+ * library's own (*pass). */
+NO_TSAN static handler_fn signal_call(int sig, handler_fn h,
+                                      handler_fn (*const *pass)(int, handler_fn),
+                                      int flags, bool mask_self)
 {
     libc_ready();
     slot *s = find(sig);
     if (!s)
-        return libc.signal ? libc.signal(sig, h) : SIG_ERR;
-    return owned_signal(s, h, SA_RESTART, true);
+        return *pass ? (*pass)(sig, h) : SIG_ERR;
+    return owned_signal(s, h, flags, mask_self);
+}
+
+/* BSD semantics (glibc's signal): restart, the signal masked in its
+ * handler; siginterrupt can take the restart away. */
+NO_TSAN static handler_fn bsd(int sig, handler_fn h)
+{
+    return signal_call(sig, h, &libc.signal, SA_RESTART, true);
 }
 
 NO_TSAN EXPORT handler_fn signal(int sig, handler_fn h) { return bsd(sig, h); }
@@ -332,11 +342,7 @@ NO_TSAN EXPORT handler_fn ssignal(int sig, handler_fn h) { return bsd(sig, h); }
 /* System V semantics: one-shot, not masked in its handler. */
 NO_TSAN static handler_fn sysv(int sig, handler_fn h)
 {
-    libc_ready();
-    slot *s = find(sig);
-    if (!s)
-        return libc.sysv_signal ? libc.sysv_signal(sig, h) : SIG_ERR;
-    return owned_signal(s, h, SA_RESETHAND | SA_NODEFER, false);
+    return signal_call(sig, h, &libc.sysv_signal, SA_RESETHAND | SA_NODEFER, false);
 }
 
 NO_TSAN EXPORT handler_fn sysv_signal(int sig, handler_fn h) { return sysv(sig, h); }

@@ -202,8 +202,10 @@ void stats_page_forget(stats_page *p)
 
 /* ---- readers ------------------------------------------------------------------ */
 
-/* Whether process pid maps the file with device dev and inode ino. */
-static bool maps_file(int pid, dev_t dev, ino_t ino)
+/* Whether process pid maps the file with device dev and inode ino: 1 or 0;
+ * -1 if its maps cannot be read (a process that made itself not dumpable:
+ * only its start time can tell then). */
+static int maps_file(int pid, dev_t dev, ino_t ino)
 {
     char path[64], want[64], line[512], chunk[8192];
     snprintf(path, sizeof(path), "/proc/%d/maps", pid);
@@ -212,7 +214,7 @@ static bool maps_file(int pid, dev_t dev, ino_t ino)
                       (unsigned long)ino);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return false;
+        return errno == EACCES || errno == EPERM ? -1 : 0;
     bool found = false;
     size_t used = 0;
     for (ssize_t n; !found && (n = read(fd, chunk, sizeof(chunk))) > 0;) {
@@ -228,7 +230,7 @@ static bool maps_file(int pid, dev_t dev, ino_t ino)
         }
     }
     close(fd);
-    return found;
+    return found ? 1 : 0;
 }
 
 /* Checks an open candidate: a regular file of this user, 0600, one link,
@@ -261,7 +263,7 @@ static int page_check(int fd, int pid)
         return -EPROTO;
     uint64_t now = start_time(pid);
     if (!now || (h.start_time && now != h.start_time) || !maps_file(pid, st.st_dev, st.st_ino))
-        return -ESRCH;
+        return -ESRCH; /* (an unreadable map, -1, leaves the start time to judge) */
     return 0;
 }
 

@@ -368,6 +368,15 @@ static int capture_real(void)
 }
 #endif
 
+/* This process's CUPOOL_STATS_FILE (which must hold %p) into path. */
+static void stats_path(char *path, size_t len)
+{
+    const char *pat = getenv("CUPOOL_STATS_FILE");
+    CHECK(pat && strstr(pat, "%p"));
+    size_t k = (size_t)(strstr(pat, "%p") - pat);
+    snprintf(path, len, "%.*s%d%s", (int)k, pat, (int)getpid(), pat + k + 2);
+}
+
 /* SIGUSR2 writes one JSON line to CUPOOL_STATS_FILE (%p = pid). */
 static int stats(void)
 {
@@ -375,10 +384,7 @@ static int stats(void)
     OK(cudaMalloc(&a, 1000));
     OK(cudaMalloc(&b, 3 * MIB));
     char path[512];
-    const char *pat = getenv("CUPOOL_STATS_FILE");
-    CHECK(pat && strstr(pat, "%p"));
-    size_t k = (size_t)(strstr(pat, "%p") - pat);
-    snprintf(path, sizeof(path), "%.*s%d%s", (int)k, pat, (int)getpid(), pat + k + 2);
+    stats_path(path, sizeof(path));
     raise(SIGUSR2);
     for (int i = 0; i < 200; i++) {
         FILE *f = fopen(path, "r");
@@ -643,11 +649,8 @@ static int sig_fork(void)
     sleep_ms(300);
     printf("after the child's signals the parent holds %llu of %llu\n", sim(0).used, held);
     CHECK(sim(0).used == held);
-    const char *pat = getenv("CUPOOL_STATS_FILE");
-    CHECK(pat && strstr(pat, "%p"));
     char path[512];
-    size_t k = (size_t)(strstr(pat, "%p") - pat);
-    snprintf(path, sizeof(path), "%.*s%d%s", (int)k, pat, (int)getpid(), pat + k + 2);
+    stats_path(path, sizeof(path));
     CHECK(access(path, F_OK) != 0);
     return 0;
 }

@@ -532,17 +532,25 @@ static void page_of(int pid, char *buf, size_t len)
     snprintf(buf, len, "%s/cupool-%u-%lu-%d", pages, (unsigned)geteuid(), ino, pid);
 }
 
-/* Starts rt_prog serve with its page in the test's directory and waits
- * until it holds its blocks; extra environment strings (up to 2) follow. */
-static void serve_start(child *c, const char *tag, const char *e1, const char *e2)
+/* Starts rt_prog SCENARIO with its page in the test's directory and waits
+ * until it touched $READY; extra environment strings (up to 2, NULL for
+ * none) follow. */
+static void start_ready(child *c, const char *scenario, const char *tag, const char *e1,
+                        const char *e2)
 {
     static char direnv[128], readyenv[160];
     char ready[128];
     snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
     snprintf(ready, sizeof(ready), "%s/ready-%s", pages, tag);
     snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
-    spawn(c, "serve", direnv, readyenv, e1, e2, NULL);
+    spawn(c, scenario, direnv, readyenv, e1, e2, NULL);
     wait_for_file(ready);
+}
+
+/* rt_prog serve, holding its blocks. */
+static void serve_start(child *c, const char *tag, const char *e1, const char *e2)
+{
+    start_ready(c, "serve", tag, e1, e2);
 }
 
 /* cupool stat and flush from outside a running program. */
@@ -689,13 +697,9 @@ static void test_planted_pages_refused(void **s)
 static void test_exec_makes_page_stale(void **s)
 {
     (void)s;
-    char direnv[128], ready[128], readyenv[160], cmd[512], out[8192];
-    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
-    snprintf(ready, sizeof(ready), "%s/ready-exec", pages);
-    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    char cmd[512], out[8192];
     child c;
-    spawn(&c, "execsleep", direnv, readyenv, NULL);
-    wait_for_file(ready);
+    start_ready(&c, "execsleep", "exec", NULL, NULL);
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush %d 2>&1", pages, c.pid);
     assert_int_equal(shell(cmd, out, sizeof(out)), 1);
     assert_non_null(strstr(out, "exec'd"));
@@ -707,13 +711,9 @@ static void test_exec_makes_page_stale(void **s)
 static void test_killed_process_page_is_cleaned(void **s)
 {
     (void)s;
-    char direnv[128], ready[128], readyenv[160], cmd[512], out[8192];
-    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
-    snprintf(ready, sizeof(ready), "%s/ready2", pages);
-    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    char cmd[512], out[8192];
     child c;
-    spawn(&c, "serve", direnv, readyenv, NULL);
-    wait_for_file(ready);
+    serve_start(&c, "killed", NULL, NULL);
     kill(c.pid, SIGKILL);
     assert_int_equal(finish(&c, "serve", 128 + SIGKILL)->status, 128 + SIGKILL);
     page_of(c.pid, cmd, sizeof(cmd));
