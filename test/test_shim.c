@@ -592,6 +592,22 @@ static void test_stat_and_flush_from_outside(void **s)
     assert_string_equal(out, "0\n");
 }
 
+/* Waits up to 10 s until pid's page, read by cupool stat --json as d,
+ * satisfies the Python expression cond. 0 once it does. */
+static int wait_page(int pid, const char *cond)
+{
+    char cmd[768], out[256];
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat --json %d | "
+             "python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); "
+             "sys.exit(0 if %s else 1)'", pages, pid, cond);
+    for (int i = 0; i < 100; i++) {
+        if (shell(cmd, out, sizeof(out)) == 0)
+            return 0;
+        usleep(100000);
+    }
+    return -1;
+}
+
 /* A program with its own SIGUSR1 handler: cupool flush sends no signal
  * (its handler is not called), kill -USR1 flushes and calls it once;
  * cupool dump writes the statistics where CUPOOL_STATS_FILE says. */
@@ -614,13 +630,9 @@ static void test_flush_without_signal(void **s)
     assert_int_equal(shell(cmd, out, sizeof(out)), 0);
     assert_string_equal(out, "2\n");
     kill(c.pid, SIGUSR1);
-    usleep(500000);
-    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat --json %d | "
-             "python3 -c 'import json,sys; p=json.loads(sys.stdin.read())[\"process\"]; "
-             "assert (p[\"requested_flushes\"], p[\"signal_flushes\"], "
-             "p[\"requested_dumps\"]) == (1, 1, 1), p; print(\"ok\")'", pages, c.pid);
-    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
-    assert_string_equal(out, "ok\n");
+    assert_int_equal(wait_page(c.pid, "(d[\"process\"][\"requested_flushes\"], "
+                               "d[\"process\"][\"signal_flushes\"], "
+                               "d[\"process\"][\"requested_dumps\"]) == (1, 1, 1)"), 0);
     kill(c.pid, SIGTERM);
     result *r = finish(&c, "serve", 0);
     assert_int_equal(r->status, 0);
@@ -809,7 +821,8 @@ static void test_python_handler(void **s)
         wait_for_file(ready);
         if (by_signal) {
             kill(c.pid, SIGUSR1);
-            usleep(500000);
+            assert_int_equal(wait_page(c.pid, "d[\"process\"][\"signal_flushes\"] == 1"), 0);
+            usleep(100000); /* Python runs its handler between bytecodes */
         } else {
             snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush %d", pages,
                      c.pid);
