@@ -35,7 +35,8 @@ static _Atomic uint64_t counters[SHIM_NCOUNTERS];
 static int pipe_fd[2] = {-1, -1};
 static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
 static atomic_bool helper_running;
-static bool term_handled; /* on_term owns SIGTERM: its byte means "end" */
+/* Signals on_term holds while tracing (their byte means "end"). */
+static sigset_t term_handled;
 
 /* Pipe bytes: a signal number, or WAKE_DRAIN. */
 enum { WAKE_DRAIN = 0 };
@@ -51,9 +52,10 @@ void shim_count_add(enum shim_counter c, uint64_t n)
 
 /* ---- signals -------------------------------------------------------------- */
 
-/* SIGTERM while tracing, installed only over the default action: the
- * helper drains the trace, then the signal is raised again with its default
- * action. Without a helper there is nothing buffered: terminate now. */
+/* A signal whose default action ends the process, while tracing, installed
+ * only over that default action: the helper drains the trace, then the
+ * signal is raised again with its default action. Without a helper there
+ * is nothing buffered: terminate now. */
 static void on_term(int sig)
 {
     int saved = errno;
@@ -68,17 +70,29 @@ static void on_term(int sig)
     errno = saved;
 }
 
+/* The asynchronous signals whose default action ends the process. Not
+ * SIGPIPE, SIGXFSZ, SIGXCPU and the faults: they come from what the thread
+ * itself just did, which must not go on while the trace drains. */
+static const int term_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGALRM,
+                                   SIGVTALRM, SIGPROF, SIGUSR1, SIGUSR2};
+
 static void install_term(void)
 {
-    struct sigaction sa, old;
-    if (sigaction(SIGTERM, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
-        (old.sa_flags & SA_SIGINFO))
-        return; /* the program handles or ignores it: its exit path drains */
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_term;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    term_handled = sigaction(SIGTERM, &sa, NULL) == 0;
+    sigemptyset(&term_handled);
+    for (size_t i = 0; i < sizeof(term_signals) / sizeof(term_signals[0]); i++) {
+        int sig = term_signals[i];
+        struct sigaction sa, old;
+        if (shim_signals_owns(sig) || sigaction(sig, NULL, &old) != 0 ||
+            old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
+            continue; /* cupool's, or the program handles or ignores it: its
+                         exit path drains */
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_term;
+        sa.sa_flags = SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sig, &sa, NULL) == 0)
+            sigaddset(&term_handled, sig);
+    }
 }
 
 /* ---- statistics ------------------------------------------------------------ */
@@ -260,13 +274,13 @@ static void publish(void)
 
 enum { PUBLISH_MS = 100, NVML_EVERY = 10 };
 
-/* Drains the trace, then lets SIGTERM take its default course. */
-static void terminate_drained(void)
+/* Drains the trace, then lets sig take its default course. */
+static void terminate_drained(int sig)
 {
     shim_trace_finish();
-    signal(SIGTERM, SIG_DFL);
-    kill(getpid(), SIGTERM); /* process-directed: a thread that does not
-                                block it takes it */
+    signal(sig, SIG_DFL);
+    kill(getpid(), sig); /* process-directed: a thread that does not block
+                            it takes it */
 }
 
 /* Returns every cached segment to the driver, counted under c. */
@@ -284,10 +298,10 @@ static void handle(unsigned char b)
 {
     if (b == WAKE_DRAIN) {
         shim_trace_drain();
-    } else if (b == SIGTERM && term_handled) {
+    } else if (sigismember(&term_handled, b) == 1) {
         /* Even when recording stopped on a write error since: the
          * program still has to end. */
-        terminate_drained();
+        terminate_drained(b);
     } else if (b == shim_cfg.flush_signal) {
         flush(SHIM_signal_flushes, "a signal");
     } else if (b == shim_cfg.stats_signal) {

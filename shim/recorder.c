@@ -22,7 +22,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "control.h"
@@ -243,6 +245,39 @@ void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,
 
 /* ---- life cycle ---------------------------------------------------------- */
 
+/* Opens path for this process's recording: never through a link, only a
+ * regular file of this user, and only if no other process records to it
+ * (an exclusive lock held for the process's life: a child that inherited
+ * CUPOOL_TRACE finds the parent's file locked and leaves it alone). Then
+ * empties it. Returns the descriptor, or -1 after saying why. */
+static int trace_file_open(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+                  O_CLOEXEC, 0600);
+    if (fd < 0) {
+        shim_log(SHIM_LOG_ERROR, "cannot open CUPOOL_TRACE file %s: %s; not "
+                 "recording", path, errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    const char *why = fstat(fd, &st) ? strerror(errno)
+                      : !S_ISREG(st.st_mode) ? "it is not a regular file"
+                      : st.st_uid != geteuid() ? "it belongs to another user" : NULL;
+    if (!why && flock(fd, LOCK_EX | LOCK_NB) != 0)
+        why = errno == EWOULDBLOCK ? "another process records to it (the parent of "
+                                     "this one, or another run)" : strerror(errno);
+    if (!why && ftruncate(fd, 0) != 0)
+        why = strerror(errno);
+    if (why) {
+        shim_log(SHIM_LOG_ERROR, "CUPOOL_TRACE file %s: %s; this process records "
+                 "nothing", path, why);
+        close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, 0); /* blocking writes from here */
+    return fd;
+}
+
 void shim_trace_open(const char *pattern)
 {
     char path[SHIM_PATH_MAX + 32];
@@ -251,12 +286,9 @@ void shim_trace_open(const char *pattern)
                  "recording", pattern);
         return;
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        shim_log(SHIM_LOG_ERROR, "cannot open CUPOOL_TRACE file %s: %s; not "
-                 "recording", path, strerror(errno));
+    int fd = trace_file_open(path);
+    if (fd < 0)
         return;
-    }
     char comm[16];
     shim_comm(comm, sizeof(comm));
     trace_header h;
@@ -275,7 +307,11 @@ void shim_trace_open(const char *pattern)
 
 void shim_trace_after_fork(void)
 {
-    /* The child is single-threaded here; the file is the parent's. */
+    /* The child is single-threaded here; the file is the parent's. Its
+     * descriptor is closed (the lock stays the parent's: it belongs to the
+     * open file, which the parent still holds). */
     atomic_store(&shim_trace_state, 0);
+    if (trace_fd >= 0)
+        close(trace_fd);
     trace_fd = -1;
 }

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -656,6 +657,35 @@ static int sig_fork(void)
 }
 #endif
 
+/* CUPOOL_TRACE inherited by a child: 1000 pairs, a child run with the same
+ * environment (rt_prog zero, or with TC_SHELL=1 a shell through system()),
+ * 1000 pairs more. Prints the pairs made, for the replay to compare. */
+extern char **environ;
+static int tracechild(void)
+{
+    unsigned long n = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 1000; i++, n++) {
+            void *p;
+            OK(cudaMalloc(&p, 4096 + (size_t)(i % 5) * 512));
+            OK(cudaFree(p));
+        }
+        if (round)
+            break;
+        if (getenv("TC_SHELL")) {
+            CHECK(system("echo hi >/dev/null") == 0);
+        } else {
+            char *argv[] = {"rt_prog", "zero", NULL};
+            pid_t c;
+            CHECK(posix_spawn(&c, "/proc/self/exe", NULL, NULL, argv, environ) == 0);
+            int st;
+            CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        }
+    }
+    printf("pairs %lu\n", n);
+    return 0;
+}
+
 /* Allocates, touches $READY, then becomes /bin/sleep 3 (the same pid, no
  * longer under cupool's control: its page is stale). */
 static int execsleep(void)
@@ -1008,6 +1038,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
     {"vmm", vmm}, {"execsleep", execsleep}, {"bigfail", bigfail},
+    {"tracechild", tracechild},
 };
 
 int main(int argc, char **argv)
