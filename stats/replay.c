@@ -48,14 +48,21 @@ typedef struct device {
     uint64_t fences;
 } device;
 
+/* The most a simulated device holds when no capacity is given, and the
+ * most a trace may record as reserved: far beyond any device, and far
+ * below where a 64-bit sum of it could wrap. */
+#define REPLAY_SPACE ((uint64_t)1 << 62)
+
 static int dev_reserve(void *ctx, size_t size, uintptr_t *base)
 {
     device *d = ctx;
-    if (d->capacity && size > d->capacity - d->used)
-        return -ENOMEM;
+    uint64_t cap = d->capacity ? d->capacity : REPLAY_SPACE;
+    uint64_t span = size > REPLAY_SPACE ? 0 : (size + d->align - 1) & ~(d->align - 1);
+    if (!span || size > cap - d->used || span > UINT64_MAX - d->next)
+        return -ENOMEM; /* addresses are never reused: they may run out too */
     d->used += size;
     *base = (uintptr_t)d->next; /* never reused: no stale address aliases */
-    d->next += (size + d->align - 1) & ~(d->align - 1);
+    d->next += span;
     return 0;
 }
 
@@ -326,6 +333,10 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
             r->recorded_fences += res == TRACE_R_OK;
             break;
         case TRACE_RESERVE:
+            if (res == TRACE_R_OK && size > REPLAY_SPACE - rec_reserved) {
+                err = -EOVERFLOW; /* no device holds this: not a real trace */
+                break;
+            }
             if (res == TRACE_R_OK)
                 rec_reserved += size;
             if (rec_reserved > r->recorded_peak_reserved)

@@ -252,6 +252,40 @@ static void print_oom(const replay_policy *p, const replay_result *r)
                                       : "not enough memory");
 }
 
+/* Why a replay failed, in words. */
+static const char *replay_error(int err)
+{
+    return err == -EOVERFLOW ? "the trace reserves more than 4 EiB at once: no device "
+                               "holds that, so it is not a trace of one (refused)"
+                             : strerror(-err);
+}
+
+/* s as a JSON string: quotes, backslashes and every byte outside printable
+ * ASCII escaped. */
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            printf("\\%c", *c);
+        else if (*c < 0x20 || *c >= 0x7f)
+            printf("\\u%04x", *c);
+        else
+            putchar(*c);
+    }
+    putchar('"');
+}
+
+/* s with every byte outside printable ASCII shown as '?': for a terminal. */
+static const char *printable(const char *s, char *buf, size_t len)
+{
+    size_t i = 0;
+    for (; s[i] && i + 1 < len; i++)
+        buf[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    buf[i] = '\0';
+    return buf;
+}
+
 static void json_result(const replay_policy *p, const replay_result *r, bool last)
 {
     printf("    {\"policy\": \"%s\", \"peak_reserved\": %" PRIu64
@@ -327,14 +361,18 @@ static int cmd_replay(const args *a)
     if (load_devices(a, &t, devs))
         return 1;
     double secs = t.n ? (double)(t.rec[t.n - 1].time - t.rec[0].time) / 1e9 : 0;
-    char b1[32], b2[32], b3[32];
-    if (a->json)
-        printf("{\"trace\": \"%s\", \"records\": %zu, \"seconds\": %.3f, \"devices\": [\n",
-               a->trace, t.n, secs);
-    else
-        printf("%s: %zu records over %.3f s, pid %d (%s)%s\n", a->trace, t.n, secs,
-               t.hdr.pid, t.hdr.comm,
+    char b1[32], b2[32], b3[32], name[1024], comm[sizeof(t.hdr.comm) + 1];
+    if (a->json) {
+        printf("{\"trace\": ");
+        json_string(a->trace);
+        printf(", \"records\": %zu, \"seconds\": %.3f, \"devices\": [\n", t.n, secs);
+    } else {
+        snprintf(comm, sizeof(comm), "%.*s", (int)sizeof(t.hdr.comm), t.hdr.comm);
+        printf("%s: %zu records over %.3f s, pid %d (%s)%s\n",
+               printable(a->trace, name, sizeof(name)), t.n, secs, t.hdr.pid,
+               printable(comm, b1, sizeof(b1)),
                t.hdr.source == TRACE_SRC_TORCH ? ", converted from a PyTorch snapshot" : "");
+    }
     bool first_dev = true;
     rc = 0;
     for (int d = 0; d < 256 && !rc; d++) {
@@ -348,7 +386,7 @@ static int cmd_replay(const args *a)
                              .samples = a->timeline && k == 0};
             int err = replay_run(&t, &o, &res[k]);
             if (err) {
-                fprintf(stderr, "%s: replay failed: %s\n", me, strerror(-err));
+                fprintf(stderr, "%s: replay failed: %s\n", me, replay_error(err));
                 for (int j = 0; j < k; j++)
                     replay_result_free(&res[j]);
                 rc = 1;
@@ -448,7 +486,7 @@ static int cmd_plot(const args *a)
     replay_result r;
     int err = replay_run(&t, &o, &r);
     if (err) {
-        fprintf(stderr, "%s: replay failed: %s\n", me, strerror(-err));
+        fprintf(stderr, "%s: replay failed: %s\n", me, replay_error(err));
         trace_free(&t);
         return 1;
     }

@@ -896,6 +896,45 @@ static int replay_check(const char *trace, const char *asserts)
     return st || strcmp(out, "ok\n");
 }
 
+/* A trace path with a quote and a backslash still gives valid JSON, which
+ * names it exactly. */
+static void test_replay_json_escapes_path(void **s)
+{
+    (void)s;
+    char dirn[] = "/tmp/cupool-tj-XXXXXX", trace[96], env[128], cmd[512], out[256];
+    assert_non_null(mkdtemp(dirn));
+    snprintf(trace, sizeof(trace), "%s/we\"ird\\name.trace", dirn);
+    snprintf(env, sizeof(env), "CUPOOL_TRACE=%s", trace);
+    assert_int_equal(run("pairs", env, NULL)->status, 0);
+    snprintf(cmd, sizeof(cmd), TRACER " replay --json --policy best %s/we*.trace | "
+             "python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); "
+             "assert d[\"trace\"].endswith(\"/we\\\"ird\\\\name.trace\"), d[\"trace\"]; "
+             "print(\"ok\")'", dirn);
+    int st = shell(cmd, out, sizeof(out));
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(st, 0);
+    assert_string_equal(out, "ok\n");
+}
+
+/* cupool top and flush refuse intervals and counts they cannot honour
+ * (1e19 seconds spun at 100% CPU; inf slept for ever), in one line, exit 2. */
+static void test_reader_bad_numbers(void **s)
+{
+    (void)s;
+    static const char *const bad[] = {"top --interval 1e19", "top --interval inf",
+        "top --interval nan", "top --interval -1", "top --interval abc",
+        "top --count abc", "top --count 0", "flush --timeout inf 1", "dump --timeout -1 1",
+        "top --interval"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char cmd[256], out[512];
+        snprintf(cmd, sizeof(cmd), "timeout 10 " READER " %s 2>&1", bad[i]);
+        int st = shell(cmd, out, sizeof(out));
+        if (st != 2 || strchr(out, '\n') != out + strlen(out) - 1)
+            fail_msg("'%s' exited %d: %s", bad[i], st, out);
+    }
+}
+
 /* --trim takes a power of two of at least 512 bytes, and says so. */
 static void test_replay_trim_option(void **s)
 {
@@ -1183,6 +1222,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trace_write_error_then_sigterm),
         cmocka_unit_test(test_trace_bad_path),
         cmocka_unit_test(test_replay_trim_option),
+        cmocka_unit_test(test_replay_json_escapes_path),
+        cmocka_unit_test(test_reader_bad_numbers),
     };
     struct rlimit nocore = {0, 0}; /* SIGQUIT's default action dumps core */
     setrlimit(RLIMIT_CORE, &nocore);

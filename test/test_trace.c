@@ -356,6 +356,41 @@ static void test_replay_recorded_events(void **s)
     replay_result_free(&r);
 }
 
+/* Absurd traces neither wrap a sum nor alias an address. A record holds
+ * at most 256 TiB, so 20 000 of them add up past 2^64: the simulated device
+ * (unbounded by default) holds at most 4 EiB, so allocations past it fail
+ * as out of memory; recorded reservations past it are refused. Before,
+ * such a replay printed "peak reserved 16776960 TiB". */
+static void test_replay_absurd_sizes(void **s)
+{
+    (void)s;
+    enum { N = 20000 };
+    static ev e[N];
+    for (int op = 0; op < 2; op++) {
+        for (uint64_t i = 0; i < N; i++)
+            e[i] = (ev){i, op ? TRACE_RESERVE : TRACE_ALLOC, (i + 1) << 12,
+                        TRACE_SIZE_MAX, 0};
+        write_trace(e, N);
+        trace t;
+        char why[256];
+        assert_int_equal(load(&t, why, sizeof(why)), 0);
+        replay_opts o = {.policy = replay_policy_find("best"), .small_segment = 2 * MIB};
+        replay_result r;
+        int err = replay_run(&t, &o, &r);
+        trace_free(&t);
+        if (op) {
+            assert_int_equal(err, -EOVERFLOW);
+            continue;
+        }
+        assert_int_equal(err, 0);
+        assert_true(r.allocs > 1000 && r.allocs < N);
+        assert_int_equal(r.allocs + r.ooms, N);
+        assert_true(r.peak_reserved <= (uint64_t)1 << 62);
+        assert_true(r.peak_allocated <= r.peak_reserved);
+        replay_result_free(&r);
+    }
+}
+
 /* Stamps of two threads a few ns out of order: a free recorded just after
  * the reuse of its block, and a free recorded just before the allocation
  * that made its block. The replay puts both back in order. */
@@ -427,6 +462,7 @@ int main(void)
         T(test_corrupted_header),
         T(test_replay_known_figures),
         T(test_replay_recorded_events),
+        T(test_replay_absurd_sizes),
         T(test_replay_trim),
         T(test_replay_reorders_cross_thread_stamps),
         T(test_plot_is_valid_svg),
