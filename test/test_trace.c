@@ -451,6 +451,93 @@ static void test_plot_is_valid_svg(void **s)
     unlink(svg);
 }
 
+/* ---- fuzzing ------------------------------------------------------------ */
+
+/* A fuzz loop over the reader, the replay and the plot: mutants of a valid
+ * trace (bytes changed, runs inserted or cut, the file cut short) must load
+ * or be refused, and every one that loads must replay under every policy
+ * and plot, with ASan and UBSan watching. FUZZ_ITERS (default 2000) and
+ * FUZZ_SEED (1) set the run. */
+static uint64_t rng_state;
+static uint64_t rng(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return rng_state >> 33;
+}
+
+static void test_fuzz_reader(void **s)
+{
+    (void)s;
+    enum { N = 400 };
+    static ev e[N];
+    for (int i = 0; i < N; i++) {
+        trace_op op = (trace_op)(1 + i % 7);
+        e[i] = (ev){(uint64_t)i * 100, op, 0x100000 + (uint64_t)(i % 37) * 4096,
+                    op == TRACE_FREE ? 0 : (uint64_t)(512 + (i * 7919) % (4 * MIB)), 0};
+    }
+    write_trace(e, N);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static unsigned char good[64 + N * 24], b[64 + N * 24 + 256];
+    size_t len = fread(good, 1, sizeof(good), f);
+    fclose(f);
+    assert_int_equal(len, sizeof(good));
+    const char *it = getenv("FUZZ_ITERS"), *seed = getenv("FUZZ_SEED");
+    long iters = it ? atol(it) : 2000;
+    rng_state = seed ? (uint64_t)atoll(seed) : 1;
+    long loaded = 0;
+    for (long n = 0; n < iters; n++) {
+        size_t m = len;
+        memcpy(b, good, len);
+        for (int k = 1 + (int)(rng() % 6); k > 0 && m; k--) {
+            size_t at = rng() % m, w = 1 + rng() % 16;
+            switch (rng() % 4) {
+            case 0: b[at] = (unsigned char)rng(); break;
+            case 1: /* a header byte: the likeliest place for trouble */
+                b[rng() % 64] = (unsigned char)rng(); break;
+            case 2: if (m + w <= sizeof(b)) { /* insert w random bytes */
+                    memmove(b + at + w, b + at, m - at);
+                    for (size_t j = 0; j < w; j++)
+                        b[at + j] = (unsigned char)rng();
+                    m += w;
+                }
+                break;
+            default: m = at; /* cut short */
+            }
+        }
+        f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(b, 1, m, f), m);
+        assert_int_equal(fclose(f), 0);
+        trace t;
+        char why[256];
+        if (load(&t, why, sizeof(why)) != 0) {
+            assert_true(why[0] != '\0');
+            continue;
+        }
+        loaded++;
+        for (int k = 0; replay_policy_at(k); k++) {
+            replay_opts o = {.policy = replay_policy_at(k), .small_segment = 2 * MIB,
+                             .capacity = (rng() % 2) * 64 * MIB, .samples = k == 0,
+                             .trim_unit = k == 1 ? 2 * MIB : 0};
+            replay_result r;
+            if (replay_run(&t, &o, &r) == 0) {
+                if (k == 0) {
+                    FILE *out = fopen("/dev/null", "w");
+                    assert_non_null(out);
+                    plot_svg(out, &t, &o, &r, "fuzz", false);
+                    fclose(out);
+                }
+                replay_result_free(&r);
+            }
+        }
+        trace_free(&t);
+    }
+    print_message("fuzz: %ld mutants, %ld loaded and replayed under every policy\n",
+                  iters, loaded);
+    assert_true(loaded > 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -466,6 +553,7 @@ int main(void)
         T(test_replay_trim),
         T(test_replay_reorders_cross_thread_stamps),
         T(test_plot_is_valid_svg),
+        T(test_fuzz_reader),
     };
     return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
 }
