@@ -102,14 +102,11 @@ const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len)
     return buf;
 }
 
-/* A process name as it may go to a terminal or a label: every byte that
- * is not printable ASCII (escape sequences, newlines, other encodings)
- * becomes '?'. The name is the program's to choose, not ours. */
-static const char *printable(const char *comm, char *buf, size_t len)
+const char *stats_printable(const char *s, char *buf, size_t len)
 {
     size_t i = 0;
-    for (; comm[i] && i + 1 < len; i++)
-        buf[i] = comm[i] >= 0x20 && comm[i] < 0x7f ? comm[i] : '?';
+    for (; s[i] && i + 1 < len; i++)
+        buf[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
     buf[i] = '\0';
     return buf;
 }
@@ -130,7 +127,7 @@ size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
             double hit = d->allocs ? 100.0 * (double)d->hits / (double)d->allocs : 0;
             char name[sizeof(v[i]->comm)];
             put(&o, "%-7d %-15.15s %3d %11s %11s %11s %11s %4.0f%% %11s %11s %9lu "
-                "%5.1f%% %7lu\n", v[i]->pid, printable(v[i]->comm, name, sizeof(name)),
+                "%5.1f%% %7lu\n", v[i]->pid, stats_printable(v[i]->comm, name, sizeof(name)),
                 d->device,
                 stats_fmt_bytes(d->allocated, a, sizeof(a)),
                 stats_fmt_bytes(d->reserved, r, sizeof(r)),
@@ -150,7 +147,7 @@ size_t stats_format_detail(const stats_view *v, char *buf, size_t len)
     out o = {buf, len, 0};
     char h[24], name[sizeof(v->comm)];
     put(&o, "cupool statistics, pid %d (%s)\n", v->pid,
-        printable(v->comm, name, sizeof(name)));
+        stats_printable(v->comm, name, sizeof(name)));
     for (uint32_t k = 0; k < v->ndevices; k++) {
         const stats_device *d = &v->dev[k];
 #define X(name, unit, kind, help)                                             \
@@ -224,7 +221,7 @@ size_t stats_format_json(const stats_view *v, char *buf, size_t len)
 static void put_label(out *o, const char *s)
 {
     char name[64];
-    for (s = printable(s, name, sizeof(name)); *s; s++) {
+    for (s = stats_printable(s, name, sizeof(name)); *s; s++) {
         if (*s == '\\' || *s == '"')
             put(o, "\\%c", *s);
         else

@@ -110,6 +110,12 @@ double stats_fragmentation(const stats_device *d);
 bool stats_oom_is_fragmentation(uint64_t size, uint64_t allocated,
                                 uint64_t cached, uint64_t limit);
 
+/* s for a terminal or a label: every byte that is not printable ASCII
+ * (escape sequences, newlines, other encodings) becomes '?', truncated to
+ * len - 1 bytes. Names (a process's, a path) are their owner's to choose,
+ * not ours. Returns buf. */
+const char *stats_printable(const char *s, char *buf, size_t len);
+
 /* Writes n as "1.50 GiB" (or "512 B", "-" for STATS_UNKNOWN); returns buf. */
 const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len);
 

@@ -276,16 +276,6 @@ static void json_string(const char *s)
     putchar('"');
 }
 
-/* s with every byte outside printable ASCII shown as '?': for a terminal. */
-static const char *printable(const char *s, char *buf, size_t len)
-{
-    size_t i = 0;
-    for (; s[i] && i + 1 < len; i++)
-        buf[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
-    buf[i] = '\0';
-    return buf;
-}
-
 static void json_result(const replay_policy *p, const replay_result *r, bool last)
 {
     printf("    {\"policy\": \"%s\", \"peak_reserved\": %" PRIu64
@@ -369,8 +359,8 @@ static int cmd_replay(const args *a)
     } else {
         snprintf(comm, sizeof(comm), "%.*s", (int)sizeof(t.hdr.comm), t.hdr.comm);
         printf("%s: %zu records over %.3f s, pid %d (%s)%s\n",
-               printable(a->trace, name, sizeof(name)), t.n, secs, t.hdr.pid,
-               printable(comm, b1, sizeof(b1)),
+               stats_printable(a->trace, name, sizeof(name)), t.n, secs, t.hdr.pid,
+               stats_printable(comm, b1, sizeof(b1)),
                t.hdr.source == TRACE_SRC_TORCH ? ", converted from a PyTorch snapshot" : "");
     }
     bool first_dev = true;

@@ -359,6 +359,33 @@ static void test_cupool_run(void **s)
     assert_string_equal(out, "no-dashes\n");
 }
 
+/* Runs SCENARIO with VAR naming a symbolic link to a file of the user
+ * (and extra, if not NULL): stderr must hold expect, and the file must be
+ * left as it was. */
+static void link_refused(const char *var, const char *scenario, const char *extra,
+                         const char *expect)
+{
+    char dirn[] = "/tmp/cupool-lnk-XXXXXX", target[64], link_[64], env[96], cmd[96];
+    assert_non_null(mkdtemp(dirn));
+    snprintf(target, sizeof(target), "%s/precious", dirn);
+    snprintf(link_, sizeof(link_), "%s/link", dirn);
+    FILE *f = fopen(target, "w");
+    assert_non_null(f);
+    fputs("keep me\n", f);
+    fclose(f);
+    assert_int_equal(symlink(target, link_), 0);
+    snprintf(env, sizeof(env), "%s=%s", var, link_);
+    result *r = run(scenario, env, extra, NULL);
+    struct stat st;
+    int gone = stat(target, &st);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, expect));
+    assert_int_equal(gone, 0);
+    assert_int_equal(st.st_size, 8);
+}
+
 /* What cannot work is said at start-up, in one line each: a cap below one
  * segment, a segment above 1 GiB, a statistics file that is a device or a
  * link (the link's target is left alone). */
@@ -372,28 +399,13 @@ static void test_startup_refusals(void **s)
     r = run("zero", "CUPOOL_LARGE_ROUND=4G", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->err, "cupool: CUPOOL_LARGE_ROUND is above 1 GiB"));
-    r = run("zero", "CUPOOL_STATS_FILE=/dev/full", NULL);
+    r = run("zero", "CUPOOL_STATS_FILE=/dev/full", "CUPOOL_STATS_AT_EXIT=1", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->err, "cupool: CUPOOL_STATS_FILE=/dev/full cannot be used: "
                                    "it is not a regular file"));
-    char dirn[] = "/tmp/cupool-sf-XXXXXX", target[64], link_[64], env[96], cmd[128];
-    assert_non_null(mkdtemp(dirn));
-    snprintf(target, sizeof(target), "%s/target", dirn);
-    snprintf(link_, sizeof(link_), "%s/link", dirn);
-    FILE *f = fopen(target, "w");
-    assert_non_null(f);
-    fclose(f);
-    assert_int_equal(symlink(target, link_), 0);
-    snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s", link_);
-    r = run("zero", env, "CUPOOL_STATS_AT_EXIT=1", NULL);
-    assert_int_equal(r->status, 0);
-    assert_non_null(strstr(r->err, "it is a symbolic link; statistics go to stderr"));
-    assert_non_null(strstr(r->err, "cupool statistics, pid"));
-    struct stat st;
-    assert_int_equal(stat(target, &st), 0);
-    assert_int_equal(st.st_size, 0);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
-    assert_int_equal(system(cmd), 0);
+    assert_non_null(strstr(r->err, "cupool statistics, pid")); /* on stderr instead */
+    link_refused("CUPOOL_STATS_FILE", "zero", "CUPOOL_STATS_AT_EXIT=1",
+                 "it is a symbolic link; statistics go to stderr");
 }
 
 /* A statistics file that becomes a FIFO after start-up never blocks the
@@ -1069,24 +1081,7 @@ static void test_trace_child_leaves_parent_file(void **s)
 static void test_trace_link_refused(void **s)
 {
     (void)s;
-    char dirn[] = "/tmp/cupool-tlk-XXXXXX", target[64], link_[64], env[96], cmd[96];
-    assert_non_null(mkdtemp(dirn));
-    snprintf(target, sizeof(target), "%s/precious", dirn);
-    snprintf(link_, sizeof(link_), "%s/t.trace", dirn);
-    FILE *f = fopen(target, "w");
-    assert_non_null(f);
-    fputs("keep me\n", f);
-    fclose(f);
-    assert_int_equal(symlink(target, link_), 0);
-    snprintf(env, sizeof(env), "CUPOOL_TRACE=%s", link_);
-    result *r = run("pairs", env, NULL);
-    assert_int_equal(r->status, 0);
-    assert_non_null(strstr(r->err, "it is a symbolic link; not recording"));
-    struct stat st;
-    assert_int_equal(stat(target, &st), 0);
-    assert_int_equal(st.st_size, 8);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
-    assert_int_equal(system(cmd), 0);
+    link_refused("CUPOOL_TRACE", "pairs", NULL, "it is a symbolic link; not recording");
 }
 
 /* Recording stopped on a write error (the file may not grow): SIGTERM
