@@ -80,6 +80,10 @@ static int check_segment(const pool *p, size_t i, totals *t, char *why,
         int err = check_block(p, s, b, t, why, len);
         if (err)
             return err;
+        if (b->free && !b->dirty && b->size > s->max_clean)
+            return fail(why, len, "segment %#lx: clean block %#lx of %zu bytes above "
+                        "its bound %zu", base, (unsigned long)b->addr, b->size,
+                        s->max_clean);
         end = b->addr + b->size;
     }
     if (end != s->base + s->size)

@@ -49,6 +49,9 @@ struct pool_segment {
     enum pool_kind kind;
     size_t live;        /* live blocks; 0 = idle, releasable */
     pool_block *first;
+    size_t max_clean;   /* no clean free block here is larger (an upper
+                           bound: raised as blocks join the clean index,
+                           made exact by first fit's walks) */
 };
 
 /* tree.c: AVL tree of free blocks keyed by (size, addr). */

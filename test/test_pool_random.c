@@ -10,10 +10,11 @@
  * since the backend's last fence are "dirty", and no allocation may return
  * a block that overlaps one unless a fence came first. Flushes, changing caps, a finite device and
  * injected backend failures are mixed in; every failure must be one the
- * pool is allowed to return at that moment. The walk runs twice: with
- * whole segments only, and with a backend that can trim (give back the
+ * pool is allowed to return at that moment. The walk runs three times: with
+ * whole segments only, with a backend that can trim (give back the
  * 2 MiB units under free blocks inside segments), whose held ranges must
- * match the pool's segments exactly after every cut.
+ * match the pool's segments exactly after every cut, and with trimming
+ * under first fit (a quarter of the operations).
  *
  * Usage: test_pool_random [OPS [SEED]]  (default 1000000, seed 0x5eed)
  */
@@ -41,6 +42,8 @@ typedef struct walk {
     size_t ndirty, dirty_cap;
     unsigned long fences_seen;
     bool trim;
+    bool first;            /* first fit (with trimming): its segment bounds
+                              are checked by pool_check as the walk goes */
 } walk;
 
 static int by_addr(const void *a, const void *b)
@@ -212,6 +215,8 @@ static int setup(void **state)
         sim_backend_init(&w->fx.sim, 4096 * MIB, &w->fx.be);
         sim_backend_enable_trim(&w->fx.sim, &w->fx.be, 2 * MIB);
         test_config(&w->fx.cfg);
+        if (w->first)
+            w->fx.cfg.fit = POOL_FIT_FIRST;
         assert_int_equal(pool_create(&w->fx.cfg, &w->fx.be, &w->fx.p), 0);
     }
     return w->lv ? 0 : -1;
@@ -228,15 +233,19 @@ static int teardown(void **state)
 
 int main(int argc, char **argv)
 {
-    static walk w, t;
+    static walk w, t, f;
     w.ops = argc > 1 ? strtoul(argv[1], NULL, 0) : 1000000;
     w.rng = argc > 2 ? strtoull(argv[2], NULL, 0) : 0x5eed;
     printf("seed %#lx\n", (unsigned long)w.rng);
     t = w;
     t.trim = true;
+    f = t;
+    f.first = true;
+    f.ops = w.ops / 4;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate_setup_teardown(random_walk, setup, teardown, &w),
         cmocka_unit_test_prestate_setup_teardown(random_walk, setup, teardown, &t),
+        cmocka_unit_test_prestate_setup_teardown(random_walk, setup, teardown, &f),
     };
     return cmocka_run_group_tests_name("pool_random", tests, NULL, NULL);
 }
