@@ -41,19 +41,30 @@ TSAN_TESTS := test_pool_threads
 all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
      $(BUILD)/libcupool_pool.a
 
-# Says exactly what to install when a build dependency is missing.
+# Says exactly what to install when a build dependency is missing: every
+# missing one at once.
 deps:
-	@test -f $(CUDA)/include/cuda_runtime_api.h || { echo "cupool needs the \
-	CUDA toolkit's headers at $(CUDA)/include (install the CUDA toolkit, or \
-	run make CUDA=/path/to/cuda)"; exit 1; }
-	@command -v $(CC) >/dev/null || { echo "cupool needs a C compiler: \
-	apt-get install -y gcc make"; exit 1; }
+	@missing=; \
+	test -f $(CUDA)/include/cuda_runtime_api.h || { echo "cupool needs the CUDA \
+	toolkit's headers at $(CUDA)/include (install the CUDA toolkit, or run make \
+	CUDA=/path/to/cuda)"; missing=1; }; \
+	command -v $(CC) >/dev/null || { echo "cupool needs a C compiler: gcc, make"; missing=1; }; \
+	test -f /usr/include/zlib.h || { echo "the trace tools need zlib (gzip'd \
+	traces): zlib1g-dev"; missing=1; }; \
+	test -z "$$missing" || { echo "install with: apt-get install -y gcc make zlib1g-dev"; exit 1; }
 
+# The tests' own tools: cmocka; Python 3 (a real JSON parser reads the
+# statistics); promtool, from Debian's prometheus package, the only one that
+# ships it (it brings the server too, unused: the tests only run promtool to
+# check the Prometheus output); xmllint (the SVG timeline).
 cmocka-check:
-	@test -f /usr/include/cmocka.h || { echo "the tests need cmocka: \
-	apt-get install -y libcmocka-dev"; exit 1; }
-	@command -v xmllint >/dev/null || { echo "the tests need xmllint: \
-	apt-get install -y libxml2-utils"; exit 1; }
+	@missing=; \
+	test -f /usr/include/cmocka.h || missing="$$missing libcmocka-dev"; \
+	command -v python3 >/dev/null || missing="$$missing python3"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v xmllint >/dev/null || missing="$$missing libxml2-utils"; \
+	test -z "$$missing" || { echo "the tests need:$$missing (apt-get install -y$$missing)"; \
+	exit 1; }
 
 # The preloadable library: not linked against any CUDA runtime (it finds the
 # program's own at run time), exporting only the interposed symbols.
@@ -92,10 +103,11 @@ $(BUILD)/cupool-stat: stats/cli.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 
 # The trace tools behind `cupool replay/plot/import-torch`: the real pool
 # code on a simulated device.
-TRACE_SRC := stats/trace.c stats/replay.c stats/plot.c stats/format.c shim/config.c
+TRACE_SRC := stats/trace.c stats/trace_gz.c stats/replay.c stats/plot.c stats/format.c \
+             shim/config.c
 $(BUILD)/cupool-trace: stats/trace_cli.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR) shim/config.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -o $@
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
 
 $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -137,7 +149,7 @@ $(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST
 $(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim $< $(TRACE_SRC) $(POOL_SRC) \
-	    -lcmocka -lpthread -lm -o $@
+	    -lcmocka -lpthread -lm -lz -o $@
 
 # The recorder with its test window (recorder.h), under ThreadSanitizer.
 $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/recorder.c stats/trace.c $(SHIM_HDR) $(POOL_HDR)

@@ -113,9 +113,9 @@ static bool sorted(const trace_record *a, size_t n)
     return true;
 }
 
-int trace_load(const char *path, trace *t, char *why, size_t len)
+int trace_read_all(const char *path, unsigned char **out, size_t *outlen, char *why,
+                   size_t len)
 {
-    memset(t, 0, sizeof(*t));
     bool is_stdin = strcmp(path, "-") == 0;
     FILE *f = is_stdin ? stdin : fopen(path, "rb");
     if (!f) {
@@ -151,6 +151,25 @@ int trace_load(const char *path, trace *t, char *why, size_t len)
         free(buf);
         return -1;
     }
+    *out = buf;
+    *outlen = got;
+    return 0;
+}
+
+int trace_load(const char *path, trace *t, char *why, size_t len)
+{
+    unsigned char *buf;
+    size_t got;
+    memset(t, 0, sizeof(*t));
+    if (trace_read_all(path, &buf, &got, why, len))
+        return -1;
+    return trace_parse(path, buf, got, t, why, len);
+}
+
+int trace_parse(const char *path, unsigned char *buf, size_t got, trace *t, char *why,
+                size_t len)
+{
+    memset(t, 0, sizeof(*t));
     if (got >= TRACE_HEADER_SIZE)
         memcpy(&t->hdr, buf, TRACE_HEADER_SIZE);
     char reason[200];

@@ -32,7 +32,7 @@
 #include "stats.h"
 #include "trace.h"
 
-static const char *me = "cupool-trace";
+static const char *me = "cupool"; /* what the user typed */
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -121,7 +121,7 @@ static int parse(int argc, char **argv, args *a)
 static int load(const char *path, trace *t)
 {
     char why[512];
-    if (trace_load(path, t, why, sizeof(why))) {
+    if (trace_load_any(path, t, why, sizeof(why))) {
         fprintf(stderr, "%s: %s\n", me, why);
         return 1;
     }

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <sys/stat.h>
+#include <zlib.h>
 
 #include "plot.h"
 #include "replay.h"
@@ -451,6 +453,53 @@ static void test_plot_is_valid_svg(void **s)
     unlink(svg);
 }
 
+/* Writes len bytes of buf to path as gzip, level 6, n times over. */
+static void write_gz(const void *buf, size_t len, int n)
+{
+    gzFile g = gzopen(path, "wb6");
+    assert_non_null(g);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(gzwrite(g, buf, (unsigned)len), (int)len);
+    assert_int_equal(gzclose(g), Z_OK);
+}
+
+/* The trace tools read gzip'd traces as they are (the shipped ones in
+ * test/data too); cut or bad gzip data is refused with a reason, and a
+ * gzip bomb is refused once it passes 64 MiB and 200 times its size. */
+static void test_gzip_traces(void **s)
+{
+    (void)s;
+    write_trace(holes, sizeof(holes) / sizeof(holes[0]));
+    trace plain, gz;
+    char why[256];
+    assert_int_equal(load(&plain, why, sizeof(why)), 0);
+    unsigned char *raw;
+    size_t got;
+    assert_int_equal(trace_read_all(path, &raw, &got, why, sizeof(why)), 0);
+    write_gz(raw, got, 1);
+    assert_int_equal(trace_load_any(path, &gz, why, sizeof(why)), 0);
+    assert_int_equal(gz.n, plain.n);
+    assert_memory_equal(gz.rec, plain.rec, plain.n * sizeof(plain.rec[0]));
+    trace_free(&gz);
+    trace_free(&plain);
+    /* Cut short: refused. */
+    write_gz(raw, got, 1);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    truncate_to(st.st_size - 9);
+    assert_int_equal(trace_load_any(path, &gz, why, sizeof(why)), -1);
+    assert_non_null(strstr(why, "cut short"));
+    free(raw);
+    /* 512 MiB of zeros in about 500 KB: refused past 64 MiB + 200x. */
+    static unsigned char zeros[1 << 20];
+    write_gz(zeros, sizeof(zeros), 512);
+    assert_int_equal(trace_load_any(path, &gz, why, sizeof(why)), -1);
+    assert_non_null(strstr(why, "refused"));
+    assert_int_equal(trace_load_any("test/data/train.trace.gz", &gz, why, sizeof(why)), 0);
+    assert_int_equal(gz.n, 3818);
+    trace_free(&gz);
+}
+
 /* ---- fuzzing ------------------------------------------------------------ */
 
 /* A fuzz loop over the reader, the replay and the plot: mutants of a valid
@@ -554,6 +603,7 @@ int main(void)
         T(test_replay_reorders_cross_thread_stamps),
         T(test_plot_is_valid_svg),
         T(test_fuzz_reader),
+        T(test_gzip_traces),
     };
     return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
 }
