@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,37 @@ static int usage(void)
           "       cupool flush [--timeout SECONDS] PID\n"
           "       cupool dump [--timeout SECONDS] PID\n", stderr);
     return 2;
+}
+
+/* `cupool COMMAND --help`: that command's usage on stdout, exit 0. */
+static int help(const char *cmd)
+{
+    static const struct { const char *cmd, *text; } h[] = {
+        {"stat", "usage: cupool stat [--json | --prometheus] [PID...]\n"
+                 "Statistics of processes running under cupool (all of this user's\n"
+                 "when no PID is given), read from their live pages.\n"},
+        {"top", "usage: cupool top [--interval SECONDS] [--count N]\n"
+                "The same, refreshed in place, sorted by reserved memory.\n"},
+        {"flush", "usage: cupool flush [--timeout SECONDS] PID\n"
+                  "Makes PID return its cached memory to the driver, through its live\n"
+                  "page (no signal), and prints the bytes returned.\n"},
+        {"dump", "usage: cupool dump [--timeout SECONDS] PID\n"
+                 "Makes PID write its statistics where CUPOOL_STATS_FILE says (else its\n"
+                 "standard error), through its live page (no signal).\n"},
+    };
+    for (size_t i = 0; i < sizeof(h) / sizeof(h[0]); i++)
+        if (!strcmp(cmd, h[i].cmd))
+            fputs(h[i].text, stdout);
+    return 0;
+}
+
+/* Whether argv holds --help or -h. */
+static bool wants_help(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return true;
+    return false;
 }
 
 /* One line naming the mistake, then exit status 2. */
@@ -273,6 +305,8 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         return usage();
+    if (wants_help(argc - 2, argv + 2))
+        return help(argv[1]);
     if (!strcmp(argv[1], "stat"))
         return cmd_stat(argc - 2, argv + 2);
     if (!strcmp(argv[1], "top"))

@@ -42,6 +42,33 @@ static int usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
+/* Each command's help, for `cupool COMMAND --help`. */
+static const struct { const char *cmd, *text; } helps[] = {
+    {"replay", "usage: cupool replay TRACE [--policy P[,P...]] [--capacity SIZE]\n"
+               "                     [--max-reserved SIZE] [--trim UNIT] [--device N]\n"
+               "                     [--json] [--timeline CSV]\n"
+               "Runs a recorded trace (plain or gzip'd) through cupool's pool on the CPU\n"
+               "and prints, per policy (best, strict, first, nosplit; all by default),\n"
+               "peak reserved and allocated, fragmentation, fences and out-of-memory.\n"
+               "  --capacity SIZE      the simulated device's memory (unlimited)\n"
+               "  --max-reserved SIZE  a cap, as CUPOOL_MAX_RESERVED\n"
+               "  --trim UNIT          the device can take back UNIT-sized parts of\n"
+               "                       segments (a power of two, 512 or more), as CUPOOL_VMM\n"
+               "  --device N           only device N of the trace\n"
+               "  --json               one JSON object\n"
+               "  --timeline CSV       the first policy's figures after every event\n"},
+    {"plot", "usage: cupool plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]\n"
+             "                   [--max-reserved SIZE] [--trim UNIT] [--device N]\n"
+             "                   [--title TEXT] [--by-event]\n"
+             "Draws allocated, reserved and the largest free block over time (or, with\n"
+             "--by-event, over the events) under one policy, as a self-contained SVG.\n"},
+    {"dump", "usage: cupool-trace dump TRACE\n"
+             "Prints one record per line, as encode reads them.\n"},
+    {"encode", "usage: cupool-trace encode -o TRACE [--source text|torch] [--pid N]\n"
+               "                          [--comm NAME] < TEXT\n"
+               "Writes a trace from lines TIME_NS OP DEVICE ADDR SIZE [RESULT].\n"},
+};
+
 typedef struct args {
     const char *trace, *out, *title, *timeline;
     char policies[256];
@@ -53,7 +80,20 @@ typedef struct args {
     const char *comm;
 } args;
 
-/* Parses the options every command shares. Returns 0 or 2 (reported). */
+/* Options that take a value. */
+static bool takes_value(const char *o)
+{
+    static const char *const v[] = {"-o", "--output", "--title", "--timeline", "--policy",
+                                    "--capacity", "--max-reserved", "--trim", "--device",
+                                    "--pid", "--source", "--comm"};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        if (!strcmp(o, v[i]))
+            return true;
+    return false;
+}
+
+/* Parses the options every command shares. Returns 0, 2 (a usage error,
+ * reported) or 3 (help asked for). */
 static int parse(int argc, char **argv, args *a)
 {
     memset(a, 0, sizeof(*a));
@@ -64,10 +104,14 @@ static int parse(int argc, char **argv, args *a)
         const char *o = argv[i];
         bool has = i + 1 < argc;
         uint64_t v;
-        if (!strcmp(o, "--json")) {
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            return 3;
+        } else if (!strcmp(o, "--json")) {
             a->json = true;
         } else if (!strcmp(o, "--by-event")) {
             a->by_event = true;
+        } else if (o[0] == '-' && o[1] && !takes_value(o)) {
+            return usage_error("unknown option '%s'", o);
         } else if (o[0] == '-' && o[1] && !has) {
             return usage_error("%s needs a value", o);
         } else if (!strcmp(o, "-o") || !strcmp(o, "--output")) {
@@ -395,8 +439,16 @@ static int cmd_replay(const args *a)
                 json_result(pol[k], &res[k], k == np - 1);
             printf("  ]}");
         } else {
+            uint64_t nalloc = 0, nfree = 0; /* the trace's, whatever the policy */
+            for (size_t i = 0; i < t.n; i++) {
+                if (trace_device(&t.rec[i]) != (unsigned)d ||
+                    trace_result_of(&t.rec[i]) != TRACE_R_OK)
+                    continue;
+                nalloc += trace_op_of(&t.rec[i]) == TRACE_ALLOC;
+                nfree += trace_op_of(&t.rec[i]) == TRACE_FREE;
+            }
             printf("\ndevice %d: %" PRIu64 " allocations, %" PRIu64 " frees", d,
-                   r0->allocs, r0->frees);
+                   nalloc, nfree);
             if (r0->recorded_peak_reserved)
                 printf("; as recorded: peak reserved %s, %" PRIu64 " fences",
                        stats_fmt_bytes(r0->recorded_peak_reserved, b1, sizeof(b1)),
@@ -424,9 +476,10 @@ static int cmd_replay(const args *a)
                     print_oom(pol[k], &res[k]);
             for (int k = 0; k < np; k++)
                 if (res[k].recorded_ooms)
-                    printf("  %s: %" PRIu64 " of the %" PRIu64 " recorded "
-                           "out-of-memory requests would have been served\n",
-                           pol[k]->name, res[k].recorded_ooms_served, res[k].recorded_ooms);
+                    printf("  %s: of the %" PRIu64 " requests that ran out of memory "
+                           "when recorded, %" PRIu64 " would be served here (OOM counts "
+                           "only the replay's own failures)\n", pol[k]->name,
+                           res[k].recorded_ooms, res[k].recorded_ooms_served);
             if (r0->unmatched_frees)
                 printf("  %" PRIu64 " frees of blocks allocated before the trace "
                        "began (or not served in the replay) were skipped\n",
@@ -484,13 +537,20 @@ static int cmd_plot(const args *a)
     if (a->title)
         snprintf(title, sizeof(title), "%s", a->title);
     else
-        snprintf(title, sizeof(title), "%s (pid %d), device %d: memory over time",
+        snprintf(title, sizeof(title), "%.*s (pid %d), device %d: memory over time",
+                 t.hdr.comm[0] ? (int)sizeof(t.hdr.comm) : 1024,
                  t.hdr.comm[0] ? t.hdr.comm : a->trace, t.hdr.pid, dev);
     FILE *f = fopen(a->out, "w");
     rc = 0;
     if (!f || plot_svg(f, &t, &o, &r, title, a->by_event) || fclose(f)) {
         fprintf(stderr, "%s: cannot write %s: %s\n", me, a->out, strerror(errno));
         rc = 1;
+    } else {
+        char pr[32], name[1024];
+        printf("%s: device %d, %zu events under %s: peak reserved %s%s\n",
+               stats_printable(a->out, name, sizeof(name)), dev, t.n, o.policy->name,
+               stats_fmt_bytes(r.peak_reserved, pr, sizeof(pr)),
+               r.ooms ? ", out of memory marked" : "");
     }
     replay_result_free(&r);
     trace_free(&t);
@@ -519,11 +579,18 @@ int main(int argc, char **argv)
     if (argc == 2 && !strcmp(argv[1], "check-env"))
         return cmd_check_env();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s replay|plot|dump|encode ...\n", me);
+        fprintf(stderr, "usage: cupool-trace replay|plot|dump|encode ... (see "
+                "'cupool --help')\n");
         return 2;
     }
     args a;
     int rc = parse(argc - 2, argv + 2, &a);
+    if (rc == 3) {
+        for (size_t i = 0; i < sizeof(helps) / sizeof(helps[0]); i++)
+            if (!strcmp(argv[1], helps[i].cmd))
+                return fputs(helps[i].text, stdout) < 0;
+        return usage_error("unknown command '%s'", argv[1]);
+    }
     if (rc)
         return rc;
     if (!strcmp(argv[1], "replay"))

@@ -243,9 +243,9 @@ int main(int argc, char **argv)
     f.first = true;
     f.ops = w.ops / 4;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(random_walk, setup, teardown, &w),
-        cmocka_unit_test_prestate_setup_teardown(random_walk, setup, teardown, &t),
-        cmocka_unit_test_prestate_setup_teardown(random_walk, setup, teardown, &f),
+        {"random_walk_whole_segments", random_walk, setup, teardown, &w},
+        {"random_walk_trimming", random_walk, setup, teardown, &t},
+        {"random_walk_first_fit_trimming", random_walk, setup, teardown, &f},
     };
     return cmocka_run_group_tests_name("pool_random", tests, NULL, NULL);
 }

@@ -386,6 +386,40 @@ static void link_refused(const char *var, const char *scenario, const char *extr
     assert_int_equal(st.st_size, 8);
 }
 
+/* Each command has its own help (exit 0); a usage mistake is one line
+ * naming it, prefixed "cupool:", exit 2. */
+static void test_cli_help_and_mistakes(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip(); /* nothing here depends on the build variant */
+    static const char *const cmds[] = {"run", "stat", "top", "flush", "dump", "replay",
+                                       "plot", "import-torch"};
+    char cmd[256], out[4096];
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "scripts/cupool %s --help 2>&1", cmds[i]);
+        int st = shell(cmd, out, sizeof(out));
+        char want[64];
+        snprintf(want, sizeof(want), "cupool %s", cmds[i]);
+        bool global = strstr(out, "cupool top [--interval") && strcmp(cmds[i], "top");
+        if (st != 0 || !strstr(out, want) || global)
+            fail_msg("'%s --help' exited %d: %.200s", cmds[i], st, out);
+    }
+    static const struct { const char *args, *line; } bad[] = {
+        {"", "cupool: no command given (see 'cupool --help')\n"},
+        {"replay x --bogus", "cupool: unknown option '--bogus' (see 'cupool --help')\n"},
+        {"replay x --trim", "cupool: --trim needs a value (see 'cupool --help')\n"},
+        {"plot x --help-me", "cupool: unknown option '--help-me' (see 'cupool --help')\n"},
+        {"frobnicate", "cupool: unknown command 'frobnicate' (see 'cupool --help')\n"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "scripts/cupool %s 2>&1", bad[i].args);
+        int st = shell(cmd, out, sizeof(out));
+        if (st != 2 || strcmp(out, bad[i].line))
+            fail_msg("'cupool %s' exited %d: %s", bad[i].args, st, out);
+    }
+}
+
 /* What cannot work is said at start-up, in one line each: a cap below one
  * segment, a segment above 1 GiB, a statistics file that is a device or a
  * link (the link's target is left alone). */
@@ -1167,6 +1201,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cupti),
         cmocka_unit_test(test_cupool_run),
         cmocka_unit_test(test_startup_refusals),
+        cmocka_unit_test(test_cli_help_and_mistakes),
         cmocka_unit_test(test_stats_file_fifo),
         cmocka_unit_test(test_failed_request_not_in_peak),
         cmocka_unit_test(test_pairs_hit_the_cache),
