@@ -71,9 +71,17 @@ typedef struct child {
     int st;
 } child;
 
-/* Starts rt_prog SCENARIO preloaded, with extra NAME=VALUE strings added to
- * the environment (ap, NULL terminated). */
-static void start(child *c, const char *scenario, va_list ap)
+/* Spawns argv (argv[0] searched in PATH when it has no '/') with this
+ * process's environment less CUPOOL_* and LD_PRELOAD, plus preload (the
+ * LD_PRELOAD=... string), then extra (NULL terminated), then the run's page
+ * directory unless extra names one; stdout and stderr go to temporary
+ * files for finish(). Signals this process ignores start at their default
+ * in the child (a shell ignores SIGINT and SIGQUIT in background jobs), so
+ * that a scenario is never left running, writing its trace, after the
+ * signal meant to end it; a test that wants one ignored lists it in
+ * keep_ignored. */
+static void child_spawn(child *c, char *const argv[], const char *preload,
+                        char *const *extra)
 {
     c->reaped = false;
     char *env[256];
@@ -81,17 +89,11 @@ static void start(child *c, const char *scenario, va_list ap)
     for (char **e = environ; *e && n < 200; e++)
         if (strncmp(*e, "CUPOOL_", 7) && strncmp(*e, "LD_PRELOAD=", 11))
             env[n++] = *e;
-    static char preload[600];
-    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s/libcupool.so",
-             runtime ? runtime : "", runtime ? ":" : "", dir);
-    env[n++] = preload;
-    /* The scenarios' arithmetic (when a cap is reached, how many segments
-     * a test makes) is written for 2 MiB small segments. */
-    env[n++] = "CUPOOL_SMALL_SEGMENT=2M";
+    env[n++] = (char *)preload;
     bool own_pages = false;
-    for (char *x; (x = va_arg(ap, char *)) && n < 253;) {
-        env[n++] = x;
-        own_pages |= !strncmp(x, "CUPOOL_PAGE_DIR=", 16);
+    for (; *extra && n < 253; extra++) {
+        env[n++] = *extra;
+        own_pages |= !strncmp(*extra, "CUPOOL_PAGE_DIR=", 16);
     }
     static char pagedir[96];
     snprintf(pagedir, sizeof(pagedir), "CUPOOL_PAGE_DIR=%s", run_pages);
@@ -106,11 +108,6 @@ static void start(child *c, const char *scenario, va_list ap)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fo, 1);
     posix_spawn_file_actions_adddup2(&fa, fe, 2);
-    /* Default dispositions for the signals the tests send, whatever this
-     * process inherited (a shell ignores SIGINT and SIGQUIT in background
-     * jobs), so that a scenario is never left running, writing its trace,
-     * after the signal meant to end it. A test that wants one ignored sets
-     * it in this process and lists it in keep_ignored. */
     posix_spawnattr_t at;
     posix_spawnattr_init(&at);
     sigset_t dfl;
@@ -123,14 +120,31 @@ static void start(child *c, const char *scenario, va_list ap)
     }
     posix_spawnattr_setsigdefault(&at, &dfl);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF);
-    char prog[600];
-    snprintf(prog, sizeof(prog), "%s/rt/rt_prog", dir);
-    char *argv[] = {prog, (char *)scenario, NULL};
-    assert_int_equal(posix_spawn(&c->pid, argv[0], &fa, &at, argv, env), 0);
+    assert_int_equal(posix_spawnp(&c->pid, argv[0], &fa, &at, argv, env), 0);
     posix_spawnattr_destroy(&at);
     close(fo);
     close(fe);
     posix_spawn_file_actions_destroy(&fa);
+}
+
+/* Starts rt_prog SCENARIO preloaded, with extra NAME=VALUE strings added to
+ * the environment (ap, NULL terminated). */
+static void start(child *c, const char *scenario, va_list ap)
+{
+    static char preload[600];
+    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s/libcupool.so",
+             runtime ? runtime : "", runtime ? ":" : "", dir);
+    /* The scenarios' arithmetic (when a cap is reached, how many segments
+     * a test makes) is written for 2 MiB small segments. */
+    char *extra[64] = {"CUPOOL_SMALL_SEGMENT=2M"};
+    int n = 1;
+    for (char *x; (x = va_arg(ap, char *)) && n < 63;)
+        extra[n++] = x;
+    extra[n] = NULL;
+    char prog[600];
+    snprintf(prog, sizeof(prog), "%s/rt/rt_prog", dir);
+    char *argv[] = {prog, (char *)scenario, NULL};
+    child_spawn(c, argv, preload, extra);
 }
 
 /* Waits for the child and collects its status and output; prints them
@@ -193,34 +207,15 @@ static child *spawn(child *c, const char *scenario, ...)
     return c;
 }
 
-/* Starts python3 SCRIPT preloaded, with extra NAME=VALUE strings (env,
- * NULL terminated). */
+/* Starts python3 SCRIPT preloaded (the plain library: a sanitizer runtime
+ * cannot be preloaded into python3), with extra NAME=VALUE strings (NULL
+ * terminated). */
 static void python_start(child *c, const char *script, char **extra)
 {
-    char *env[256];
-    int n = 0;
-    for (char **e = environ; *e && n < 200; e++)
-        if (strncmp(*e, "CUPOOL_", 7) && strncmp(*e, "LD_PRELOAD=", 11))
-            env[n++] = *e;
     static char preload[600];
     snprintf(preload, sizeof(preload), "LD_PRELOAD=%s/libcupool.so", dir);
-    env[n++] = preload;
-    for (; *extra && n < 254; extra++)
-        env[n++] = *extra;
-    env[n] = NULL;
-    snprintf(c->out, sizeof(c->out), "/tmp/cupool-test-outXXXXXX");
-    snprintf(c->err, sizeof(c->err), "/tmp/cupool-test-errXXXXXX");
-    int fo = mkstemp(c->out), fe = mkstemp(c->err);
-    assert_true(fo >= 0 && fe >= 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fo, 1);
-    posix_spawn_file_actions_adddup2(&fa, fe, 2);
     char *argv[] = {"python3", (char *)script, NULL};
-    assert_int_equal(posix_spawnp(&c->pid, "python3", &fa, NULL, argv, env), 0);
-    close(fo);
-    close(fe);
-    posix_spawn_file_actions_destroy(&fa);
+    child_spawn(c, argv, preload, extra);
 }
 
 /* Runs a shell command; returns its exit status and its stdout in out. */
