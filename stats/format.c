@@ -142,27 +142,35 @@ size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
     return done(&o);
 }
 
+/* One "device N  name  value  (bytes)" line of the detail dump; an
+ * unknown value (NVML could not tell) reads "unknown". */
+static void put_detail(out *o, const char *who, const char *name, uint64_t v, bool bytes)
+{
+    char h[24];
+    if (v == STATS_UNKNOWN)
+        put(o, "%-10s%-20s %20s\n", who, name, "unknown");
+    else
+        put(o, "%-10s%-20s %20lu%s%s%s\n", who, name, (unsigned long)v,
+            bytes ? "  (" : "", bytes ? stats_fmt_bytes(v, h, sizeof(h)) : "",
+            bytes ? ")" : "");
+}
+
 size_t stats_format_detail(const stats_view *v, char *buf, size_t len)
 {
     out o = {buf, len, 0};
-    char h[24], name[sizeof(v->comm)];
+    char name[sizeof(v->comm)], who[16];
     put(&o, "cupool statistics, pid %d (%s)\n", v->pid,
         stats_printable(v->comm, name, sizeof(name)));
+    enum { unit_BYTES = 1, unit_COUNT = 0 };
     for (uint32_t k = 0; k < v->ndevices; k++) {
         const stats_device *d = &v->dev[k];
-#define X(name, unit, kind, help)                                             \
-        put(&o, "device %d  %-16s %20lu%s%s%s\n", d->device, #name,           \
-            (unsigned long)d->name, unit_##unit ? "  (" : "",                 \
-            unit_##unit ? stats_fmt_bytes(d->name, h, sizeof(h)) : "",        \
-            unit_##unit ? ")" : "");
-        enum { unit_BYTES = 1, unit_COUNT = 0 };
+        snprintf(who, sizeof(who), "device %d", d->device);
+#define X(name, unit, kind, help) put_detail(&o, who, #name, d->name, unit_##unit);
         STATS_DEVICE_FIELDS(X)
 #undef X
-        put(&o, "device %d  %-16s %20.3f\n", d->device, "fragmentation",
-            stats_fragmentation(d));
+        put(&o, "%-10s%-20s %20.3f\n", who, "fragmentation", stats_fragmentation(d));
     }
-#define X(name, unit, kind, help)                                             \
-    put(&o, "process   %-16s %20lu\n", #name, (unsigned long)v->proc.name);
+#define X(name, unit, kind, help) put_detail(&o, "process", #name, v->proc.name, unit_##unit);
     STATS_PROCESS_FIELDS(X)
 #undef X
     return done(&o);

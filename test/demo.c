@@ -1,15 +1,22 @@
 /*
- * demo.c - what `make demo` runs under cupool: allocate in a loop, hit the
- * cap, free everything, get flushed by SIGUSR1, dump statistics. Linked
- * against the real CUDA runtime when a GPU is present, the simulated one
- * otherwise. `demo loop` stops after the loop (for the run without cupool,
- * which has no signal handlers).
+ * demo.c - what `make demo` runs, with and without cupool, linked against
+ * the real CUDA runtime when a GPU is present and the simulated one
+ * otherwise.
+ *   demo pairs        times 5000 cudaMalloc+cudaFree pairs of 1 MiB
+ *   demo serve READY  8 MiB blocks until cudaMalloc fails
+ *                     (cupool's cap), frees them all (cupool caches them),
+ *                     touches READY and waits (at most 20 s) for SIGTERM,
+ *                     while scripts/demo looks at it from outside
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <cuda_runtime_api.h>
+
+static volatile sig_atomic_t stop;
+static void on_term(int sig) { (void)sig; stop = 1; }
 
 static double now_ms(void)
 {
@@ -18,24 +25,9 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-static void pause_ms(long ms)
+static int pairs(void)
 {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&t, &t))
-        ;
-}
-
-static void show_free(const char *when)
-{
-    size_t f, t;
-    if (cudaMemGetInfo(&f, &t) == cudaSuccess)
-        printf("  cudaMemGetInfo %s: %zu MiB free of %zu MiB\n", when, f >> 20, t >> 20);
-}
-
-int main(int argc, char **argv)
-{
-    enum { PAIRS = 5000, MAX = 256 };
-    setvbuf(stdout, NULL, _IOLBF, 0); /* interleave with cupool's stderr */
+    enum { PAIRS = 5000 };
     void *p;
     double t0 = now_ms();
     for (int i = 0; i < PAIRS; i++) {
@@ -46,30 +38,37 @@ int main(int argc, char **argv)
         cudaFree(p);
     }
     double ms = now_ms() - t0;
-    printf("1. %d cudaMalloc+cudaFree pairs of 1 MiB: %.1f ms, %.2f us a pair\n",
-           PAIRS, ms, ms * 1000 / PAIRS);
-    if (argc > 1 && argv[1][0] == 'l') /* "loop": the comparison run */
-        return 0;
+    printf("   %d pairs of 1 MiB in %.1f ms: %.2f us a pair\n", PAIRS, ms, ms * 1000 / PAIRS);
+    return 0;
+}
 
+int main(int argc, char **argv)
+{
+    enum { MAX = 256 };
+    setvbuf(stdout, NULL, _IOLBF, 0); /* interleave with cupool's stderr */
+    if (argc < 2)
+        return 2;
+    if (strcmp(argv[1], "serve") || argc < 3)
+        return pairs();
     void *held[MAX];
     int n = 0;
     cudaError_t e = cudaSuccess;
     while (n < MAX && (e = cudaMalloc(&held[n], 8 << 20)) == cudaSuccess)
         n++;
-    printf("2. allocated %d blocks of 8 MiB, then cudaMalloc said: %s\n", n,
-           cudaGetErrorString(e));
-    show_free("at the cap");
+    printf("   %d blocks of 8 MiB, until cudaMalloc said: %s\n", n, cudaGetErrorString(e));
     for (int i = 0; i < n; i++)
         cudaFree(held[i]);
-    printf("3. freed them all: cupool keeps the memory cached for reuse\n");
-    show_free("after the frees");
-    printf("4. SIGUSR1: cupool returns its cache to the driver\n");
-    fflush(stdout);
-    raise(SIGUSR1);
-    pause_ms(300);
-    printf("5. SIGUSR2: cupool writes its statistics (JSON) to stderr\n");
-    fflush(stdout);
-    raise(SIGUSR2);
-    pause_ms(300);
+    printf("   freed them all: cupool keeps them cached for the next cudaMalloc\n");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    FILE *f = fopen(argv[2], "w");
+    if (f)
+        fclose(f);
+    for (int i = 0; i < 2000 && !stop; i++) {
+        struct timespec t = {0, 10000000L};
+        nanosleep(&t, NULL);
+    }
     return 0;
 }

@@ -415,6 +415,26 @@ static void test_cli_help_and_mistakes(void **s)
     }
 }
 
+/* make demo's tour runs to the end and tells its story: the cap's report,
+ * the live table, a flush without a signal, a replay and a plot. */
+static void test_demo(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip(); /* the demo runs the plain build */
+    static char out[16384];
+    assert_int_equal(shell("scripts/demo 2>&1", out, sizeof(out)), 0);
+    static const char *const want[] = {
+        "1. The same program, without and with cupool:",
+        "cause: the cap: allocated memory plus this request exceeds CUPOOL_MAX_RESERVED",
+        "ALLOCATED    RESERVED", "returned 256.00 MiB (268435456 bytes) to the driver",
+        "build/demo/timeline.svg: device 0", "docs/BENCHMARKS.md"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (!strstr(out, want[i]))
+            fail_msg("the demo did not say '%s':\n%s", want[i], out);
+    assert_null(strstr(out, "18446744073709551615"));
+}
+
 /* What cannot work is said at start-up, in one line each: a cap below one
  * segment, a segment above 1 GiB, a statistics file that is a device or a
  * link (the link's target is left alone). */
@@ -1197,6 +1217,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cupool_run),
         cmocka_unit_test(test_startup_refusals),
         cmocka_unit_test(test_cli_help_and_mistakes),
+        cmocka_unit_test(test_demo),
         cmocka_unit_test(test_stats_file_fifo),
         cmocka_unit_test(test_failed_request_not_in_peak),
         cmocka_unit_test(test_pairs_hit_the_cache),

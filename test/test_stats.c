@@ -140,6 +140,23 @@ static void test_json_parses(void **s)
     assert_int_equal(pclose(py), 0);
 }
 
+/* The detail dump: a figure nobody could measure reads "unknown" (it read
+ * 18446744073709551615 (-)), and every value starts in the same column. */
+static void test_detail_unknown_and_aligned(void **s)
+{
+    (void)s;
+    stats_view v;
+    sample(&v, "self");
+    stats_format_detail(&v, buf, sizeof(buf));
+    assert_null(strstr(buf, "18446744073709551615"));
+    assert_non_null(strstr(buf, "device 1  outside_pool                      unknown\n"));
+    /* 10 columns for who, 20 for the name: column 30 is always the space
+     * before the value's field, whatever the name. */
+    for (char *line = strchr(buf, '\n') + 1; *line; line = strchr(line, '\n') + 1)
+        if (line[30] != ' ')
+            fail_msg("misaligned: %.60s", line);
+}
+
 /* A process name holding escape sequences and other bytes reaches no
  * output raw: the table and Prometheus show '?', JSON escapes each byte. */
 static void test_comm_escaped(void **s)
@@ -504,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_json_parses),
         cmocka_unit_test(test_prometheus_passes_promtool),
         cmocka_unit_test(test_comm_escaped),
+        cmocka_unit_test(test_detail_unknown_and_aligned),
         cmocka_unit_test_setup_teardown(test_page_round_trip, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_stale_page_is_cleaned, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_foreign_file_is_not_a_page, page_setup, page_teardown),
