@@ -37,7 +37,7 @@ POOL_TESTS := test_pool test_pool_random test_pool_frag
 # Threaded tests, built with TSan.
 TSAN_TESTS := test_pool_threads
 
-.PHONY: all test bench demo deps cmocka-check clean install
+.PHONY: all test bench demo deps cmocka-check clean install uninstall
 all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
      $(BUILD)/libcupool_pool.a
 
@@ -177,11 +177,17 @@ bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cu
 demo: all
 	scripts/demo
 
+# The library and the programs behind `cupool` go to $(PREFIX)/lib, where
+# the installed `cupool` finds them; only `cupool` goes on the PATH.
+INSTALLED_LIB := libcupool.so cupool-stat cupool-trace cupool-import-torch
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
 	    scripts/cupool-import-torch $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 scripts/cupool $(DESTDIR)$(PREFIX)/bin/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/lib/,$(INSTALLED_LIB)) $(DESTDIR)$(PREFIX)/bin/cupool
 
 clean:
 	rm -rf $(BUILD)

@@ -19,7 +19,7 @@
  *    Small requests round to 512 B and large segments to 2 MiB, and blocks
  *    freed at the top of a step's peak cannot all be packed perfectly; 1.5x
  *    is the slack we accept (PyTorch's allocator measured 18.3 GiB reserved
- *    for about 12 GiB live on this workload, ANCHORS.md: about 1.5x).
+ *    for about 12 GiB live on this workload on an H100: about 1.5x).
  *  - Coalescing serves a large request from freed neighbours: a 64 MiB
  *    segment carved into sixteen 4 MiB blocks and freed in shuffled order
  *    serves a 64 MiB request again without a new segment.

@@ -435,6 +435,27 @@ static void test_demo(void **s)
     assert_null(strstr(out, "18446744073709551615"));
 }
 
+/* make install puts cupool on the PATH and what it runs beside it; the
+ * installed cupool works; make uninstall removes exactly that. */
+static void test_install_uninstall(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip();
+    char dirn[] = "/tmp/cupool-inst-XXXXXX", cmd[512], out[4096];
+    assert_non_null(mkdtemp(dirn));
+    snprintf(cmd, sizeof(cmd), "export -n MAKEFLAGS MAKELEVEL; make -s install DESTDIR=%s PREFIX=/opt/c >/dev/null && "
+             "%s/opt/c/bin/cupool replay test/data/train.trace.gz --policy best | head -1 && "
+             "make -s uninstall DESTDIR=%s PREFIX=/opt/c && find %s -type f | wc -l",
+             dirn, dirn, dirn, dirn);
+    int st = shell(cmd, out, sizeof(out));
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "test/data/train.trace.gz: 3818 records"));
+    assert_non_null(strstr(out, "\n0\n"));
+}
+
 /* What cannot work is said at start-up, in one line each: a cap below one
  * segment, a segment above 1 GiB, a statistics file that is a device or a
  * link (the link's target is left alone). */
@@ -1218,6 +1239,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_startup_refusals),
         cmocka_unit_test(test_cli_help_and_mistakes),
         cmocka_unit_test(test_demo),
+        cmocka_unit_test(test_install_uninstall),
         cmocka_unit_test(test_stats_file_fifo),
         cmocka_unit_test(test_failed_request_not_in_peak),
         cmocka_unit_test(test_pairs_hit_the_cache),
