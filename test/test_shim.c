@@ -444,9 +444,9 @@ static void test_install_uninstall(void **s)
         skip();
     char dirn[] = "/tmp/cupool-inst-XXXXXX", cmd[512], out[4096];
     assert_non_null(mkdtemp(dirn));
-    snprintf(cmd, sizeof(cmd), "export -n MAKEFLAGS MAKELEVEL; make -s install DESTDIR=%s PREFIX=/opt/c >/dev/null && "
+    snprintf(cmd, sizeof(cmd), "M='env -u MAKEFLAGS -u MAKELEVEL make -s'; $M install DESTDIR=%s PREFIX=/opt/c >/dev/null && "
              "%s/opt/c/bin/cupool replay test/data/train.trace.gz --policy best | head -1 && "
-             "make -s uninstall DESTDIR=%s PREFIX=/opt/c && find %s -type f | wc -l",
+             "$M uninstall DESTDIR=%s PREFIX=/opt/c && find %s -type f | wc -l",
              dirn, dirn, dirn, dirn);
     int st = shell(cmd, out, sizeof(out));
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
