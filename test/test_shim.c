@@ -478,6 +478,21 @@ static void test_startup_refusals(void **s)
                  "it is a symbolic link; statistics go to stderr");
 }
 
+/* Starts rt_prog traceloop recording to DIR/t.trace, counting its calls in
+ * DIR/count, with up to one extra NAME=VALUE (or NULL), and waits until it
+ * runs. */
+static void traceloop_start(child *c, const char *dirn, const char *extra)
+{
+    static char e1[128], e2[128], e3[128];
+    char ready[96];
+    snprintf(e1, sizeof(e1), "CUPOOL_TRACE=%s/t.trace", dirn);
+    snprintf(e2, sizeof(e2), "COUNTER=%s/count", dirn);
+    snprintf(ready, sizeof(ready), "%s/ready", dirn);
+    snprintf(e3, sizeof(e3), "READY=%s", ready);
+    spawn(c, "traceloop", e1, e2, e3, extra, NULL);
+    wait_for_file(ready);
+}
+
 /* A statistics file that becomes a FIFO after start-up never blocks the
  * helper: the dump goes to stderr, and SIGTERM still ends a traced
  * program. */
@@ -486,16 +501,11 @@ static void test_stats_file_fifo(void **s)
     (void)s;
     char dirn[] = "/tmp/cupool-ff-XXXXXX";
     assert_non_null(mkdtemp(dirn));
-    char e1[128], e2[128], e3[128], e4[128], ready[96], fifo[96];
-    snprintf(e1, sizeof(e1), "CUPOOL_TRACE=%s/t.trace", dirn);
-    snprintf(e2, sizeof(e2), "COUNTER=%s/count", dirn);
-    snprintf(ready, sizeof(ready), "%s/ready", dirn);
-    snprintf(e3, sizeof(e3), "READY=%s", ready);
+    char e4[128], fifo[96];
     snprintf(fifo, sizeof(fifo), "%s/stats", dirn);
     snprintf(e4, sizeof(e4), "CUPOOL_STATS_FILE=%s", fifo);
     child c;
-    spawn(&c, "traceloop", e1, e2, e3, e4, NULL);
-    wait_for_file(ready);
+    traceloop_start(&c, dirn, e4);
     assert_int_equal(mkfifo(fifo, 0600), 0);
     kill(c.pid, SIGUSR2);
     usleep(300000);
@@ -1068,18 +1078,12 @@ static void trace_killed(int sig, int threads)
 {
     char dirn[] = "/tmp/cupool-tl-XXXXXX";
     assert_non_null(mkdtemp(dirn));
-    char trace[96], counter[96], ready[96], e1[128], e2[128], e3[128], e4[32];
-    char check[512];
+    char trace[96], counter[96], e4[32], check[512];
     snprintf(trace, sizeof(trace), "%s/t.trace", dirn);
     snprintf(counter, sizeof(counter), "%s/count", dirn);
-    snprintf(ready, sizeof(ready), "%s/ready", dirn);
-    snprintf(e1, sizeof(e1), "CUPOOL_TRACE=%s", trace);
-    snprintf(e2, sizeof(e2), "COUNTER=%s", counter);
-    snprintf(e3, sizeof(e3), "READY=%s", ready);
     snprintf(e4, sizeof(e4), "TL_THREADS=%d", threads);
     child c;
-    spawn(&c, "traceloop", e1, e2, e3, e4, NULL);
-    wait_for_file(ready);
+    traceloop_start(&c, dirn, e4);
     kill(c.pid, sig);
     wait_bounded(&c);
     assert_int_equal(finish(&c, "traceloop", 128 + sig)->status, 128 + sig);
@@ -1161,14 +1165,8 @@ static void test_trace_write_error_then_sigterm(void **s)
     (void)s;
     char dirn[] = "/tmp/cupool-tw-XXXXXX";
     assert_non_null(mkdtemp(dirn));
-    char e1[128], e2[128], e3[128], ready[96];
-    snprintf(e1, sizeof(e1), "CUPOOL_TRACE=%s/t.trace", dirn);
-    snprintf(e2, sizeof(e2), "COUNTER=%s/count", dirn);
-    snprintf(ready, sizeof(ready), "%s/ready", dirn);
-    snprintf(e3, sizeof(e3), "READY=%s", ready);
     child c;
-    spawn(&c, "traceloop", e1, e2, e3, "FSIZE_LIMIT=1", NULL);
-    wait_for_file(ready);
+    traceloop_start(&c, dirn, "FSIZE_LIMIT=1");
     kill(c.pid, SIGTERM);
     bool gone = wait_bounded(&c);
     result *r = finish(&c, "traceloop", 128 + SIGTERM);
