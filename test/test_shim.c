@@ -218,6 +218,14 @@ static void python_start(child *c, const char *script, char **extra)
     child_spawn(c, argv, preload, extra);
 }
 
+/* Removes directory dir and everything in it; 0 on success. */
+static int remove_tree(const char *path)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    return system(cmd);
+}
+
 /* Runs a shell command; returns its exit status and its stdout in out. */
 static int shell(const char *cmd, char *out, size_t len)
 {
@@ -360,7 +368,7 @@ static void test_cupool_run(void **s)
 static void link_refused(const char *var, const char *scenario, const char *extra,
                          const char *expect)
 {
-    char dirn[] = "/tmp/cupool-lnk-XXXXXX", target[64], link_[64], env[96], cmd[96];
+    char dirn[] = "/tmp/cupool-lnk-XXXXXX", target[64], link_[64], env[96];
     assert_non_null(mkdtemp(dirn));
     snprintf(target, sizeof(target), "%s/precious", dirn);
     snprintf(link_, sizeof(link_), "%s/link", dirn);
@@ -373,8 +381,7 @@ static void link_refused(const char *var, const char *scenario, const char *extr
     result *r = run(scenario, env, extra, NULL);
     struct stat st;
     int gone = stat(target, &st);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(remove_tree(dirn), 0);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->err, expect));
     assert_int_equal(gone, 0);
@@ -449,8 +456,7 @@ static void test_install_uninstall(void **s)
              "$M uninstall DESTDIR=%s PREFIX=/opt/c && find %s -type f | wc -l",
              dirn, dirn, dirn, dirn);
     int st = shell(cmd, out, sizeof(out));
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(remove_tree(dirn), 0);
     assert_int_equal(st, 0);
     assert_non_null(strstr(out, "test/data/train.trace.gz: 3818 records"));
     assert_non_null(strstr(out, "\n0\n"));
@@ -493,6 +499,19 @@ static void traceloop_start(child *c, const char *dirn, const char *extra)
     wait_for_file(ready);
 }
 
+/* Sends SIGTERM to a traceloop started in dirn and collects it: it must end
+ * within 10 s, by that signal's default action. Removes dirn. */
+static result *traceloop_end(child *c, const char *dirn)
+{
+    kill(c->pid, SIGTERM);
+    bool gone = wait_bounded(c);
+    result *r = finish(c, "traceloop", 128 + SIGTERM);
+    assert_int_equal(remove_tree(dirn), 0);
+    assert_true(gone); /* not still running after 10 s */
+    assert_int_equal(r->status, 128 + SIGTERM);
+    return r;
+}
+
 /* A statistics file that becomes a FIFO after start-up never blocks the
  * helper: the dump goes to stderr, and SIGTERM still ends a traced
  * program. */
@@ -509,14 +528,7 @@ static void test_stats_file_fifo(void **s)
     assert_int_equal(mkfifo(fifo, 0600), 0);
     kill(c.pid, SIGUSR2);
     usleep(300000);
-    kill(c.pid, SIGTERM);
-    bool gone = wait_bounded(&c);
-    result *r = finish(&c, "traceloop", 128 + SIGTERM);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
-    assert_int_equal(system(cmd), 0);
-    assert_true(gone); /* not still running after 10 s */
-    assert_int_equal(r->status, 128 + SIGTERM);
+    result *r = traceloop_end(&c, dirn);
     assert_non_null(strstr(r->err, "it is not a regular file (a device, FIFO or socket); "
                                    "writing to stderr"));
 }
@@ -644,9 +656,7 @@ static int pages_setup(void **s)
 static int pages_teardown(void **s)
 {
     (void)s;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", pages);
-    return system(cmd);
+    return remove_tree(pages);
 }
 
 /* The path of pid's page in the test's page directory (the plain name). */
@@ -916,12 +926,11 @@ static void test_signal_program_flags(void **s) { (void)s; PASSES("sig_flags"); 
 static void test_forked_child_signals(void **s)
 {
     (void)s;
-    char dirn[] = "/tmp/cupool-fork-XXXXXX", env[96], cmd[128];
+    char dirn[] = "/tmp/cupool-fork-XXXXXX", env[96];
     assert_non_null(mkdtemp(dirn));
     snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s/s.%%p", dirn);
     result *r = run("sig_fork", env, NULL);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(remove_tree(dirn), 0);
     assert_int_equal(r->status, 0);
 }
 
@@ -1003,8 +1012,7 @@ static void test_replay_json_escapes_path(void **s)
              "assert d[\"trace\"].endswith(\"/we\\\"ird\\\\name.trace\"), d[\"trace\"]; "
              "print(\"ok\")'", dirn);
     int st = shell(cmd, out, sizeof(out));
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(remove_tree(dirn), 0);
     assert_int_equal(st, 0);
     assert_string_equal(out, "ok\n");
 }
@@ -1102,9 +1110,7 @@ static void trace_killed(int sig, int threads)
         snprintf(check, sizeof(check), "assert 0 < v[\"allocs\"] <= %lu + %d, v",
                  (unsigned long)n[0], threads);
     assert_int_equal(replay_check(trace, check), 0);
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(remove_tree(dirn), 0);
 }
 
 static void test_trace_sigterm_loses_nothing(void **s)
@@ -1167,14 +1173,7 @@ static void test_trace_write_error_then_sigterm(void **s)
     assert_non_null(mkdtemp(dirn));
     child c;
     traceloop_start(&c, dirn, "FSIZE_LIMIT=1");
-    kill(c.pid, SIGTERM);
-    bool gone = wait_bounded(&c);
-    result *r = finish(&c, "traceloop", 128 + SIGTERM);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dirn);
-    assert_int_equal(system(cmd), 0);
-    assert_true(gone); /* not still running after 10 s */
-    assert_int_equal(r->status, 128 + SIGTERM);
+    traceloop_end(&c, dirn);
 }
 
 static void test_trace_bad_path(void **s)
@@ -1297,7 +1296,5 @@ int main(int argc, char **argv)
     if (!mkdtemp(run_pages))
         return 1;
     int failed = cmocka_run_group_tests_name("shim", tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", run_pages);
-    return system(cmd) ? 1 : failed;
+    return remove_tree(run_pages) ? 1 : failed;
 }
