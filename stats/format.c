@@ -193,6 +193,13 @@ static void put_json_string(out *o, const char *s)
     put(o, "\"");
 }
 
+size_t stats_json_string(const char *s, char *buf, size_t len)
+{
+    out o = {buf, len, 0};
+    put_json_string(&o, s);
+    return done(&o);
+}
+
 static void put_json_value(out *o, const char *name, uint64_t v)
 {
     if (v == STATS_UNKNOWN)

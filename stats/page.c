@@ -267,22 +267,41 @@ static int page_check(int fd, int pid)
     return 0;
 }
 
-/* Whether name is pid's page name (prefix, pid, optionally .N). */
-static bool name_is(const char *name, const char *prefix, int pid)
+/* The pid a page name names (prefix, pid, optionally .N), or -1 if name is
+ * not one. */
+static int page_name_pid(const char *name, const char *prefix)
 {
     size_t k = strlen(prefix);
     if (strncmp(name, prefix, k))
-        return false;
+        return -1;
     char *end;
     long v = strtol(name + k, &end, 10);
-    if (v != pid || end == name + k)
-        return false;
+    if (end == name + k || v <= 0 || v > (1L << 30))
+        return -1;
     if (*end == '.') {
         char *e2;
         long n = strtol(end + 1, &e2, 10);
-        return e2 != end + 1 && !*e2 && n > 0 && n < PAGE_SUFFIXES;
+        if (e2 == end + 1 || *e2 || n <= 0 || n >= PAGE_SUFFIXES)
+            return -1;
+    } else if (*end) {
+        return -1;
     }
-    return !*end;
+    return (int)v;
+}
+
+/* Opens entry name of dir (flags: O_RDONLY or O_RDWR) and checks it as
+ * pid's page: 0 with *fd open, or page_check's error. */
+static int page_at(DIR *dir, const char *name, int pid, int flags, int *fd)
+{
+    int f = openat(dirfd(dir), name, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (f < 0)
+        return -ENOENT;
+    int err = page_check(f, pid);
+    if (err)
+        close(f);
+    else
+        *fd = f;
+    return err;
 }
 
 /* Opens pid's live page (flags: O_RDONLY or O_RDWR) into *fd. 0, or the
@@ -297,20 +316,14 @@ static int page_open(int pid, int flags, int *fd)
         return -ENOENT;
     int best = -ENOENT;
     for (struct dirent *e; (e = readdir(dir));) {
-        if (!name_is(e->d_name, prefix, pid))
+        if (page_name_pid(e->d_name, prefix) != pid)
             continue;
-        int f = openat(dirfd(dir), e->d_name,
-                       flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-        if (f < 0)
-            continue;
-        int err = page_check(f, pid);
+        int err = page_at(dir, e->d_name, pid, flags, fd);
         if (!err) {
-            *fd = f;
             closedir(dir);
             return 0;
         }
-        close(f);
-        if (err == -ESRCH || best == -ENOENT)
+        if (err == -ESRCH || (best == -ENOENT && err != -ENOENT))
             best = err;
     }
     closedir(dir);
@@ -399,30 +412,24 @@ size_t stats_page_list(int *pids, size_t max, bool clean, size_t *removed)
 {
     char prefix[64];
     name_prefix(prefix, sizeof(prefix));
-    size_t k = strlen(prefix), n = 0, gone = 0;
+    size_t n = 0, gone = 0;
     DIR *dir = opendir(stats_page_dir());
     for (struct dirent *e; dir && (e = readdir(dir));) {
-        if (strncmp(e->d_name, prefix, k))
+        int pid = page_name_pid(e->d_name, prefix), f;
+        if (pid < 0)
             continue;
-        char *end;
-        long pid = strtol(e->d_name + k, &end, 10);
-        if (pid <= 0 || pid > (1L << 30) || !name_is(e->d_name, prefix, (int)pid))
-            continue;
-        int f = openat(dirfd(dir), e->d_name,
-                       O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-        if (f < 0)
-            continue;
-        int err = page_check(f, (int)pid);
-        close(f);
+        int err = page_at(dir, e->d_name, pid, O_RDONLY, &f);
+        if (!err)
+            close(f);
         if (err == -ESRCH && clean)
             gone += unlinkat(dirfd(dir), e->d_name, 0) == 0;
         if (err)
             continue;
         bool dup = false;
         for (size_t i = 0; i < n; i++)
-            dup |= pids[i] == (int)pid;
+            dup |= pids[i] == pid;
         if (!dup && n < max)
-            pids[n++] = (int)pid;
+            pids[n++] = pid;
     }
     if (dir)
         closedir(dir);

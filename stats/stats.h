@@ -116,6 +116,11 @@ bool stats_oom_is_fragmentation(uint64_t size, uint64_t allocated,
  * not ours. Returns buf. */
 const char *stats_printable(const char *s, char *buf, size_t len);
 
+/* s as a JSON string, quotes included: '"' and '\\' escaped, every byte
+ * outside printable ASCII as \u00XX. Into buf as a formatter does; returns
+ * the length it needed (at most 6 per byte of s, plus 2). */
+size_t stats_json_string(const char *s, char *buf, size_t len);
+
 /* Writes n as "1.50 GiB" (or "512 B", "-" for STATS_UNKNOWN); returns buf. */
 const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len);
 

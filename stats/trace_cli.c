@@ -304,22 +304,6 @@ static const char *replay_error(int err)
                              : strerror(-err);
 }
 
-/* s as a JSON string: quotes, backslashes and every byte outside printable
- * ASCII escaped. */
-static void json_string(const char *s)
-{
-    putchar('"');
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            printf("\\%c", *c);
-        else if (*c < 0x20 || *c >= 0x7f)
-            printf("\\u%04x", *c);
-        else
-            putchar(*c);
-    }
-    putchar('"');
-}
-
 static void json_result(const replay_policy *p, const replay_result *r, bool last)
 {
     printf("    {\"policy\": \"%s\", \"peak_reserved\": %" PRIu64
@@ -397,9 +381,9 @@ static int cmd_replay(const args *a)
     double secs = t.n ? (double)(t.rec[t.n - 1].time - t.rec[0].time) / 1e9 : 0;
     char b1[32], b2[32], b3[32], name[1024], comm[sizeof(t.hdr.comm) + 1];
     if (a->json) {
-        printf("{\"trace\": ");
-        json_string(a->trace);
-        printf(", \"records\": %zu, \"seconds\": %.3f, \"devices\": [\n", t.n, secs);
+        static char q[6 * 4096 + 3];
+        stats_json_string(a->trace, q, sizeof(q));
+        printf("{\"trace\": %s, \"records\": %zu, \"seconds\": %.3f, \"devices\": [\n", q, t.n, secs);
     } else {
         snprintf(comm, sizeof(comm), "%.*s", (int)sizeof(t.hdr.comm), t.hdr.comm);
         printf("%s: %zu records over %.3f s, pid %d (%s)%s\n",
