@@ -27,10 +27,10 @@ STATS_SRC := stats/format.c stats/page.c stats/trace.c
 STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c \
-            shim/vmm.c shim/cupti.c shim/signals.c $(STATS_SRC)
+            shim/vmm.c shim/cupti.c shim/signals.c shim/driver.c \
+            shim/interpose_driver.c shim/passed.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
-SIMCUDA  := test/simcuda/simcuda.c test/simcuda/simcuda.h test/simcuda/libcudart.map
 
 # Unit and property tests of pool/, built with ASan+UBSan.
 POOL_TESTS := test_pool test_pool_random test_pool_frag
@@ -75,18 +75,28 @@ $(1)/libcupool.so: $(SHIM_SRC) $(POOL_SRC) $(SHIM_HDR) $(POOL_HDR)
 	    $$(SHIM_SRC) $$(POOL_SRC) -ldl -lpthread -o $$@
 endef
 
-# The simulated runtime (libcudart.so.13 with the real version node) and the
-# scenario program linked only against it.
+# The simulated driver (libcuda.so.1, holding the state), the simulated
+# runtime on it (libcudart.so.13 with the real version node), the scenario
+# program linked against the runtime, and the driver-API program linked
+# only against the driver (as a static runtime, CuPy or XLA reach it).
 define shim_rt
-$(1)/sim/libcudart.so.13: $(SIMCUDA)
+$(1)/sim/libcuda.so.1: test/simcuda/simcuda.c test/simcuda/simcuda.h
 	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) -fPIC -shared $$(CUDA_INC) -Wl,-soname,libcuda.so.1 $$< \
+	    -ldl -lpthread -o $$@
+$(1)/sim/libcudart.so.13: test/simcuda/simcudart.c test/simcuda/libcudart.map $(1)/sim/libcuda.so.1
 	$$(CC) $(2) -fPIC -shared $$(CUDA_INC) -Wl,-soname,libcudart.so.13 \
-	    -Wl,--version-script=test/simcuda/libcudart.map $$< -lpthread -o $$@
+	    -Wl,--version-script=test/simcuda/libcudart.map $$< \
+	    -L$(1)/sim -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) -ldl -lpthread -o $$@
 $(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
-	    -L$(1)/sim -l:libcudart.so.13 -Wl,-rpath,$$(abspath $(1)/sim) \
-	    -lpthread -o $$@
+	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) \
+	    -ldl -lpthread -o $$@
+$(1)/rt/drv_prog: test/drv_prog.c $(1)/sim/libcuda.so.1
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) $$(CUDA_INC) -Itest/simcuda $$< \
+	    -L$(1)/sim -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) -ldl -lpthread -o $$@
 endef
 
 $(eval $(call shim_so,$(BUILD),$(ALL_CFLAGS)))
@@ -123,7 +133,7 @@ $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
-SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog)
+SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog)
 
 $(BUILD)/pool/%.o: pool/%.c $(POOL_HDR)
 	@mkdir -p $(dir $@)

@@ -139,6 +139,8 @@ void shim_stats_view(stats_view *v)
         d->syncs = atomic_load(&shim_devices[i].syncs);
         d->fences_skipped = atomic_load(&shim_devices[i].fences_skipped);
         d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
+        d->passed = atomic_load(&shim_devices[i].passed);
+        d->passed_peak = atomic_load(&shim_devices[i].passed_peak);
     }
 #define X(name, unit, kind, help) \
     v->proc.name = atomic_load(&counters[SHIM_##name]);
@@ -418,14 +420,14 @@ void shim_helper_wake(void)
 
 /* ---- out-of-memory report ------------------------------------------------- */
 
-void shim_report_alloc_failure(int dev, size_t size, int err)
+void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
 {
     shim_count(SHIM_oom_reports);
     char rq[32];
     stats_fmt_bytes(size, rq, sizeof(rq));
     if (err != -ENOMEM && err != -EDQUOT) {
         shim_trace_event(TRACE_OOM, TRACE_R_ERROR, dev, 0, size);
-        shim_log(SHIM_LOG_ERROR, "device %d: cudaMalloc(%s) failed: %s", dev,
+        shim_log(SHIM_LOG_ERROR, "device %d: %s(%s) failed: %s", dev, call,
                  rq, err == -EOVERFLOW ? "size too large" : pool_strerror(err));
         return;
     }
@@ -435,13 +437,18 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
     stats_device_from_pool(&d, dev, &ps);
     d.cap = shim_devices[dev].cap;
     size_t dfree = 0, dtotal = 0;
-    if (shim_real.cudaMemGetInfo(&dfree, &dtotal) != cudaSuccess)
-        shim_real.cudaGetLastError();
+    shim_device_mem_info(dev, &dfree, &dtotal);
     char c[32], r[32], a[32], f[32], l[32], df[32];
     bool frag = stats_oom_is_fragmentation(size, d.allocated, d.cached,
                                            err == -EDQUOT ? d.cap : 0);
     shim_trace_event(TRACE_OOM, frag ? TRACE_R_FRAG : err == -EDQUOT ? TRACE_R_CAP
                                                       : TRACE_R_NOMEM, dev, 0, size);
+    /* Memory passed on counts against the cap too (passed.h). */
+    char passed[80] = "", pb[32];
+    uint64_t pass_bytes = atomic_load(&shim_devices[dev].passed);
+    if (pass_bytes)
+        snprintf(passed, sizeof(passed), "; %s more is allocated through calls "
+                 "passed on", stats_fmt_bytes(pass_bytes, pb, sizeof(pb)));
     const char *cause =
         frag ? "fragmentation: enough memory is free in total, but no free "
                "block is large enough and no new segment fits"
@@ -449,11 +456,11 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
                            "exceeds CUPOOL_MAX_RESERVED"
                          : "the device is out of memory";
     shim_log(SHIM_LOG_ERROR,
-             "out of memory on device %d: cudaMalloc(%s) failed\n"
+             "out of memory on device %d: %s(%s) failed\n"
              "  cap %s, reserved %s, allocated %s, cached free %s\n"
              "  largest free block %s, %lu free blocks, %lu segments, "
              "fragmentation %.0f%%, device free %s\n"
-             "  cause: %s", dev, rq,
+             "  cause: %s%s", dev, call, rq,
              d.cap ? stats_fmt_bytes(d.cap, c, sizeof(c)) : "none",
              stats_fmt_bytes(d.reserved, r, sizeof(r)),
              stats_fmt_bytes(d.allocated, a, sizeof(a)),
@@ -461,7 +468,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err)
              stats_fmt_bytes(d.largest_free, l, sizeof(l)),
              (unsigned long)d.free_blocks, (unsigned long)d.segments,
              100.0 * stats_fragmentation(&d),
-             stats_fmt_bytes(dfree, df, sizeof(df)), cause);
+             stats_fmt_bytes(dfree, df, sizeof(df)), cause, passed);
 }
 
 /* ---- life cycle ----------------------------------------------------------- */

@@ -34,8 +34,9 @@ void shim_helper_start(void);
 /* Asks the helper thread to drain the trace rings now (never blocks). */
 void shim_helper_wake(void);
 
-/* Logs the out-of-memory (or other) report for a failed cudaMalloc. */
-void shim_report_alloc_failure(int dev, size_t size, int err);
+/* Logs the out-of-memory (or other) report for a failed allocation by
+ * call (cudaMalloc, cuMemAlloc). */
+void shim_report_alloc_failure(int dev, size_t size, int err, const char *call);
 
 /* This process's name (/proc/self/comm, without the newline; "" if it
  * cannot be read) into buf of len bytes. */

@@ -16,6 +16,7 @@
 #include <cupti_result.h>
 
 #include "config.h"
+#include "driver.h"
 #include "cupti.h"
 #include "device.h"
 #include "log.h"
@@ -116,11 +117,11 @@ static void start(void)
                  "set CUPOOL_CUPTI_LIB to its path. Fencing as usual", tried);
         return;
     }
-    subscribe_fn subscribe = (subscribe_fn)dlsym(h, "cuptiSubscribe");
-    unsubscribe_fn unsubscribe = (unsubscribe_fn)dlsym(h, "cuptiUnsubscribe");
-    enable_domain_fn enable_domain = (enable_domain_fn)dlsym(h, "cuptiEnableDomain");
-    enable_callback_fn enable_callback = (enable_callback_fn)dlsym(h, "cuptiEnableCallback");
-    result_string_fn result_string = (result_string_fn)dlsym(h, "cuptiGetResultString");
+    subscribe_fn subscribe = (subscribe_fn)shim_dlsym(h, "cuptiSubscribe");
+    unsubscribe_fn unsubscribe = (unsubscribe_fn)shim_dlsym(h, "cuptiUnsubscribe");
+    enable_domain_fn enable_domain = (enable_domain_fn)shim_dlsym(h, "cuptiEnableDomain");
+    enable_callback_fn enable_callback = (enable_callback_fn)shim_dlsym(h, "cuptiEnableCallback");
+    result_string_fn result_string = (result_string_fn)shim_dlsym(h, "cuptiGetResultString");
     if (!subscribe || !unsubscribe || !enable_domain || !enable_callback || !result_string) {
         shim_log(SHIM_LOG_WARN, "CUPOOL_CUPTI: %s lacks the callback calls; "
                  "fencing as usual", tried);

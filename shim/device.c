@@ -34,6 +34,7 @@
 #include "control.h"
 #include "cupti.h"
 #include "device.h"
+#include "interpose.h"
 #include "log.h"
 #include "recorder.h"
 #include "stats.h"
@@ -52,22 +53,179 @@ __attribute__((constructor(101))) static void devices_init(void)
     }
 }
 
+/* ---- CUDA calls: through the program's runtime, or the driver ------------
+ * A device whose pool was made while the process had a dynamic runtime
+ * calls it (its calls make the primary context as cudaMalloc would); one
+ * made without (a static runtime, a driver-API program, CuPy, XLA) calls the
+ * driver in the context the pool serves. Each returns 0 or the runtime's or
+ * the driver's error code (they agree on success, 1 invalid value and 2 out
+ * of memory), leaving no error behind in the runtime. */
+
+static bool drv(const shim_device *d)
+{
+    return atomic_load_explicit(&d->api, memory_order_relaxed) == SHIM_API_DRIVER;
+}
+
+int shim_device_api(int dev)
+{
+    shim_device *d = &shim_devices[dev];
+    int a = atomic_load(&d->api);
+    if (!a) {
+        int want = shim_real_resolve() == 0 ? SHIM_API_RUNTIME : SHIM_API_DRIVER;
+        atomic_compare_exchange_strong(&d->api, &a, want);
+        a = atomic_load(&d->api);
+    }
+    return a;
+}
+
+static int rt_done(cudaError_t e)
+{
+    if (e != cudaSuccess)
+        shim_real.cudaGetLastError();
+    return (int)e;
+}
+
+/* A runtime call of the shim's own: the runtime's own driver calls inside
+ * it reach the real driver, not the shim again (interpose.h). */
+static _Thread_local cudaError_t rt_e;
+#define RT(call) (shim_inside++, rt_e = (call), shim_inside--, rt_done(rt_e))
+
+static int cu_malloc(const shim_device *d, size_t size, uintptr_t *base)
+{
+    if (drv(d)) {
+        /* A thread with no context yet (one that only used a runtime the
+         * process loaded after the pool was made): the pool's, as the
+         * runtime would have made it current. */
+        CUcontext c = NULL, own = atomic_load(&d->ctx);
+        if (shim_drv.cuCtxGetCurrent(&c) == CUDA_SUCCESS && !c && own)
+            shim_drv.cuCtxSetCurrent(own);
+        CUdeviceptr p = 0;
+        CUresult r = shim_drv.cuMemAlloc_v2(&p, size);
+        *base = (uintptr_t)p;
+        return (int)r;
+    }
+    void *p = NULL;
+    int e = RT(shim_real.cudaMalloc(&p, size));
+    *base = (uintptr_t)p;
+    return e;
+}
+
+static int cu_free(const shim_device *d, uintptr_t p)
+{
+    return drv(d) ? (int)shim_drv.cuMemFree_v2((CUdeviceptr)p)
+                     : RT(shim_real.cudaFree((void *)p));
+}
+
+static int cu_sync(const shim_device *d)
+{
+    return drv(d) ? (int)shim_drv.cuCtxSynchronize()
+                     : RT(shim_real.cudaDeviceSynchronize());
+}
+
+static int cu_event_create(const shim_device *d, cudaEvent_t *e)
+{
+    return drv(d) ? (int)shim_drv.cuEventCreate((CUevent *)e, CU_EVENT_DISABLE_TIMING)
+                     : RT(shim_real.cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+}
+
+static void cu_event_destroy(const shim_device *d, cudaEvent_t e)
+{
+    if (drv(d))
+        shim_drv.cuEventDestroy_v2((CUevent)e);
+    else
+        RT(shim_real.cudaEventDestroy(e));
+}
+
+static int cu_record(const shim_device *d, cudaEvent_t e, cudaStream_t s)
+{
+    return drv(d) ? (int)shim_drv.cuEventRecord((CUevent)e, (CUstream)s)
+                     : RT(shim_real.cudaEventRecord(e, s));
+}
+
+static int cu_wait(const shim_device *d, cudaStream_t s, cudaEvent_t e)
+{
+    return drv(d) ? (int)shim_drv.cuStreamWaitEvent((CUstream)s, (CUevent)e, 0)
+                     : RT(shim_real.cudaStreamWaitEvent(s, e, 0));
+}
+
+/* Whether s is capturing; true if that cannot be told. */
+static bool capturing(const shim_device *d, cudaStream_t s)
+{
+    if (drv(d)) {
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+        return shim_drv.cuStreamIsCapturing((CUstream)s, &st) != CUDA_SUCCESS ||
+               st != CU_STREAM_CAPTURE_STATUS_NONE;
+    }
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    return RT(shim_real.cudaStreamIsCapturing(s, &st)) != 0 ||
+           st != cudaStreamCaptureStatusNone;
+}
+
+/* Swaps the calling thread's capture mode with *mode (the runtime's and
+ * the driver's enums agree). */
+static void cu_exchange_mode(const shim_device *d, int *mode)
+{
+    if (drv(d)) {
+        CUstreamCaptureMode m = (CUstreamCaptureMode)*mode;
+        shim_drv.cuThreadExchangeStreamCaptureMode(&m);
+        *mode = (int)m;
+    } else {
+        enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)*mode;
+        shim_real.cudaThreadExchangeStreamCaptureMode(&m);
+        *mode = (int)m;
+    }
+}
+
+static const char *cu_strerror(const shim_device *d, int e)
+{
+    const char *s = NULL;
+    if (drv(d))
+        return shim_drv.cuGetErrorString && shim_drv.cuGetErrorString((CUresult)e, &s) ==
+               CUDA_SUCCESS && s ? s : "driver error";
+    return shim_real.cudaGetErrorString((cudaError_t)e);
+}
+
+int shim_device_mem_info(int dev, size_t *free_b, size_t *total)
+{
+    const shim_device *d = &shim_devices[dev];
+    *free_b = *total = 0;
+    return drv(d) ? (int)shim_drv.cuMemGetInfo_v2(free_b, total)
+                     : RT(shim_real.cudaMemGetInfo(free_b, total));
+}
+
+/* Makes the device's context current on the calling thread (the helper's,
+ * for a flush); *saved is what to put back with leave(). */
+static bool enter(const shim_device *d, shim_saved *saved)
+{
+    if (drv(d)) {
+        CUcontext own = atomic_load(&d->ctx);
+        if (!own || shim_drv.cuCtxGetCurrent(&saved->ctx) != CUDA_SUCCESS)
+            return false;
+        return shim_drv.cuCtxSetCurrent(own) == CUDA_SUCCESS;
+    }
+    if (RT(shim_real.cudaGetDevice(&saved->dev)) != 0)
+        saved->dev = -1;
+    return RT(shim_real.cudaSetDevice(d->id)) == 0;
+}
+
+static void leave(const shim_device *d, const shim_saved *saved)
+{
+    if (drv(d))
+        shim_drv.cuCtxSetCurrent(saved->ctx);
+    else if (saved->dev >= 0)
+        RT(shim_real.cudaSetDevice(saved->dev));
+}
+
 /* ---- backend ------------------------------------------------------------ */
 
 /* Captures begun and not ended (shim_capture_begin). */
 static atomic_int captures;
 
-/* A cudaMalloc'd segment: 0, -ENOMEM or -EIO. */
-static int cuda_reserve(size_t size, uintptr_t *base)
+/* A cudaMalloc'd (cuMemAlloc'd) segment: 0, -ENOMEM or -EIO. */
+static int cuda_reserve(const shim_device *d, size_t size, uintptr_t *base)
 {
-    void *p = NULL;
-    cudaError_t e = shim_real.cudaMalloc(&p, size);
-    if (e == cudaSuccess) {
-        *base = (uintptr_t)p;
-        return 0;
-    }
-    shim_real.cudaGetLastError(); /* the pool may still succeed: no residue */
-    return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+    int e = cu_malloc(d, size, base);
+    return !e ? 0 : e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 
 static int be_reserve(void *ctx, size_t size, uintptr_t *base)
@@ -76,12 +234,12 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
     shim_device *d = sh->dev;
     /* The cap covers every shard of the device. */
     uint64_t now = atomic_fetch_add(&d->reserved, size) + size;
-    if (d->cap && now > d->cap) {
+    if (d->cap && now + atomic_load(&d->passed) > d->cap) {
         atomic_fetch_sub(&d->reserved, size);
         shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_CAP, d->id, 0, size);
         return -EDQUOT;
     }
-    int err = d->vmm ? shim_vmm_map(d->vmm, size, base) : cuda_reserve(size, base);
+    int err = d->vmm ? shim_vmm_map(d->vmm, size, base) : cuda_reserve(d, size, base);
     if (!err) {
         /* The peak counts what the driver gave, never a failed request. */
         uint64_t peak = atomic_load(&d->reserved_peak);
@@ -104,10 +262,8 @@ static bool vmm_settle(shim_device *d)
 {
     if (atomic_load(&captures) != 0)
         return false;
-    if (shim_real.cudaDeviceSynchronize() != cudaSuccess) {
-        shim_real.cudaGetLastError();
+    if (cu_sync(d) != 0)
         return false;
-    }
     shim_vmm_drain(d->vmm);
     return true;
 }
@@ -134,12 +290,11 @@ static void be_release(void *ctx, uintptr_t base, size_t size)
         vmm_give_back(d, base, size);
         return;
     }
-    cudaError_t e = shim_real.cudaFree((void *)base);
-    if (e != cudaSuccess) {
-        shim_real.cudaGetLastError();
-        shim_log(SHIM_LOG_WARN, "device %d: cudaFree of a %zu-byte segment "
-                 "failed: %s", d->id, size, shim_real.cudaGetErrorString(e));
-    }
+    int e = cu_free(d, base);
+    if (e)
+        shim_log(SHIM_LOG_WARN, "device %d: %s of a %zu-byte segment "
+                 "failed: %s", d->id, drv(d) ? "cuMemFree" : "cudaFree", size,
+                 cu_strerror(d, e));
 }
 
 /* Part of a VMM segment, given back only when the device can be waited
@@ -156,51 +311,39 @@ static int be_trim(void *ctx, uintptr_t addr, size_t size)
     return 0;
 }
 
-static bool capturing(cudaStream_t s)
-{
-    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    cudaError_t e = shim_real.cudaStreamIsCapturing(s, &st);
-    if (e != cudaSuccess)
-        shim_real.cudaGetLastError();
-    return e != cudaSuccess || st != cudaStreamCaptureStatusNone;
-}
-
 /* True if the legacy stream or any tracked stream is capturing. Needs
  * d->lock. */
 static bool any_capture(shim_device *d)
 {
-    if (capturing(cudaStreamLegacy))
+    if (capturing(d, cudaStreamLegacy))
         return true;
     for (size_t i = 0; i < d->nstreams; i++)
-        if (capturing(d->streams[i].stream))
+        if (capturing(d, d->streams[i].stream))
             return true;
     return false;
 }
 
 static int barrier_locked(shim_device *d)
 {
-    cudaError_t e = cudaSuccess;
+    int e = 0;
     if (!d->legacy_event)
-        e = shim_real.cudaEventCreateWithFlags(&d->legacy_event,
-                                               cudaEventDisableTiming);
-    for (size_t i = 0; e == cudaSuccess && i < d->nstreams; i++) {
+        e = cu_event_create(d, &d->legacy_event);
+    for (size_t i = 0; !e && i < d->nstreams; i++) {
         shim_stream *s = &d->streams[i];
         if (!s->nonblocking)
             continue;
-        e = shim_real.cudaEventRecord(s->event, s->stream);
-        if (e == cudaSuccess)
-            e = shim_real.cudaStreamWaitEvent(cudaStreamLegacy, s->event, 0);
+        e = cu_record(d, s->event, s->stream);
+        if (!e)
+            e = cu_wait(d, cudaStreamLegacy, s->event);
     }
-    if (e == cudaSuccess)
-        e = shim_real.cudaEventRecord(d->legacy_event, cudaStreamLegacy);
-    for (size_t i = 0; e == cudaSuccess && i < d->nstreams; i++)
+    if (!e)
+        e = cu_record(d, d->legacy_event, cudaStreamLegacy);
+    for (size_t i = 0; !e && i < d->nstreams; i++)
         if (d->streams[i].nonblocking)
-            e = shim_real.cudaStreamWaitEvent(d->streams[i].stream,
-                                              d->legacy_event, 0);
-    if (e != cudaSuccess) {
-        shim_real.cudaGetLastError();
+            e = cu_wait(d, d->streams[i].stream, d->legacy_event);
+    if (e) {
         shim_log(SHIM_LOG_ERROR, "device %d: fence failed: %s", d->id,
-                 shim_real.cudaGetErrorString(e));
+                 cu_strerror(d, e));
         return -EIO;
     }
     return 0;
@@ -233,12 +376,9 @@ static int fence_locked(shim_device *d, uint64_t work)
     if (shim_cfg.fence != SHIM_FENCE_SYNC) {
         err = barrier_locked(d);
     } else {
-        cudaError_t e = shim_real.cudaDeviceSynchronize();
         atomic_fetch_add(&d->syncs, 1);
-        if (e != cudaSuccess) {
-            shim_real.cudaGetLastError();
+        if (cu_sync(d) != 0)
             err = -EIO;
-        }
     }
     if (!err)
         atomic_store_explicit(&d->fenced_work, work, memory_order_relaxed);
@@ -270,13 +410,13 @@ static int be_fence(void *ctx)
         /* A capture may be going on, on this thread or another: check
          * every stream, in relaxed mode so that the checks themselves
          * cannot break it. */
-        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-        shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
+        int mode = cudaStreamCaptureModeRelaxed;
+        cu_exchange_mode(d, &mode);
         pthread_mutex_lock(&d->lock);
         if (!any_capture(d))
             err = fence_locked(d, work);
         pthread_mutex_unlock(&d->lock);
-        shim_real.cudaThreadExchangeStreamCaptureMode(&mode);
+        cu_exchange_mode(d, &mode);
     }
     shim_trace_put(sh->ring, false, TRACE_FENCE,
                    !err ? TRACE_R_OK : err == -EAGAIN ? TRACE_R_DEFERRED : TRACE_R_ERROR,
@@ -351,10 +491,15 @@ static pool *create_locked(shim_device *d, int shard)
 {
     pool_config pc = shim_cfg.pool;
     if (shard == 0) {
+        /* The runtime's calls if the process has one (they make its
+         * context), else the driver's, in the caller's context. */
+        shim_device_api(d->id);
         size_t free_b = 0, total = 0;
-        if (shim_real.cudaMemGetInfo(&free_b, &total) != cudaSuccess)
-            shim_real.cudaGetLastError();
+        shim_device_mem_info(d->id, &free_b, &total);
         d->cap = device_cap(d->id, total);
+        CUcontext c = NULL;
+        if (shim_drv_resolve() == 0 && shim_drv.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c)
+            atomic_store(&d->ctx, c);
     }
     if (shim_cfg.vmm && !d->vmm_tried) {
         d->vmm_tried = true;
@@ -396,7 +541,8 @@ static pool *create_locked(shim_device *d, int shard)
                  shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
                  : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",
                  shim_work_watching() ? " (skipped while CUPTI sees no new work)" : "",
-                 shim_cfg.shards, d->vmm ? "VMM" : "cudaMalloc'd");
+                 shim_cfg.shards, d->vmm ? "VMM" : drv(d) ? "cuMemAlloc'd"
+                                                                   : "cudaMalloc'd");
     return p;
 }
 
@@ -506,6 +652,7 @@ void shim_device_abandon(int dev)
             pool_forget(p);
     }
     atomic_store(&d->reserved, 0);
+    atomic_store(&d->ctx, NULL); /* the next one to allocate says which */
     pthread_mutex_lock(&d->lock);
     /* The reset destroyed the device's streams and events too. */
     d->nstreams = 0;
@@ -516,18 +663,16 @@ void shim_device_abandon(int dev)
 uint64_t shim_device_flush_all(void)
 {
     uint64_t total = 0;
-    int cur = -1;
-    if (shim_real.cudaGetDevice(&cur) != cudaSuccess)
-        shim_real.cudaGetLastError();
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
-        if (!shim_device_shard_if_any(i, 0) || shim_real.cudaSetDevice(i) != cudaSuccess)
+        shim_device *d = &shim_devices[i];
+        shim_saved saved;
+        if (!shim_device_shard_if_any(i, 0) || !enter(d, &saved))
             continue;
         uint64_t n = shim_device_flush(i);
+        leave(d, &saved);
         shim_trace_event(TRACE_FLUSH, TRACE_R_OK, i, 0, n);
         total += n;
     }
-    if (cur >= 0)
-        shim_real.cudaSetDevice(cur);
     return total;
 }
 
@@ -536,11 +681,10 @@ uint64_t shim_device_flush_all(void)
 void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
 {
     shim_device *d = &shim_devices[dev];
+    shim_device_api(dev);
     bool nb = flags & cudaStreamNonBlocking;
     cudaEvent_t ev = NULL;
-    if (nb && shim_real.cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)
-                  != cudaSuccess) {
-        shim_real.cudaGetLastError();
+    if (nb && cu_event_create(d, &ev) != 0) {
         shim_log(SHIM_LOG_ERROR, "device %d: no event for a new stream; "
                  "reuse after free may not be ordered on it", dev);
         return;
@@ -568,7 +712,7 @@ void shim_device_untrack_stream(cudaStream_t s)
             if (d->streams[k].stream != s)
                 continue;
             if (d->streams[k].event)
-                shim_real.cudaEventDestroy(d->streams[k].event);
+                cu_event_destroy(d, d->streams[k].event);
             d->streams[k] = d->streams[--d->nstreams];
             pthread_mutex_unlock(&d->lock);
             return;

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "driver.h"
 #include "pool.h"
 #include "real.h"
 #include "vmm.h"
@@ -48,7 +49,23 @@ typedef struct shim_device {
                                      before the last fence that was issued */
     shim_vmm *vmm;             /* CUPOOL_VMM segments, or NULL */
     bool vmm_tried;
+    atomic_int api;            /* SHIM_API_*: how the shim calls CUDA */
+    _Atomic(CUcontext) ctx;    /* the context its pools serve, once known */
+    _Atomic uint64_t passed;   /* bytes allocated through calls passed on
+                                  (passed.c); they count against cap */
+    _Atomic uint64_t passed_peak;
 } shim_device;
+
+/* How the shim calls CUDA for a device: through the program's runtime, or
+ * (a static runtime, a driver-API program, CuPy, XLA) the driver. Decided
+ * at the device's first use; 0 until then. */
+enum { SHIM_API_RUNTIME = 1, SHIM_API_DRIVER = 2 };
+
+/* Decides dev's api if not yet decided; returns it. */
+int shim_device_api(int dev);
+
+/* What enter() saves of the calling thread's current device or context. */
+typedef struct shim_saved { int dev; CUcontext ctx; } shim_saved;
 
 extern shim_device shim_devices[SHIM_MAX_DEVICES];
 extern shim_config shim_cfg;
@@ -84,6 +101,10 @@ uint64_t shim_device_flush(int dev);
 /* Empties the device's pools without releasing anything (after
  * cudaDeviceReset: the reset freed it all). */
 void shim_device_abandon(int dev);
+
+/* The device's free and total memory, through its runtime or driver:
+ * 0 or the error code (both zero on error). */
+int shim_device_mem_info(int dev, size_t *free_b, size_t *total);
 
 /* Stream tracking for the fence. */
 void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags);

@@ -12,11 +12,14 @@
 
 #include "control.h"
 #include "device.h"
+#include "interpose.h"
 #include "log.h"
+#include "passed.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
-static _Thread_local int inside;
+_Thread_local int shim_inside;
+#define inside shim_inside
 
 /* True if this call must go straight to the real runtime. */
 static bool pass(void)
@@ -61,6 +64,22 @@ static _Thread_local cudaError_t real_ret;
     (shim_real_resolve(), !shim_real.name ? (fail)                           \
      : (inside++, real_ret = shim_real.name(__VA_ARGS__), inside--, real_ret))
 
+int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
+{
+    pool *p = shim_device_pool_for(dev, size);
+    if (!p)
+        return -ENODEV;
+    inside++;
+    int err = pool_alloc(p, size, a);
+    if ((err == -EDQUOT || err == -ENOMEM) && shim_cfg.shards > 1 &&
+        shim_device_flush(dev) > 0) /* other shards' idle segments */
+        err = pool_alloc(p, size, a);
+    inside--;
+    if (err)
+        shim_report_alloc_failure(dev, size, err, call);
+    return err;
+}
+
 EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
 {
     if (pass())
@@ -68,51 +87,49 @@ EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
     if (!ptr)
         return cudaErrorInvalidValue;
     int dev = current_device();
-    pool *p = dev >= 0 ? shim_device_pool_for(dev, size) : NULL;
-    if (!p)
-        return REAL_OR(cudaMalloc, cudaErrorInitializationError, ptr, size);
-    inside++;
     uintptr_t a;
-    int err = pool_alloc(p, size, &a);
-    if ((err == -EDQUOT || err == -ENOMEM) && shim_cfg.shards > 1 &&
-        shim_device_flush(dev) > 0) /* other shards' idle segments */
-        err = pool_alloc(p, size, &a);
-    inside--;
+    int err = dev >= 0 ? shim_serve(dev, size, &a, "cudaMalloc") : -ENODEV;
+    if (err == -ENODEV)
+        return REAL_OR(cudaMalloc, cudaErrorInitializationError, ptr, size);
     if (!err) {
         *ptr = (void *)a;
         return cudaSuccess;
     }
-    shim_report_alloc_failure(dev, size, err);
     if (err == -ENOMEM || err == -EDQUOT || err == -EOVERFLOW)
         return cudaErrorMemoryAllocation;
     return cudaErrorUnknown;
 }
 
-/* Frees ptr in whichever pool owns it: the current device's first.
- * Returns 0, -ENOENT if no pool owns it, or pool_free's error. */
-static int free_pooled(void *ptr)
+int shim_free_pooled(int dev, void *ptr)
 {
     inside++;
-    int dev = current_device();
     int err = dev >= 0 ? shim_device_free(dev, (uintptr_t)ptr) : -ENOENT;
     for (int i = 0; err == -ENOENT && i < SHIM_MAX_DEVICES; i++)
         if (i != dev && shim_device_shard_if_any(i, 0))
             err = shim_device_free(i, (uintptr_t)ptr);
     inside--;
     if (err == -EINVAL || err == -EALREADY)
-        shim_log(SHIM_LOG_WARN, "cudaFree(%p): %s; nothing was freed", ptr,
+        shim_log(SHIM_LOG_WARN, "free of %p: %s; nothing was freed", ptr,
                  pool_strerror(err));
     return err;
+}
+
+/* A pointer freed that no pool owns: counted, and no longer passed on. */
+static cudaError_t foreign_done(cudaError_t e, void *ptr)
+{
+    if (e == cudaSuccess)
+        shim_passed_release(SHIM_PASSED_PTR, (uintptr_t)ptr);
+    return e;
 }
 
 EXPORT cudaError_t cudaFree(void *ptr)
 {
     if (!ptr || pass())
         return REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
-    int err = free_pooled(ptr);
+    int err = shim_free_pooled(current_device(), ptr);
     if (err == -ENOENT) {
         shim_count(SHIM_foreign_frees);
-        return REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
+        return foreign_done(REAL_OR(cudaFree, cudaErrorInitializationError, ptr), ptr);
     }
     return err ? cudaErrorInvalidValue : cudaSuccess;
 }
@@ -122,10 +139,33 @@ EXPORT cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream)
     if (!ptr || pass())
         return REAL_OR(cudaFreeAsync, cudaErrorInitializationError, ptr, stream);
     /* A pooled block freed in stream order: the fence orders its reuse. */
-    int err = free_pooled(ptr);
+    int err = shim_free_pooled(current_device(), ptr);
     if (err == -ENOENT)
-        return REAL_OR(cudaFreeAsync, cudaErrorInitializationError, ptr, stream);
+        return foreign_done(REAL_OR(cudaFreeAsync, cudaErrorInitializationError, ptr,
+                                    stream), ptr);
     return err ? cudaErrorInvalidValue : cudaSuccess;
+}
+
+void shim_mem_info_adjust(int dev, size_t *free_b, size_t *total_b)
+{
+    pool_stats s;
+    shim_device *d = &shim_devices[dev];
+    if (!shim_device_stats(dev, &s))
+        return;
+    size_t f = *free_b, t = *total_b;
+    uint64_t cap = d->cap, used = s.allocated + atomic_load(&d->passed);
+    /* Cached bytes are free to this process; a cap bounds both figures. */
+    uint64_t avail = (uint64_t)f + s.cached;
+    uint64_t total = t;
+    if (cap) {
+        total = cap < total ? cap : total;
+        uint64_t room = cap > used ? cap - used : 0;
+        avail = avail < room ? avail : room;
+    }
+    if (avail > total)
+        avail = total;
+    *free_b = (size_t)avail;
+    *total_b = (size_t)total;
 }
 
 EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
@@ -135,29 +175,13 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
     size_t f = 0, t = 0;
     cudaError_t e = REAL_OR(cudaMemGetInfo, cudaErrorInitializationError, &f, &t);
     int dev = current_device();
-    pool_stats s;
-    bool have = dev >= 0 && shim_device_stats(dev, &s);
-    if (e != cudaSuccess || !have) {
-        if (e == cudaSuccess) {
-            if (free_b) *free_b = f;
-            if (total_b) *total_b = t;
-        }
-        return e;
+    if (e == cudaSuccess && dev >= 0)
+        shim_mem_info_adjust(dev, &f, &t);
+    if (e == cudaSuccess) {
+        if (free_b) *free_b = f;
+        if (total_b) *total_b = t;
     }
-    uint64_t cap = shim_devices[dev].cap;
-    /* Cached bytes are free to this process; a cap bounds both figures. */
-    uint64_t avail = (uint64_t)f + s.cached;
-    uint64_t total = t;
-    if (cap) {
-        total = cap < total ? cap : total;
-        uint64_t room = cap > s.allocated ? cap - s.allocated : 0;
-        avail = avail < room ? avail : room;
-    }
-    if (avail > total)
-        avail = total;
-    if (free_b) *free_b = (size_t)avail;
-    if (total_b) *total_b = (size_t)total;
-    return cudaSuccess;
+    return e;
 }
 
 EXPORT cudaError_t cudaDeviceReset(void)
@@ -166,8 +190,10 @@ EXPORT cudaError_t cudaDeviceReset(void)
         return REAL_OR(cudaDeviceReset, cudaErrorInitializationError);
     int dev = current_device();
     cudaError_t e = REAL_OR(cudaDeviceReset, cudaErrorInitializationError);
-    if (e == cudaSuccess && dev >= 0)
+    if (e == cudaSuccess && dev >= 0) {
         shim_device_abandon(dev);
+        shim_passed_forget_device(dev);
+    }
     return e;
 }
 
@@ -291,10 +317,8 @@ EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g)
     return end_capture(shim_real.cudaStreamEndCapture_ptsz, s, g, true);
 }
 
-EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
+bool shim_ipc_refused(void *ptr)
 {
-    if (pass())
-        return REAL_OR(cudaIpcGetMemHandle, cudaErrorInitializationError, h, ptr);
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
         uintptr_t base;
         size_t size;
@@ -302,44 +326,150 @@ EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
             shim_device_segment_of(i, (uintptr_t)ptr, &base, &size) == -ENOENT)
             continue;
         if (shim_devices[i].vmm) {
-            shim_log(SHIM_LOG_ERROR, "cudaIpcGetMemHandle(%p): the block is in a "
+            shim_log(SHIM_LOG_ERROR, "IPC handle for %p: the block is in a "
                      "CUPOOL_VMM segment, which has no IPC handle; refused. Run "
                      "without CUPOOL_VMM for programs that export blocks", ptr);
-            return cudaErrorInvalidValue;
+            return true;
         }
         /* The handle names the whole segment: an importer maps its base.
          * That is right only for a block at the segment's start. */
         if (base == (uintptr_t)ptr)
-            return REAL_OR(cudaIpcGetMemHandle, cudaErrorInitializationError, h, ptr);
-        shim_log(SHIM_LOG_ERROR, "cudaIpcGetMemHandle(%p): the block shares a "
+            return false;
+        shim_log(SHIM_LOG_ERROR, "IPC handle for %p: the block shares a "
                  "pooled segment and does not start it, so an importer would "
                  "map the wrong address; refused. Run with CUPOOL_DISABLE=1 "
                  "for programs that export such blocks", ptr);
-        return cudaErrorInvalidValue;
+        return true;
     }
+    return false;
+}
+
+EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
+{
+    if (!pass() && shim_ipc_refused(ptr))
+        return cudaErrorInvalidValue;
     return REAL_OR(cudaIpcGetMemHandle, cudaErrorInitializationError, h, ptr);
+}
+
+/* ---- allocations passed on: counted against the cap ------------------------ */
+
+/* Takes size bytes of the current device's cap (passed.h): the device, -1
+ * when there is nothing to count (the shim is off, no device), or -2 when
+ * the cap refuses. */
+static int take(size_t size, const char *call)
+{
+    if (pass())
+        return -1;
+    int dev = current_device();
+    if (dev < 0)
+        return -1;
+    return shim_passed_take(dev, size, call) ? -2 : dev;
+}
+
+/* Records (or, on failure, gives back) what take() took. */
+static cudaError_t taken(int dev, cudaError_t e, void *ptr, size_t took, size_t size)
+{
+    if (dev < 0)
+        return e;
+    if (e != cudaSuccess || !ptr) {
+        shim_passed_untake(dev, took);
+        return e;
+    }
+    /* A pitched allocation is larger than asked (never smaller in the sum). */
+    if (size > took) {
+        shim_passed_take(dev, size - took, NULL);
+        took = size;
+    } else if (size < took) {
+        shim_passed_untake(dev, took - size);
+        took = size;
+    }
+    shim_passed_record(dev, SHIM_PASSED_PTR, (uintptr_t)ptr, took);
+    return e;
 }
 
 EXPORT cudaError_t cudaMallocPitch(void **ptr, size_t *pitch, size_t w, size_t h)
 {
     shim_count(SHIM_passthrough_pitch);
-    return REAL_OR(cudaMallocPitch, cudaErrorInitializationError, ptr, pitch, w, h);
+    int dev = take(w * h, "cudaMallocPitch");
+    if (dev == -2)
+        return cudaErrorMemoryAllocation;
+    cudaError_t e = REAL_OR(cudaMallocPitch, cudaErrorInitializationError, ptr, pitch, w, h);
+    return taken(dev, e, e == cudaSuccess && ptr ? *ptr : NULL, w * h,
+                 e == cudaSuccess && pitch ? *pitch * h : 0);
 }
 
-EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *ptr, struct cudaExtent e)
+EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *ptr, struct cudaExtent x)
 {
     shim_count(SHIM_passthrough_3d);
-    return REAL_OR(cudaMalloc3D, cudaErrorInitializationError, ptr, e);
+    size_t depth = x.depth ? x.depth : 1, want = x.width * x.height * depth;
+    int dev = take(want, "cudaMalloc3D");
+    if (dev == -2)
+        return cudaErrorMemoryAllocation;
+    cudaError_t e = REAL_OR(cudaMalloc3D, cudaErrorInitializationError, ptr, x);
+    bool ok = e == cudaSuccess && ptr;
+    return taken(dev, e, ok ? ptr->ptr : NULL, want,
+                 ok ? ptr->pitch * x.height * depth : 0);
 }
 
 EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int flags)
 {
     shim_count(SHIM_passthrough_managed);
-    return REAL_OR(cudaMallocManaged, cudaErrorInitializationError, ptr, size, flags);
+    int dev = take(size, "cudaMallocManaged");
+    if (dev == -2)
+        return cudaErrorMemoryAllocation;
+    cudaError_t e = REAL_OR(cudaMallocManaged, cudaErrorInitializationError, ptr, size,
+                            flags);
+    return taken(dev, e, e == cudaSuccess && ptr ? *ptr : NULL, size, size);
 }
 
 EXPORT cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
 {
     shim_count(SHIM_passthrough_async);
-    return REAL_OR(cudaMallocAsync, cudaErrorInitializationError, ptr, size, s);
+    int dev = take(size, "cudaMallocAsync");
+    if (dev == -2)
+        return cudaErrorMemoryAllocation;
+    cudaError_t e = REAL_OR(cudaMallocAsync, cudaErrorInitializationError, ptr, size, s);
+    return taken(dev, e, e == cudaSuccess && ptr ? *ptr : NULL, size, size);
+}
+
+/* ---- driver entry points handed out by the runtime ---------------------- */
+
+static cudaError_t answered(cudaError_t e, const char *symbol, void **fn)
+{
+    if (e == cudaSuccess && fn && symbol && shim_active())
+        *fn = shim_drv_answer(symbol, *fn);
+    return e;
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn,
+                                           unsigned long long flags,
+                                           enum cudaDriverEntryPointQueryResult *st)
+{
+    return answered(REAL_OR(cudaGetDriverEntryPoint, cudaErrorNotSupported, symbol, fn,
+                            flags, st), symbol, fn);
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **fn,
+                                                unsigned long long flags,
+                                                enum cudaDriverEntryPointQueryResult *st)
+{
+    return answered(REAL_OR(cudaGetDriverEntryPoint_ptsz, cudaErrorNotSupported, symbol,
+                            fn, flags, st), symbol, fn);
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn,
+                                                    unsigned int version,
+                                                    unsigned long long flags,
+                                                    enum cudaDriverEntryPointQueryResult *st)
+{
+    return answered(REAL_OR(cudaGetDriverEntryPointByVersion, cudaErrorNotSupported,
+                            symbol, fn, version, flags, st), symbol, fn);
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(
+    const char *symbol, void **fn, unsigned int version, unsigned long long flags,
+    enum cudaDriverEntryPointQueryResult *st)
+{
+    return answered(REAL_OR(cudaGetDriverEntryPointByVersion_ptsz, cudaErrorNotSupported,
+                            symbol, fn, version, flags, st), symbol, fn);
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "driver.h"
 #include "nvml.h"
 #include "stats.h"
 
@@ -28,10 +29,25 @@ static void load(void)
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib)
         return;
-    *(void **)&nv.init = dlsym(lib, "nvmlInit_v2");
-    *(void **)&nv.by_bus_id = dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
-    *(void **)&nv.processes = dlsym(lib, "nvmlDeviceGetComputeRunningProcesses");
+    *(void **)&nv.init = shim_dlsym(lib, "nvmlInit_v2");
+    *(void **)&nv.by_bus_id = shim_dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    *(void **)&nv.processes = shim_dlsym(lib, "nvmlDeviceGetComputeRunningProcesses");
     ready = nv.init && nv.by_bus_id && nv.processes && nv.init() == 0;
+}
+
+/* The device's PCI bus id, from the runtime if the process has one, else
+ * from the driver. */
+static bool bus_id(int dev, char *bus, int len)
+{
+    if (shim_real.cudaDeviceGetPCIBusId) {
+        if (shim_real.cudaDeviceGetPCIBusId(bus, len, dev) == cudaSuccess)
+            return true;
+        shim_real.cudaGetLastError();
+        return false;
+    }
+    CUdevice d;
+    return shim_drv_resolve() == 0 && shim_drv.cuDeviceGet(&d, dev) == CUDA_SUCCESS &&
+           shim_drv.cuDeviceGetPCIBusId(bus, len, d) == CUDA_SUCCESS;
 }
 
 uint64_t shim_nvml_process_memory(int dev)
@@ -39,9 +55,7 @@ uint64_t shim_nvml_process_memory(int dev)
     pthread_once(&once, load);
     char bus[32];
     nvml_device h;
-    if (!ready || !shim_real.cudaDeviceGetPCIBusId ||
-        shim_real.cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) != cudaSuccess ||
-        nv.by_bus_id(bus, &h) != 0)
+    if (!ready || !bus_id(dev, bus, sizeof(bus)) || nv.by_bus_id(bus, &h) != 0)
         return STATS_UNKNOWN;
     nvml_process p[256];
     unsigned int n = 256;

@@ -36,7 +36,9 @@
  * the shim counts graph captures begun and ended through them, so that the
  * fence checks streams for a capture only while one may be going on. A
  * missing one is no error; the per-thread-stream forms are what programs
- * built with --default-stream per-thread call. */
+ * built with --default-stream per-thread call. The driver entry points
+ * cudaGetDriverEntryPoint* hand out are cupool's for the calls it serves
+ * (driver.h). */
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
                                         enum cudaStreamCaptureMode mode);
 cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
@@ -45,6 +47,13 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t 
                                                size_t numDependencies,
                                                enum cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *graph);
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **fn,
+                                         unsigned long long flags,
+                                         enum cudaDriverEntryPointQueryResult *status);
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fn,
+                                                  unsigned int version,
+                                                  unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *status);
 
 #define SHIM_OPTIONAL(X)                                                      \
     X(cudaError_t, cudaStreamBeginCapture,                                    \
@@ -61,12 +70,17 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *graph);
        enum cudaStreamCaptureMode mode))                                      \
     X(cudaError_t, cudaStreamEndCapture, (cudaStream_t stream, cudaGraph_t *graph)) \
     X(cudaError_t, cudaStreamEndCapture_ptsz,                                 \
-      (cudaStream_t stream, cudaGraph_t *graph))
-
-/* Called, not interposed, when the runtime has it: it reaches the driver's
- * virtual memory calls for CUPOOL_VMM (CUDA 12.5 and later). */
-#define SHIM_USED_OPTIONAL(X)                                                 \
+      (cudaStream_t stream, cudaGraph_t *graph))                              \
+    X(cudaError_t, cudaGetDriverEntryPoint,                                   \
+      (const char *symbol, void **fn, unsigned long long flags,               \
+       enum cudaDriverEntryPointQueryResult *status))                         \
+    X(cudaError_t, cudaGetDriverEntryPoint_ptsz,                              \
+      (const char *symbol, void **fn, unsigned long long flags,               \
+       enum cudaDriverEntryPointQueryResult *status))                         \
     X(cudaError_t, cudaGetDriverEntryPointByVersion,                          \
+      (const char *symbol, void **fn, unsigned int version,                   \
+       unsigned long long flags, enum cudaDriverEntryPointQueryResult *status)) \
+    X(cudaError_t, cudaGetDriverEntryPointByVersion_ptsz,                     \
       (const char *symbol, void **fn, unsigned int version,                   \
        unsigned long long flags, enum cudaDriverEntryPointQueryResult *status))
 
@@ -95,15 +109,14 @@ typedef struct shim_real_table {
     SHIM_INTERPOSED(SHIM_X_PTR)
     SHIM_OPTIONAL(SHIM_X_PTR)
     SHIM_USED(SHIM_X_PTR)
-    SHIM_USED_OPTIONAL(SHIM_X_PTR)
 #undef SHIM_X_PTR
 } shim_real_table;
 
 extern shim_real_table shim_real;
 
-/* Resolves the table once (thread-safe). Returns 0 if every function was
- * found, else -ENOENT after logging what is missing; missing entries stay
- * NULL and callers must check. */
+/* Resolves the table (thread-safe). Returns 0 once every function was
+ * found; else -ENOENT, and the next call tries again (a runtime loaded
+ * late is found then). Missing entries are NULL and callers must check. */
 int shim_real_resolve(void);
 
 #endif

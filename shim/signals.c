@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "driver.h"
 #include "signals.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -56,7 +57,7 @@ NO_TSAN static void libc_ready(void)
 {
     if (atomic_load_explicit(&libc_found, memory_order_acquire))
         return;
-#define X_FIND(ret, name, params) *(void **)&libc.name = dlsym(RTLD_NEXT, #name);
+#define X_FIND(ret, name, params) *(void **)&libc.name = shim_dlsym(RTLD_NEXT, #name);
     SIGNAL_FUNCS(X_FIND)
 #undef X_FIND
     atomic_store_explicit(&libc_found, true, memory_order_release);

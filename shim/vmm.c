@@ -1,9 +1,8 @@
 /*
  * vmm.c - see vmm.h.
  *
- * The driver calls are reached through the runtime
- * (cudaGetDriverEntryPointByVersion), so they come from the driver the
- * program's runtime uses, and the tests' simulated runtime can stand in.
+ * The driver calls are the loaded driver's own (driver.h), so the tests'
+ * simulated driver can stand in.
  * Each reservation keeps one handle per granule, in address order; a
  * handle of 0 is a granule already given back.
  */
@@ -15,51 +14,30 @@
 #include <cuda.h>
 
 #include "log.h"
-#include "real.h"
+#include "driver.h"
 #include "vmm.h"
 
-#define DRIVER_CALLS(X)                                                       \
-    X(cuDeviceGet, (CUdevice *, int))                                         \
-    X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))            \
-    X(cuMemGetAllocationGranularity,                                          \
-      (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags)) \
-    X(cuMemAddressReserve,                                                    \
-      (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))       \
-    X(cuMemAddressFree, (CUdeviceptr, size_t))                                \
-    X(cuMemCreate, (CUmemGenericAllocationHandle *, size_t,                   \
-                    const CUmemAllocationProp *, unsigned long long))         \
-    X(cuMemRelease, (CUmemGenericAllocationHandle))                           \
-    X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,   \
-                 unsigned long long))                                         \
-    X(cuMemUnmap, (CUdeviceptr, size_t))                                      \
-    X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
-    X(cuGetErrorString, (CUresult, const char **))
-
-static struct {
-#define X_PTR(name, params) CUresult(*name) params;
-    DRIVER_CALLS(X_PTR)
-#undef X_PTR
-} drv;
-static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+/* The driver's own functions (shim_drv): cupool's VMM segments are the
+ * pool's, never counted as memory passed through. */
+#define drv shim_drv
 static const char *drv_missing; /* the first call not found, or NULL */
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
 static void drv_resolve(void)
 {
-    if (!shim_real.cudaGetDriverEntryPointByVersion) {
-        drv_missing = "cudaGetDriverEntryPointByVersion (CUDA 12.5 or later)";
+    if (shim_drv_resolve() != 0) {
+        drv_missing = "the driver (libcuda.so.1 is not loaded)";
         return;
     }
-#define X_FIND(name, params)                                                  \
-    if (shim_real.cudaGetDriverEntryPointByVersion(#name, (void **)&drv.name, \
-                                                   12000, cudaEnableDefault,  \
-                                                   NULL) != cudaSuccess ||    \
-        !drv.name) {                                                          \
-        shim_real.cudaGetLastError();                                         \
-        if (!drv_missing)                                                     \
-            drv_missing = #name;                                              \
-    }
-    DRIVER_CALLS(X_FIND)
-#undef X_FIND
+#define X_CHECK(name)                                                         \
+    if (!drv_missing && !drv.name)                                            \
+        drv_missing = #name;
+    X_CHECK(cuDeviceGet) X_CHECK(cuDeviceGetAttribute)
+    X_CHECK(cuMemGetAllocationGranularity) X_CHECK(cuMemAddressReserve)
+    X_CHECK(cuMemAddressFree) X_CHECK(cuMemCreate) X_CHECK(cuMemRelease)
+    X_CHECK(cuMemMap) X_CHECK(cuMemUnmap) X_CHECK(cuMemSetAccess)
+    X_CHECK(cuGetErrorString)
+#undef X_CHECK
 }
 
 typedef struct vmm_range {

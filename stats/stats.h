@@ -35,6 +35,9 @@
     X(cap, BYTES, GAUGE, "cap on reserved (0 = none)")                        \
     X(outside_pool, BYTES, GAUGE, "device memory the process holds outside "  \
       "the pool: context, libraries, pass-through (from NVML)")               \
+    X(passed, BYTES, GAUGE, "bytes allocated through calls passed on "       \
+      "(stream-ordered, managed, pitched, cuMemCreate), counted against the cap") \
+    X(passed_peak, BYTES, GAUGE, "peak of passed")                            \
     X(free_blocks, COUNT, GAUGE, "free blocks")                               \
     X(segments, COUNT, GAUGE, "segments held from the driver")                \
     X(allocs, COUNT, COUNTER, "allocations served")                           \
@@ -64,6 +67,7 @@
     X(passthrough_3d, COUNT, COUNTER, "cudaMalloc3D calls passed on")         \
     X(passthrough_managed, COUNT, COUNTER, "cudaMallocManaged calls passed on") \
     X(passthrough_async, COUNT, COUNTER, "cudaMallocAsync calls passed on")   \
+    X(passthrough_create, COUNT, COUNTER, "cuMemCreate calls passed on")      \
     X(signal_flushes, COUNT, COUNTER, "flushes asked for by signal")          \
     X(requested_flushes, COUNT, COUNTER, "flushes asked for by cupool flush") \
     X(requested_dumps, COUNT, COUNTER, "dumps asked for by cupool dump")      \

@@ -5,6 +5,7 @@
  * if it held, 1 with a "FAIL:" line if not. test_shim.c runs them with the
  * environment each one needs.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -1020,6 +1021,40 @@ static int cupti(void)
            s2.legacy_records + s2.syncs - s1.legacy_records - s1.syncs);
     return 0;
 }
+
+/* The runtime hands out cupool's cuMemAlloc; allocations through it are
+ * served; the runtime's own cudaMalloc, which reaches the driver through
+ * the same entry point inside cupool, costs one driver allocation per
+ * segment: served once, never twice. */
+static int entrypoint(void)
+{
+    typedef int (*alloc_fn)(unsigned long long *, size_t);
+    typedef int (*free_fn)(unsigned long long);
+    void *fa = NULL, *ff = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    OK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fa, 13000, cudaEnableDefault, &q));
+    OK(cudaGetDriverEntryPointByVersion("cuMemFree", &ff, 13000, cudaEnableDefault, &q));
+    Dl_info info;
+    CHECK(dladdr(fa, &info) && strstr(info.dli_fname, "libcupool"));
+    alloc_fn a = (alloc_fn)fa;
+    free_fn f = (free_fn)ff;
+    unsigned long before = sim(0).mallocs;
+    for (int i = 0; i < 32; i++) {
+        unsigned long long p;
+        CHECK(a(&p, MIB) == 0 && p);
+        CHECK(f(p) == 0);
+    }
+    CHECK(sim(0).mallocs - before == 1);
+    /* Three large blocks, three segments, three driver allocations. */
+    void *p[3];
+    for (int i = 0; i < 3; i++)
+        OK(cudaMalloc(&p[i], 8 * MIB));
+    printf("driver allocations: %lu\n", sim(0).mallocs - before);
+    CHECK(sim(0).mallocs - before == 4);
+    for (int i = 0; i < 3; i++)
+        OK(cudaFree(p[i]));
+    return 0;
+}
 #endif
 
 static const struct { const char *name; int (*run)(void); } scenarios[] = {
@@ -1029,7 +1064,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"reset", reset}, {"multidev", multidev}, {"shards", shards},
     {"shards_cap", shards_cap}, {"cupti", cupti}, {"sig_chain", sig_chain},
     {"sig_dispositions", sig_dispositions}, {"sig_blocked", sig_blocked},
-    {"sig_flags", sig_flags}, {"sig_fork", sig_fork},
+    {"sig_flags", sig_flags}, {"sig_fork", sig_fork}, {"entrypoint", entrypoint},
 #endif
 #ifndef SIMCUDA
     {"capture_real", capture_real},

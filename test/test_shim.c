@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "driver.h"
 #include "real.h"
 #include "signals.h"
 
@@ -35,6 +36,9 @@ static sigset_t keep_ignored;
  * sanitizer runtime that must be preloaded ahead of it, if any. */
 static const char *dir = "build";
 static const char *runtime;
+/* The scenario program start() runs: rt_prog (on the runtime) or drv_prog
+ * (on the driver only). */
+static const char *program = "rt_prog";
 /* Where the children's live pages go unless a test names its own: a
  * directory of this run, removed at the end, so nothing is left in
  * /dev/shm by children that end without their destructors. */
@@ -142,7 +146,7 @@ static void start(child *c, const char *scenario, va_list ap)
         extra[n++] = x;
     extra[n] = NULL;
     char prog[600];
-    snprintf(prog, sizeof(prog), "%s/rt/rt_prog", dir);
+    snprintf(prog, sizeof(prog), "%s/rt/%s", dir, program);
     char *argv[] = {prog, (char *)scenario, NULL};
     child_spawn(c, argv, preload, extra);
 }
@@ -258,6 +262,49 @@ static void test_two_devices(void **s) { (void)s; PASSES("multidev"); }
 static void test_zero_bytes(void **s) { (void)s; PASSES("zero"); }
 static void test_ipc_handles(void **s) { (void)s; PASSES("ipc"); }
 
+/* ---- the driver API: programs with no dynamic runtime ----------------------- */
+
+/* Runs drv_prog SCENARIO preloaded, expecting exit status 0. */
+#define DRV_PASSES(...)                                                       \
+    do {                                                                      \
+        program = "drv_prog";                                                 \
+        result *r_ = run(__VA_ARGS__, NULL);                                  \
+        program = "rt_prog";                                                  \
+        assert_int_equal(r_->status, 0);                                      \
+    } while (0)
+
+/* Served through the entry points a static runtime takes from
+ * cuGetProcAddress (found with dlsym on the driver), and through the
+ * driver's names linked directly. */
+static void test_driver_served(void **s) { (void)s; DRV_PASSES("serve"); }
+static void test_driver_linked(void **s) { (void)s; DRV_PASSES("plt"); }
+/* The ABI asked for is the one given: version, per-thread stream. */
+static void test_driver_versions(void **s) { (void)s; DRV_PASSES("versions"); }
+/* The cap counts memory passed on (stream-ordered, cuMemCreate). */
+static void test_driver_cap(void **s) { (void)s; DRV_PASSES("cap", "CUPOOL_MAX_RESERVED=8M"); }
+/* An early probe for the runtime leaves nothing cached. */
+static void test_driver_lazy_runtime(void **s) { (void)s; DRV_PASSES("lazy"); }
+static void test_driver_streams(void **s) { (void)s; DRV_PASSES("streams"); }
+static void test_driver_capture(void **s) { (void)s; DRV_PASSES("capture"); }
+static void test_driver_reset(void **s) { (void)s; DRV_PASSES("reset"); }
+
+/* Without the shim, drv_prog's serve fails: its check is what the pool
+ * changes (each block is one driver allocation). */
+static void test_driver_check_fails_without_pool(void **s)
+{
+    (void)s;
+    program = "drv_prog";
+    result *r = run_expecting(1, "serve", "CUPOOL_DISABLE=1", NULL);
+    program = "rt_prog";
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->out, "driver allocations for 192 blocks: 192"));
+}
+
+/* The dynamic runtime's cudaMalloc reaches the driver through an entry
+ * point cupool handed out, inside the shim: each segment is one driver
+ * allocation, never a second pool entry. */
+static void test_runtime_through_driver_once(void **s) { (void)s; PASSES("entrypoint"); }
+
 static void test_shards(void **s)
 {
     (void)s;
@@ -296,9 +343,9 @@ static void test_vmm(void **s)
 static void test_cupti(void **s)
 {
     (void)s;
-    /* The simulated runtime carries the simulated CUPTI. */
+    /* The simulated driver carries the simulated CUPTI. */
     char path[600], full[PATH_MAX], lib[PATH_MAX + 32];
-    snprintf(path, sizeof(path), "%s/sim/libcudart.so.13", dir);
+    snprintf(path, sizeof(path), "%s/sim/libcuda.so.1", dir);
     assert_non_null(realpath(path, full));
     snprintf(lib, sizeof(lib), "CUPOOL_CUPTI_LIB=%s", full);
     result *r = run("cupti", NULL);
@@ -1200,6 +1247,10 @@ static void test_exports_match_allowlist(void **s)
 #define X_SIG(name) #name,
         SHIM_SIGNAL_EXPORTS(X_SIG)
 #undef X_SIG
+#define X_DRV(name, params) #name,
+        SHIM_DRV_SERVED(X_DRV)
+#undef X_DRV
+        "dlsym", /* driver.c: answers lookups on the driver */
     };
     size_t nwant = sizeof(want) / sizeof(want[0]);
     qsort(want, nwant, sizeof(want[0]), by_name);
@@ -1275,6 +1326,16 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_vmm),
         cmocka_unit_test(test_zero_bytes),
         cmocka_unit_test(test_ipc_handles),
+        cmocka_unit_test(test_driver_served),
+        cmocka_unit_test(test_driver_linked),
+        cmocka_unit_test(test_driver_versions),
+        cmocka_unit_test(test_driver_cap),
+        cmocka_unit_test(test_driver_lazy_runtime),
+        cmocka_unit_test(test_driver_streams),
+        cmocka_unit_test(test_driver_capture),
+        cmocka_unit_test(test_driver_reset),
+        cmocka_unit_test(test_driver_check_fails_without_pool),
+        cmocka_unit_test(test_runtime_through_driver_once),
         cmocka_unit_test(test_bad_config_keeps_default),
         cmocka_unit_test(test_disable_passes_through),
         cmocka_unit_test(test_threads_and_signal_storm),

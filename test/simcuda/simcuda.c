@@ -1,6 +1,9 @@
 /*
- * simcuda.c - a simulated CUDA runtime for CPU tests; see simcuda.h.
- * Only what cupool calls (and what tests call around it) is implemented.
+ * simcuda.c - the simulated CUDA driver for CPU tests, libcuda.so.1; see
+ * simcuda.h. It holds the state: the runtime's calls are here as simrt_
+ * functions that the simulated libcudart.so.13 (simcudart.c) forwards to,
+ * and the driver's under its own names. Only what cupool calls (and what
+ * tests call around it) is implemented.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -172,13 +175,13 @@ static cudaError_t sim_alloc(void **ptr, size_t size, int dev)
     return e == cudaSuccess ? e : fail(e);
 }
 
-EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
+EXPORT cudaError_t simrt_cudaMalloc(void **ptr, size_t size)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2);
     return sim_alloc(ptr, size, current);
 }
 
-EXPORT cudaError_t cudaFree(void *ptr)
+EXPORT cudaError_t simrt_cudaFree(void *ptr)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2);
     if (!ptr)
@@ -200,31 +203,31 @@ EXPORT cudaError_t cudaFree(void *ptr)
     return fail(cudaErrorInvalidValue);
 }
 
-EXPORT cudaError_t cudaFreeAsync(void *ptr, cudaStream_t s)
+EXPORT cudaError_t simrt_cudaFreeAsync(void *ptr, cudaStream_t s)
 {
     (void)s;
-    return cudaFree(ptr);
+    return simrt_cudaFree(ptr);
 }
 
-EXPORT cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
+EXPORT cudaError_t simrt_cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
 {
     (void)s;
     return sim_alloc(ptr, size, current);
 }
 
-EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int f)
+EXPORT cudaError_t simrt_cudaMallocManaged(void **ptr, size_t size, unsigned int f)
 {
     (void)f;
     return sim_alloc(ptr, size, current);
 }
 
-EXPORT cudaError_t cudaMallocPitch(void **ptr, size_t *pitch, size_t w, size_t h)
+EXPORT cudaError_t simrt_cudaMallocPitch(void **ptr, size_t *pitch, size_t w, size_t h)
 {
     *pitch = (w + 511) / 512 * 512;
     return sim_alloc(ptr, *pitch * h, current);
 }
 
-EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent e)
+EXPORT cudaError_t simrt_cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent e)
 {
     size_t pitch = (e.width + 511) / 512 * 512;
     pp->pitch = pitch;
@@ -233,7 +236,7 @@ EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent e)
     return sim_alloc(&pp->ptr, pitch * e.height * (e.depth ? e.depth : 1), current);
 }
 
-EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
+EXPORT cudaError_t simrt_cudaMemGetInfo(size_t *free_b, size_t *total)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2);
     pthread_mutex_lock(&lock);
@@ -244,7 +247,7 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaDeviceReset(void)
+EXPORT cudaError_t simrt_cudaDeviceReset(void)
 {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < nallocs;) {
@@ -260,7 +263,7 @@ EXPORT cudaError_t cudaDeviceReset(void)
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaGetDeviceCount(int *n)
+EXPORT cudaError_t simrt_cudaGetDeviceCount(int *n)
 {
     pthread_mutex_lock(&lock);
     setup();
@@ -269,31 +272,31 @@ EXPORT cudaError_t cudaGetDeviceCount(int *n)
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaGetDevice(int *d)
+EXPORT cudaError_t simrt_cudaGetDevice(int *d)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice_v2);
     *d = current;
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaSetDevice(int d)
+EXPORT cudaError_t simrt_cudaSetDevice(int d)
 {
     int n;
-    cudaGetDeviceCount(&n);
+    simrt_cudaGetDeviceCount(&n);
     if (d < 0 || d >= n)
         return fail(cudaErrorInvalidDevice);
     current = d;
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaGetLastError(void)
+EXPORT cudaError_t simrt_cudaGetLastError(void)
 {
     cudaError_t e = last_error;
     last_error = cudaSuccess;
     return e;
 }
 
-EXPORT cudaError_t cudaDeviceSynchronize(void)
+EXPORT cudaError_t simrt_cudaDeviceSynchronize(void)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
     pthread_mutex_lock(&lock);
@@ -303,7 +306,7 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f)
+EXPORT cudaError_t simrt_cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventCreate);
     (void)f;
@@ -311,13 +314,13 @@ EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f)
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e)
+EXPORT cudaError_t simrt_cudaEventDestroy(cudaEvent_t e)
 {
     free(e);
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+EXPORT cudaError_t simrt_cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventRecord);
     (void)e;
@@ -329,7 +332,7 @@ EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f)
+EXPORT cudaError_t simrt_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent);
     (void)s, (void)e, (void)f;
@@ -341,7 +344,7 @@ EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned i
 }
 
 /* Work: sets bytes of (simulated) device memory, at once. */
-EXPORT cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+EXPORT cudaError_t simrt_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
     (void)s;
     memset(p, v, n);
@@ -352,7 +355,7 @@ EXPORT cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int f, int p)
+EXPORT cudaError_t simrt_cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int f, int p)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamCreateWithPriority);
     (void)f, (void)p;
@@ -360,17 +363,17 @@ EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int f,
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f)
+EXPORT cudaError_t simrt_cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f)
 {
-    return cudaStreamCreateWithPriority(s, f, 0);
+    return simrt_cudaStreamCreateWithPriority(s, f, 0);
 }
 
-EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s)
+EXPORT cudaError_t simrt_cudaStreamCreate(cudaStream_t *s)
 {
-    return cudaStreamCreateWithPriority(s, 0, 0);
+    return simrt_cudaStreamCreateWithPriority(s, 0, 0);
 }
 
-EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
+EXPORT cudaError_t simrt_cudaStreamDestroy(cudaStream_t s)
 {
     free(s);
     return cudaSuccess;
@@ -403,29 +406,29 @@ static cudaError_t end_capture(cudaStream_t s, cudaGraph_t *g)
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
+EXPORT cudaError_t simrt_cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
 {
     (void)m;
     return begin_capture(s);
 }
 
-EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, enum cudaStreamCaptureMode m)
+EXPORT cudaError_t simrt_cudaStreamBeginCapture_ptsz(cudaStream_t s, enum cudaStreamCaptureMode m)
 {
     (void)m;
     return begin_capture(s ? s : cudaStreamPerThread);
 }
 
-EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+EXPORT cudaError_t simrt_cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
 {
     return end_capture(s, g);
 }
 
-EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g)
+EXPORT cudaError_t simrt_cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g)
 {
     return end_capture(s ? s : cudaStreamPerThread, g);
 }
 
-EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
+EXPORT cudaError_t simrt_cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamIsCapturing);
     *status = cudaStreamCaptureStatusNone;
@@ -438,7 +441,7 @@ EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureS
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *m)
+EXPORT cudaError_t simrt_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *m)
 {
     static _Thread_local enum cudaStreamCaptureMode mode;
     enum cudaStreamCaptureMode old = mode;
@@ -447,7 +450,7 @@ EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMod
     return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
+EXPORT cudaError_t simrt_cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
 {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < nallocs; i++) {
@@ -462,13 +465,13 @@ EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
     return fail(cudaErrorInvalidValue);
 }
 
-EXPORT cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device)
+EXPORT cudaError_t simrt_cudaDeviceGetPCIBusId(char *id, int len, int device)
 {
     snprintf(id, (size_t)len, "0000:%02x:00.0", device + 1);
     return cudaSuccess;
 }
 
-EXPORT const char *cudaGetErrorString(cudaError_t e)
+EXPORT const char *simrt_cudaGetErrorString(cudaError_t e)
 {
     switch (e) {
     case cudaSuccess: return "no error";
@@ -659,35 +662,375 @@ static CUresult drv_error_string(CUresult e, const char **s)
     return CUDA_SUCCESS;
 }
 
-EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn,
-                                                    unsigned int version,
-                                                    unsigned long long flags,
-                                                    enum cudaDriverEntryPointQueryResult *q)
+
+/* ---- the driver API ---------------------------------------------------------
+ * What a static runtime, a driver-API program, CuPy or XLA call, by the
+ * driver's exported names, on the same state as the runtime calls above.
+ * One context per device, its primary; the calling thread's is the
+ * runtime's current device. */
+
+static char contexts[MAX_DEV];
+
+void simrt_set_error(cudaError_t e) EXPORT;
+void simrt_set_error(cudaError_t e) { last_error = e; }
+
+static CUresult from_rt(cudaError_t e)
 {
-    (void)version, (void)flags;
-    static const struct { const char *name; void *fn; } table[] = {
-        {"cuDeviceGet", (void *)drv_device_get},
-        {"cuDeviceGetAttribute", (void *)drv_device_attr},
-        {"cuMemGetAllocationGranularity", (void *)drv_granularity},
-        {"cuMemAddressReserve", (void *)drv_reserve},
-        {"cuMemAddressFree", (void *)drv_address_free},
-        {"cuMemCreate", (void *)drv_create},
-        {"cuMemRelease", (void *)drv_release},
-        {"cuMemMap", (void *)drv_map},
-        {"cuMemUnmap", (void *)drv_unmap},
-        {"cuMemSetAccess", (void *)drv_set_access},
-        {"cuGetErrorString", (void *)drv_error_string},
-    };
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
-        if (!strcmp(sym, table[i].name)) {
-            *fn = table[i].fn;
-            if (q)
-                *q = cudaDriverEntryPointSuccess;
-            return cudaSuccess;
-        }
+    last_error = cudaSuccess; /* the driver leaves the runtime's error alone */
+    return e == cudaSuccess ? CUDA_SUCCESS
+           : e == cudaErrorMemoryAllocation ? CUDA_ERROR_OUT_OF_MEMORY
+           : e == cudaErrorInvalidValue ? CUDA_ERROR_INVALID_VALUE
+           : e == cudaErrorIllegalState ? CUDA_ERROR_ILLEGAL_STATE
+           : CUDA_ERROR_UNKNOWN;
+}
+
+static int ctx_device(CUcontext c)
+{
+    setup();
+    char *p = (char *)c;
+    return p >= contexts && p < contexts + ndev ? (int)(p - contexts) : -1;
+}
+
+EXPORT CUresult cuInit(unsigned int flags) { (void)flags; setup(); return CUDA_SUCCESS; }
+EXPORT CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
+EXPORT CUresult cuDeviceGetCount(int *n) { return from_rt(simrt_cudaGetDeviceCount(n)); }
+EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) { return drv_device_get(d, ordinal); }
+EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
+{
+    return drv_device_attr(v, a, d);
+}
+EXPORT CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d)
+{
+    return from_rt(simrt_cudaDeviceGetPCIBusId(id, len, d));
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *c)
+{
+    setup();
+    *c = (CUcontext)&contexts[current];
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext c)
+{
+    int d = ctx_device(c);
+    if (d < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    current = d;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetDevice(CUdevice *d)
+{
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice);
+    *d = current;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSynchronize(void) { return from_rt(simrt_cudaDeviceSynchronize()); }
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
+{
+    setup();
+    if (d < 0 || d >= ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *c = (CUcontext)&contexts[d];
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; return CUDA_SUCCESS; }
+
+EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags, int *active)
+{
+    (void)d;
+    *flags = 0;
+    *active = 1;
+    return CUDA_SUCCESS;
+}
+
+/* Frees every allocation of device d, as destroying its context does. */
+static CUresult reset_device(int d)
+{
+    if (d < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    int saved = current;
+    current = d;
+    simrt_cudaDeviceReset();
+    current = saved;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
+{
+    return reset_device(d >= 0 && d < ndev ? d : -1);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { return reset_device(ctx_device(c)); }
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
+{
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2);
+    if (!p || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    return from_rt(sim_alloc((void **)p, size, current));
+}
+
+/* The 32-bit form of CUDA before 3.2: what cuGetProcAddress answers for
+ * cuMemAlloc asked for with an older version. Never to be called. */
+#undef cuMemAlloc
+CUresult cuMemAlloc(unsigned int *p, unsigned int size) EXPORT;
+CUresult cuMemAlloc(unsigned int *p, unsigned int size)
+{
+    (void)p, (void)size;
+    fprintf(stderr, "simcuda: the pre-3.2 cuMemAlloc was called\n");
+    abort();
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    return from_rt(simrt_cudaFree((void *)p));
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { return from_rt(simrt_cudaMemGetInfo(f, t)); }
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h,
+                                   unsigned int elem)
+{
+    (void)elem;
+    return from_rt(simrt_cudaMallocPitch((void **)p, pitch, w, h));
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int f)
+{
+    return from_rt(simrt_cudaMallocManaged((void **)p, size, f));
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s)
+{
+    return from_rt(simrt_cudaMallocAsync((void **)p, size, (cudaStream_t)s));
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) EXPORT;
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s)
+{
+    return cuMemAllocAsync(p, size, s);
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+    return from_rt(simrt_cudaFreeAsync((void *)p, (cudaStream_t)s));
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) EXPORT;
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
+
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s)
+{
+    return from_rt(simrt_cudaMemsetAsync((void *)p, v, n, (cudaStream_t)s));
+}
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
+                                              CUmemAllocationGranularity_flags f)
+{
+    return drv_granularity(g, p, f);
+}
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align,
+                                    CUdeviceptr addr, unsigned long long flags)
+{
+    return drv_reserve(ptr, size, align, addr, flags);
+}
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { return drv_address_free(ptr, size); }
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                            const CUmemAllocationProp *p, unsigned long long f)
+{
+    return drv_create(h, size, p, f);
+}
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return drv_release(h); }
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t off,
+                         CUmemGenericAllocationHandle h, unsigned long long f)
+{
+    return drv_map(ptr, size, off, h, f);
+}
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) { return drv_unmap(ptr, size); }
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *d,
+                               size_t n)
+{
+    return drv_set_access(ptr, size, d, n);
+}
+EXPORT CUresult cuGetErrorString(CUresult e, const char **s) { return drv_error_string(e, s); }
+
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int f)
+{
+    return from_rt(simrt_cudaStreamCreateWithPriority((cudaStream_t *)s, f, 0));
+}
+EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int f, int p)
+{
+    return from_rt(simrt_cudaStreamCreateWithPriority((cudaStream_t *)s, f, p));
+}
+EXPORT CUresult cuStreamDestroy_v2(CUstream s) { return from_rt(simrt_cudaStreamDestroy((cudaStream_t)s)); }
+EXPORT CUresult cuEventCreate(CUevent *e, unsigned int f)
+{
+    return from_rt(simrt_cudaEventCreateWithFlags((cudaEvent_t *)e, f));
+}
+EXPORT CUresult cuEventDestroy_v2(CUevent e) { return from_rt(simrt_cudaEventDestroy((cudaEvent_t)e)); }
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
+{
+    return from_rt(simrt_cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s));
+}
+EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
+{
+    return from_rt(simrt_cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, f));
+}
+
+/* The capture calls: v1 (CUDA 10.0, no mode), v2, and the per-thread
+ * form of each (as the real driver names them). */
+#undef cuStreamBeginCapture
+CUresult cuStreamBeginCapture(CUstream s) EXPORT;
+CUresult cuStreamBeginCapture(CUstream s)
+{
+    return from_rt(simrt_cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal));
+}
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m)
+{
+    return from_rt(simrt_cudaStreamBeginCapture((cudaStream_t)s, (enum cudaStreamCaptureMode)m));
+}
+CUresult cuStreamBeginCapture_ptsz(CUstream s) EXPORT;
+CUresult cuStreamBeginCapture_ptsz(CUstream s)
+{
+    return from_rt(simrt_cudaStreamBeginCapture_ptsz((cudaStream_t)s,
+                                                     cudaStreamCaptureModeGlobal));
+}
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) EXPORT;
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m)
+{
+    return from_rt(simrt_cudaStreamBeginCapture_ptsz((cudaStream_t)s,
+                                                     (enum cudaStreamCaptureMode)m));
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
+{
+    return from_rt(simrt_cudaStreamEndCapture((cudaStream_t)s, (cudaGraph_t *)g));
+}
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) EXPORT;
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
+{
+    return from_rt(simrt_cudaStreamEndCapture_ptsz((cudaStream_t)s, (cudaGraph_t *)g));
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
+{
+    enum cudaStreamCaptureStatus r;
+    CUresult e = from_rt(simrt_cudaStreamIsCapturing((cudaStream_t)s, &r));
+    *status = (CUstreamCaptureStatus)r;
+    return e;
+}
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
+{
+    return from_rt(simrt_cudaThreadExchangeStreamCaptureMode((enum cudaStreamCaptureMode *)m));
+}
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+    return from_rt(simrt_cudaIpcGetMemHandle((cudaIpcMemHandle_t *)h, (void *)p));
+}
+
+/* ---- cuGetProcAddress: the function for a name, by version and stream
+ * semantics, as the real driver answers: the newest version not newer than
+ * the one asked for; the _ptsz form only when per-thread is asked for. */
+static const struct entry {
+    const char *base;
+    int since;   /* CUDA version it appeared in */
+    bool ptsz;
+    void *fn;
+} entries[] = {
+    {"cuInit", 2000, false, (void *)cuInit},
+    {"cuDriverGetVersion", 2020, false, (void *)cuDriverGetVersion},
+    {"cuDeviceGetCount", 2000, false, (void *)cuDeviceGetCount},
+    {"cuDeviceGet", 2000, false, (void *)cuDeviceGet},
+    {"cuDeviceGetAttribute", 2000, false, (void *)cuDeviceGetAttribute},
+    {"cuDeviceGetPCIBusId", 4010, false, (void *)cuDeviceGetPCIBusId},
+    {"cuCtxGetCurrent", 4000, false, (void *)cuCtxGetCurrent},
+    {"cuCtxSetCurrent", 4000, false, (void *)cuCtxSetCurrent},
+    {"cuCtxGetDevice", 2000, false, (void *)cuCtxGetDevice},
+    {"cuCtxSynchronize", 2000, false, (void *)cuCtxSynchronize},
+    {"cuCtxDestroy", 4000, false, (void *)cuCtxDestroy_v2},
+    {"cuDevicePrimaryCtxRetain", 7000, false, (void *)cuDevicePrimaryCtxRetain},
+    {"cuDevicePrimaryCtxRelease", 11000, false, (void *)cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxReset", 11000, false, (void *)cuDevicePrimaryCtxReset_v2},
+    {"cuDevicePrimaryCtxGetState", 7000, false, (void *)cuDevicePrimaryCtxGetState},
+    {"cuMemAlloc", 2000, false, (void *)cuMemAlloc},
+    {"cuMemAlloc", 3020, false, (void *)cuMemAlloc_v2},
+    {"cuMemFree", 3020, false, (void *)cuMemFree_v2},
+    {"cuMemGetInfo", 3020, false, (void *)cuMemGetInfo_v2},
+    {"cuMemAllocPitch", 3020, false, (void *)cuMemAllocPitch_v2},
+    {"cuMemAllocManaged", 6000, false, (void *)cuMemAllocManaged},
+    {"cuMemAllocAsync", 11020, false, (void *)cuMemAllocAsync},
+    {"cuMemAllocAsync", 11020, true, (void *)cuMemAllocAsync_ptsz},
+    {"cuMemFreeAsync", 11020, false, (void *)cuMemFreeAsync},
+    {"cuMemFreeAsync", 11020, true, (void *)cuMemFreeAsync_ptsz},
+    {"cuMemsetD8Async", 3020, false, (void *)cuMemsetD8Async},
+    {"cuMemGetAllocationGranularity", 10020, false, (void *)cuMemGetAllocationGranularity},
+    {"cuMemAddressReserve", 10020, false, (void *)cuMemAddressReserve},
+    {"cuMemAddressFree", 10020, false, (void *)cuMemAddressFree},
+    {"cuMemCreate", 10020, false, (void *)cuMemCreate},
+    {"cuMemRelease", 10020, false, (void *)cuMemRelease},
+    {"cuMemMap", 10020, false, (void *)cuMemMap},
+    {"cuMemUnmap", 10020, false, (void *)cuMemUnmap},
+    {"cuMemSetAccess", 10020, false, (void *)cuMemSetAccess},
+    {"cuGetErrorString", 6000, false, (void *)cuGetErrorString},
+    {"cuStreamCreate", 2000, false, (void *)cuStreamCreate},
+    {"cuStreamCreateWithPriority", 5050, false, (void *)cuStreamCreateWithPriority},
+    {"cuStreamDestroy", 4000, false, (void *)cuStreamDestroy_v2},
+    {"cuEventCreate", 2000, false, (void *)cuEventCreate},
+    {"cuEventDestroy", 4000, false, (void *)cuEventDestroy_v2},
+    {"cuEventRecord", 2000, false, (void *)cuEventRecord},
+    {"cuStreamWaitEvent", 3020, false, (void *)cuStreamWaitEvent},
+    {"cuStreamBeginCapture", 10000, false, (void *)cuStreamBeginCapture},
+    {"cuStreamBeginCapture", 10010, false, (void *)cuStreamBeginCapture_v2},
+    {"cuStreamBeginCapture", 10000, true, (void *)cuStreamBeginCapture_ptsz},
+    {"cuStreamBeginCapture", 10010, true, (void *)cuStreamBeginCapture_v2_ptsz},
+    {"cuStreamEndCapture", 10000, false, (void *)cuStreamEndCapture},
+    {"cuStreamEndCapture", 10000, true, (void *)cuStreamEndCapture_ptsz},
+    {"cuStreamIsCapturing", 10000, false, (void *)cuStreamIsCapturing},
+    {"cuThreadExchangeStreamCaptureMode", 10010, false,
+     (void *)cuThreadExchangeStreamCaptureMode},
+    {"cuIpcGetMemHandle", 4010, false, (void *)cuIpcGetMemHandle},
+    {"cuGetProcAddress", 11030, false, NULL}, /* filled below */
+    {"cuGetProcAddress", 12000, false, NULL},
+};
+
+#undef cuGetProcAddress
+CUresult cuGetProcAddress(const char *sym, void **fn, int version, cuuint64_t flags) EXPORT;
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **fn, int version,
+                                    cuuint64_t flags, CUdriverProcAddressQueryResult *q)
+{
+    const struct entry *best = NULL;
+    bool found = false, ptsz = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
+        const struct entry *e = &entries[i];
+        if (strcmp(e->base, sym) != 0)
+            continue;
+        found = true;
+        if (e->since > version)
+            continue;
+        /* A per-thread form wins when asked for; else never. */
+        if (e->ptsz && !ptsz)
+            continue;
+        if (!best || e->ptsz > best->ptsz || (e->ptsz == best->ptsz && e->since > best->since))
+            best = e;
     }
     *fn = NULL;
+    if (best) {
+        *fn = best->fn ? best->fn
+              : best->since == 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+    }
     if (q)
-        *q = cudaDriverEntryPointSymbolNotFound;
-    return cudaSuccess;
+        *q = best ? CU_GET_PROC_ADDRESS_SUCCESS
+             : found ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                     : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return best ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuGetProcAddress(const char *sym, void **fn, int version, cuuint64_t flags)
+{
+    return cuGetProcAddress_v2(sym, fn, version, flags, NULL);
 }

@@ -1,0 +1,36 @@
+/*
+ * interpose.h - what the runtime's and the driver's interposed entry points
+ * share (interpose.c, interpose_driver.c).
+ */
+#ifndef CUPOOL_SHIM_INTERPOSE_H
+#define CUPOOL_SHIM_INTERPOSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Nonzero while the calling thread is inside the shim (or inside a real
+ * CUDA call the shim made): every interposed entry point then goes straight
+ * to the real function, so an allocation is served exactly once and the
+ * pool's own calls reach CUDA. */
+extern _Thread_local int shim_inside;
+
+/* Serves size bytes from dev's pool for call (its name, for the report):
+ * 0 and *a, -ENODEV if the device has no pool (pass the call on), or the
+ * pool's error after the out-of-memory report. */
+int shim_serve(int dev, size_t size, uintptr_t *a, const char *call);
+
+/* Frees ptr in whichever pool owns it, dev's first (dev may be -1):
+ * 0, -ENOENT if no pool owns it, or pool_free's error (logged). */
+int shim_free_pooled(int dev, void *ptr);
+
+/* Turns the driver's free and total memory of dev into what the process
+ * may use: cached bytes are free to it; the cap bounds both. */
+void shim_mem_info_adjust(int dev, size_t *free_b, size_t *total_b);
+
+/* True (after one line saying why) if an IPC handle for ptr would let an
+ * importer map the wrong memory: a pooled block that does not start its
+ * segment, or one in a VMM segment. */
+bool shim_ipc_refused(void *ptr);
+
+#endif

@@ -1,0 +1,38 @@
+/*
+ * passed.h - memory the process allocates through calls cupool passes on
+ * to CUDA (stream-ordered, managed, pitched and 3D allocations, the
+ * driver's cuMemCreate, allocations in a context no pool serves): counted
+ * per device, live, against the device's cap and in the statistics.
+ */
+#ifndef CUPOOL_SHIM_PASSED_H
+#define CUPOOL_SHIM_PASSED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a key names: a device address, or a cuMemCreate handle. */
+enum shim_passed_kind { SHIM_PASSED_PTR = 1, SHIM_PASSED_HANDLE = 2 };
+
+/* Takes size bytes of dev's cap for an allocation about to be passed on:
+ * 0, or -EDQUOT if the pool's reserved bytes, those passed on and size
+ * exceed the cap even after the pool gave back its idle segments (then one
+ * line says so). Without a cap, or with call NULL (the allocation was
+ * made already: a pitched one larger than asked), always 0. */
+int shim_passed_take(int dev, size_t size, const char *call);
+
+/* Gives back bytes taken for an allocation that failed (or that turned out
+ * smaller: a pitched one). */
+void shim_passed_untake(int dev, size_t size);
+
+/* Records a successful allocation of size bytes, taken before. */
+void shim_passed_record(int dev, int kind, uintptr_t key, size_t size);
+
+/* Forgets an allocation freed: true (its bytes no longer count) if it was
+ * recorded. */
+bool shim_passed_release(int kind, uintptr_t key);
+
+/* Forgets every allocation of dev (its context was destroyed). */
+void shim_passed_forget_device(int dev);
+
+#endif
