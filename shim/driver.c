@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "control.h"
 #include "driver.h"
 #include "log.h"
 
@@ -163,7 +164,8 @@ static const struct served {
 
 void *shim_drv_answer(const char *base, void *fn)
 {
-    if (!fn || !base || shim_drv_resolve() != 0)
+    /* Off (CUPOOL_DISABLE, a forked child): the driver's own, untouched. */
+    if (!fn || !base || !shim_active() || shim_drv_resolve() != 0)
         return fn;
     size_t n = strlen(base);
     for (size_t i = 0; i < sizeof(served) / sizeof(served[0]); i++) {

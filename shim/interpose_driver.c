@@ -447,7 +447,7 @@ CUresult shim_hook_cuGetProcAddress(const char *symbol, void **fn, int version,
     CUresult r = shim_drv_resolve() != 0 || !shim_drv.cuGetProcAddress
                      ? CUDA_ERROR_NOT_FOUND
                      : shim_drv.cuGetProcAddress(symbol, fn, version, flags);
-    if (r == CUDA_SUCCESS && fn && symbol && shim_active())
+    if (r == CUDA_SUCCESS && fn && symbol)
         *fn = shim_drv_answer(symbol, *fn);
     return r;
 }
@@ -459,7 +459,7 @@ CUresult shim_hook_cuGetProcAddress_v2(const char *symbol, void **fn, int versio
     CUresult r = shim_drv_resolve() != 0 || !shim_drv.cuGetProcAddress_v2
                      ? CUDA_ERROR_NOT_FOUND
                      : shim_drv.cuGetProcAddress_v2(symbol, fn, version, flags, status);
-    if (r == CUDA_SUCCESS && fn && symbol && shim_active())
+    if (r == CUDA_SUCCESS && fn && symbol)
         *fn = shim_drv_answer(symbol, *fn);
     return r;
 }

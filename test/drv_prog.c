@@ -34,6 +34,10 @@
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
                            CUdriverProcAddressQueryResult *);
 
+/* dlsym as a program built against glibc before 2.34 binds it. */
+void *dlsym_225(void *handle, const char *name);
+__asm__(".symver dlsym_225, dlsym@GLIBC_2.2.5");
+
 /* The driver as a static runtime finds it. */
 static struct {
     void *lib;
@@ -201,6 +205,12 @@ static int versions(void)
     EXPECT_DLSYM(drv.lib, "cuCtxGetCurrent", "driver:cuCtxGetCurrent");
     EXPECT_DLSYM(drv.lib, "cuGetProcAddress", "cupool:cuGetProcAddress");
     EXPECT_DLSYM(drv.lib, "no_such_symbol", "NULL");
+    /* The same through dlsym@GLIBC_2.2.5 (programs built before 2.34). */
+    char b225[128];
+    CHECK(!strcmp(who(dlsym_225(drv.lib, "cuMemAlloc_v2"), b225, sizeof(b225)),
+                  "cupool:cuMemAlloc_v2"));
+    CHECK(!strcmp(who(dlsym_225(drv.lib, "cuDeviceGet"), b225, sizeof(b225)),
+                  "driver:cuDeviceGet"));
     /* RTLD_NEXT from the program: the next definition after it, which is
      * cupool's (preloaded) for cuMemAlloc_v2, the driver's for the rest. */
     EXPECT_DLSYM(RTLD_NEXT, "cuMemAlloc_v2", "cupool:cuMemAlloc_v2");

@@ -300,6 +300,18 @@ static void test_driver_check_fails_without_pool(void **s)
     assert_non_null(strstr(r->out, "driver allocations for 192 blocks: 192"));
 }
 
+/* CUPOOL_DISABLE=1 hands out the driver's own functions: the versions
+ * check, which expects cupool's, fails. */
+static void test_driver_disabled_hands_out_driver(void **s)
+{
+    (void)s;
+    program = "drv_prog";
+    result *r = run_expecting(1, "versions", "CUPOOL_DISABLE=1", NULL);
+    program = "rt_prog";
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->err, "driver:cuMemAlloc_v2, not cupool:cuMemAlloc_v2"));
+}
+
 /* The dynamic runtime's cudaMalloc reaches the driver through an entry
  * point cupool handed out, inside the shim: each segment is one driver
  * allocation, never a second pool entry. */
@@ -407,6 +419,18 @@ static void test_cupool_run(void **s)
              "echo no-dashes 2>&1", dir);
     assert_int_equal(shell(cmd, out, sizeof(out)), 0);
     assert_string_equal(out, "no-dashes\n");
+    /* A program on the driver only is reached: no warning. A statically
+     * linked one cannot be: one line says so. */
+    snprintf(cmd, sizeof(cmd), "CUPOOL_LIB=%s/libcupool.so scripts/cupool run --jax -- "
+             "%s/rt/drv_prog versions 2>&1", dir, dir);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_string_equal(out, "versions ok\n");
+    snprintf(cmd, sizeof(cmd), "printf 'int main(void){return 0;}' | cc -static -x c - "
+             "-o %s/static_prog && CUPOOL_LIB=%s/libcupool.so scripts/cupool run -- "
+             "%s/static_prog 2>&1", dir, dir, dir);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "is linked statically (no dynamic loader), so LD_PRELOAD "
+                                "cannot reach it"));
 }
 
 /* Runs SCENARIO with VAR naming a symbolic link to a file of the user
@@ -1231,6 +1255,35 @@ static void test_trace_bad_path(void **s)
     assert_non_null(strstr(r->err, "cannot open CUPOOL_TRACE file /nonexistent/dir/t.trace"));
 }
 
+/* A driver-API program is flushed from outside and recorded like any: 3
+ * MiB live and 1 MiB cached after 192 pairs; cupool flush returns the idle
+ * segments; the trace holds every allocation and free. */
+static void test_driver_flush_and_trace(void **s)
+{
+    (void)s;
+    char trace[160], traceenv[200], cmd[700], out[4096], check[256];
+    snprintf(trace, sizeof(trace), "%s/drv.trace", pages);
+    snprintf(traceenv, sizeof(traceenv), "CUPOOL_TRACE=%s", trace);
+    child c;
+    program = "drv_prog";
+    start_ready(&c, "serve", "drv", traceenv, NULL);
+    program = "rt_prog";
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush %d", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    /* Every 2 MiB segment of the churn is idle (the cached 1 MiB block is
+     * in one of them); the 4 MiB segment holding the live 3 MiB is not. */
+    assert_non_null(strstr(out, "returned 64.00 MiB (67108864 bytes) to the driver"));
+    kill(c.pid, SIGTERM);
+    result *r = finish(&c, "serve", 0);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "driver frees: 32"));
+    snprintf(check, sizeof(check),
+             "assert (v[\"allocs\"], v[\"frees\"], v[\"end_live_blocks\"], "
+             "v[\"unmatched_frees\"]) == (194, 193, 1, 0), v; "
+             "assert dv[\"recorded_flushes\"] == 1, dv");
+    assert_int_equal(replay_check(trace, check), 0);
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -1335,6 +1388,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_driver_capture),
         cmocka_unit_test(test_driver_reset),
         cmocka_unit_test(test_driver_check_fails_without_pool),
+        cmocka_unit_test(test_driver_disabled_hands_out_driver),
+        cmocka_unit_test_setup_teardown(test_driver_flush_and_trace, pages_setup,
+                                        pages_teardown),
         cmocka_unit_test(test_runtime_through_driver_once),
         cmocka_unit_test(test_bad_config_keeps_default),
         cmocka_unit_test(test_disable_passes_through),

@@ -5,6 +5,7 @@
  * and the driver's under its own names. Only what cupool calls (and what
  * tests call around it) is implemented.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -691,7 +692,20 @@ static int ctx_device(CUcontext c)
     return p >= contexts && p < contexts + ndev ? (int)(p - contexts) : -1;
 }
 
-EXPORT CUresult cuInit(unsigned int flags) { (void)flags; setup(); return CUDA_SUCCESS; }
+/* The real driver looks itself up with dlsym while it starts: a preloaded
+ * dlsym must not recurse or deadlock on that. */
+EXPORT CUresult cuInit(unsigned int flags)
+{
+    (void)flags;
+    void *self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!self || !dlsym(self, "cuGetProcAddress_v2") || !dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    dlclose(self);
+    pthread_mutex_lock(&lock);
+    setup();
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
 EXPORT CUresult cuDeviceGetCount(int *n) { return from_rt(simrt_cudaGetDeviceCount(n)); }
 EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) { return drv_device_get(d, ordinal); }
