@@ -61,9 +61,16 @@ __attribute__((constructor(101))) static void devices_init(void)
  * the driver's error code (they agree on success, 1 invalid value and 2 out
  * of memory), leaving no error behind in the runtime. */
 
+_Thread_local bool shim_via_driver;
+
+/* Whether the shim's calls for d go to the driver: always for a device
+ * without a dynamic runtime, and for a request that came through the
+ * driver (shim_via_driver), which the runtime may have made while holding
+ * its own locks: calling back into the runtime then could wait on them. */
 static bool drv(const shim_device *d)
 {
-    return atomic_load_explicit(&d->api, memory_order_relaxed) == SHIM_API_DRIVER;
+    return shim_via_driver ||
+           atomic_load_explicit(&d->api, memory_order_relaxed) == SHIM_API_DRIVER;
 }
 
 int shim_device_api(int dev)
@@ -447,11 +454,31 @@ static void be_observe(void *ctx, int ev, int err, uintptr_t addr, size_t size)
 static _Thread_local int my_shard = -1;
 static atomic_uint next_shard;
 
+static const shim_cap *cap_option(int dev)
+{
+    return shim_cfg.has_dev_cap[dev] ? &shim_cfg.max_reserved_dev[dev]
+                                     : &shim_cfg.max_reserved;
+}
+
 static uint64_t device_cap(int dev, uint64_t total)
 {
-    const shim_cap *cap = shim_cfg.has_dev_cap[dev] ? &shim_cfg.max_reserved_dev[dev]
-                                                    : &shim_cfg.max_reserved;
-    return shim_cap_bytes(cap, total);
+    return shim_cap_bytes(cap_option(dev), total);
+}
+
+uint64_t shim_device_cap(int dev)
+{
+    shim_device *d = &shim_devices[dev];
+    if (shim_device_shard_if_any(dev, 0))
+        return d->cap;
+    const shim_cap *cap = cap_option(dev);
+    if (!cap->percent)
+        return cap->bytes;
+    /* A share of the device: its size from the driver, which takes none
+     * of the runtime's locks. */
+    size_t f = 0, t = 0;
+    if (shim_drv_resolve() != 0 || shim_drv.cuMemGetInfo_v2(&f, &t) != CUDA_SUCCESS)
+        return 0;
+    return device_cap(dev, t);
 }
 
 enum { HOLD_MS = 200 };

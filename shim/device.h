@@ -64,6 +64,15 @@ enum { SHIM_API_RUNTIME = 1, SHIM_API_DRIVER = 2 };
 /* Decides dev's api if not yet decided; returns it. */
 int shim_device_api(int dev);
 
+/* True while the calling thread serves a request that came through the
+ * driver: the shim's own calls then go to the driver too. */
+extern _Thread_local bool shim_via_driver;
+
+/* dev's cap in bytes (0 = none), without making its pool: the pool's once
+ * it exists, else from the options (a share of the device asks the driver
+ * its size; 0 if it cannot tell yet). */
+uint64_t shim_device_cap(int dev);
+
 /* What enter() saves of the calling thread's current device or context. */
 typedef struct shim_saved { int dev; CUcontext ctx; } shim_saved;
 

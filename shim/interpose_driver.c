@@ -104,7 +104,9 @@ CUresult shim_hook_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
         return REAL(cuMemAlloc_v2, dptr, size);
     int dev = served_device();
     uintptr_t a;
+    shim_via_driver = true;
     int err = dev >= 0 ? shim_serve(dev, size, &a, "cuMemAlloc") : -ENODEV;
+    shim_via_driver = false;
     if (err == -ENODEV)
         PASSED_ALLOC(cuMemAlloc_v2, dptr, size, dptr, size);
     if (err)
@@ -126,7 +128,9 @@ CUresult shim_hook_cuMemFree_v2(CUdeviceptr dptr)
     if (pass() || !dptr)
         return REAL(cuMemFree_v2, dptr);
     CUcontext c;
+    shim_via_driver = true;
     int err = shim_free_pooled(context_device(&c), (void *)dptr);
+    shim_via_driver = false;
     if (err == -ENOENT) {
         shim_count(SHIM_foreign_frees);
         return freed(REAL(cuMemFree_v2, dptr), dptr);
@@ -205,7 +209,9 @@ static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr 
 {
     if (!pass() && dptr) {
         CUcontext c;
+        shim_via_driver = true;
         int err = shim_free_pooled(context_device(&c), (void *)dptr);
+        shim_via_driver = false;
         if (err != -ENOENT)
             return err ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
     }
@@ -241,11 +247,6 @@ CUresult shim_hook_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     int dev = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
               prop->location.id >= 0 && prop->location.id < SHIM_MAX_DEVICES
                   ? prop->location.id : -1;
-    /* The cap's pool may not exist yet: make it in the device's own
-     * context only (the caller's). */
-    CUcontext c;
-    if (dev >= 0 && context_device(&c) != dev && !shim_device_shard_if_any(dev, 0))
-        dev = -1;
     if (dev >= 0 && shim_passed_take(dev, size, "cuMemCreate"))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = REAL(cuMemCreate, h, size, prop, flags);

@@ -89,25 +89,28 @@ static void note_peak(shim_device *d, uint64_t now)
 int shim_passed_take(int dev, size_t size, const char *call)
 {
     shim_device *d = &shim_devices[dev];
-    /* The pool knows the cap once it exists. */
-    if (!call || !shim_device_shard(dev, 0) || !d->cap) {
+    /* Never makes the pool (its creation calls the runtime, which may be
+     * the caller, holding its locks: NCCL's and the runtime's own
+     * cuMemCreate come here). */
+    uint64_t cap = call ? shim_device_cap(dev) : 0;
+    if (!cap) {
         note_peak(d, atomic_fetch_add(&d->passed, size) + size);
         return 0;
     }
     for (int attempt = 0;; attempt++) {
         uint64_t now = atomic_fetch_add(&d->passed, size) + size;
-        if (now + atomic_load(&d->reserved) <= d->cap) {
+        if (now + atomic_load(&d->reserved) <= cap) {
             note_peak(d, now);
             return 0;
         }
         atomic_fetch_sub(&d->passed, size);
-        if (attempt == 1 || shim_device_flush(dev) == 0)
+        if (attempt == 1 || !shim_device_shard_if_any(dev, 0) || shim_device_flush(dev) == 0)
             break;
     }
     char rq[32], c[32], r[32], p[32];
     shim_log(SHIM_LOG_ERROR, "device %d: %s(%s) refused: the cap %s would be "
              "exceeded (pool reserved %s, passed on %s)", dev, call,
-             stats_fmt_bytes(size, rq, sizeof(rq)), stats_fmt_bytes(d->cap, c, sizeof(c)),
+             stats_fmt_bytes(size, rq, sizeof(rq)), stats_fmt_bytes(cap, c, sizeof(c)),
              stats_fmt_bytes(atomic_load(&d->reserved), r, sizeof(r)),
              stats_fmt_bytes(atomic_load(&d->passed), p, sizeof(p)));
     return -EDQUOT;

@@ -233,6 +233,11 @@ static int versions(void)
 static int cap(void)
 {
     load();
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+    CUmemGenericAllocationHandle h0;
+    /* Before any pool exists, the cap already holds. */
+    CHECK(drv.create(&h0, 10 * MiB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY);
     CUdeviceptr p[16];
     int n = 0;
     CUresult r;
@@ -250,8 +255,6 @@ static int cap(void)
     CHECK(drv.info(&f, &t) == CUDA_SUCCESS && f == 2 * MiB);
     CUdeviceptr b;
     CHECK(drv.alloc(&b, 4 * MiB) == CUDA_ERROR_OUT_OF_MEMORY);
-    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
     CUmemGenericAllocationHandle h1, h2;
     CHECK(drv.create(&h1, 2 * MiB, &prop, 0) == CUDA_SUCCESS);
     CHECK(drv.create(&h2, 2 * MiB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY);
