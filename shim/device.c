@@ -375,6 +375,67 @@ void shim_capture_end(void)
     atomic_fetch_sub(&captures, 1);
 }
 
+/* ---- capture modes ------------------------------------------------------------
+ * The captures going on, with their mode and thread: what CUDA checks
+ * before a potentially unsafe call (cudaMalloc, cudaFree). Looked at only
+ * while a capture is counted. */
+
+enum { MAX_CAPTURES = 64 };
+static struct { void *stream; int mode; pthread_t thread; bool used; } open_captures[MAX_CAPTURES];
+static pthread_mutex_t captures_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void shim_capture_note(void *stream, int mode)
+{
+    pthread_mutex_lock(&captures_lock);
+    for (int i = 0; i < MAX_CAPTURES; i++) {
+        if (!open_captures[i].used) {
+            open_captures[i].stream = stream;
+            open_captures[i].mode = mode;
+            open_captures[i].thread = pthread_self();
+            open_captures[i].used = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&captures_lock);
+}
+
+void shim_capture_ended(void *stream)
+{
+    pthread_mutex_lock(&captures_lock);
+    for (int i = 0; i < MAX_CAPTURES; i++) {
+        if (open_captures[i].used && open_captures[i].stream == stream) {
+            open_captures[i].used = false;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&captures_lock);
+    shim_capture_end();
+}
+
+bool shim_capture_forbids(int thread_mode)
+{
+    if (atomic_load(&captures) == 0 || thread_mode == cudaStreamCaptureModeRelaxed)
+        return false;
+    bool own = false, other_global = false;
+    pthread_t me = pthread_self();
+    pthread_mutex_lock(&captures_lock);
+    for (int i = 0; i < MAX_CAPTURES; i++) {
+        if (!open_captures[i].used || open_captures[i].mode == cudaStreamCaptureModeRelaxed)
+            continue;
+        if (pthread_equal(open_captures[i].thread, me))
+            own = true;
+        else if (open_captures[i].mode == cudaStreamCaptureModeGlobal)
+            other_global = true;
+    }
+    pthread_mutex_unlock(&captures_lock);
+    return own || (thread_mode == cudaStreamCaptureModeGlobal && other_global);
+}
+
+bool shim_captures_open(void)
+{
+    return atomic_load_explicit(&captures, memory_order_relaxed) != 0;
+}
+
 /* The fence proper, ordering all work counted up to work (CUPOOL_CUPTI).
  * Needs d->lock. */
 static int fence_locked(shim_device *d, uint64_t work)
@@ -746,4 +807,18 @@ void shim_device_untrack_stream(cudaStream_t s)
         }
         pthread_mutex_unlock(&d->lock);
     }
+}
+
+bool shim_device_owns(void *ptr)
+{
+    for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
+        if (!shim_device_shard_if_any(i, 0))
+            continue;
+        for (size_t s = 0; s < shim_cfg.shards; s++) {
+            pool *p = shim_device_shard_if_any(i, (int)s);
+            if (p && pool_owns(p, (uintptr_t)ptr) == 1)
+                return true;
+        }
+    }
+    return false;
 }

@@ -96,6 +96,10 @@ pool *shim_device_pool_for(int dev, size_t size);
  * 0, or pool_free's error (-ENOENT: no shard of this device owns it). */
 int shim_device_free(int dev, uintptr_t addr);
 
+/* True if ptr lies inside a segment of any device's pool (a free of it is
+ * the pool's). */
+bool shim_device_owns(void *ptr);
+
 /* pool_segment_of over the device's shards. */
 int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *size);
 
@@ -125,6 +129,21 @@ void shim_device_untrack_stream(cudaStream_t s);
  * it returns once no fence that could have missed it is still running. */
 void shim_capture_begin(void);
 void shim_capture_end(void);
+
+/* A capture begun on stream (the per-thread stream resolved) in mode (a
+ * cudaStreamCaptureMode; the driver's enum agrees), by the calling thread;
+ * shim_capture_ended undoes it and shim_capture_end. */
+void shim_capture_note(void *stream, int mode);
+void shim_capture_ended(void *stream);
+
+/* Whether a capture counted now. */
+bool shim_captures_open(void);
+
+/* Whether CUDA forbids the calling thread, whose capture mode is
+ * thread_mode, a potentially unsafe call (cudaMalloc, cudaFree) now: a
+ * capture of its own not in relaxed mode, or, in global mode, another
+ * thread's capture in global mode (cudaThreadExchangeStreamCaptureMode). */
+bool shim_capture_forbids(int thread_mode);
 
 /* Releases every device's fully free segments; returns bytes released.
  * Sets each device current on the calling thread while it works. */

@@ -80,9 +80,43 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
     return err;
 }
 
+/* The calling thread's capture mode, read without changing it. */
+static int thread_mode(void)
+{
+    enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+    if (!shim_real.cudaThreadExchangeStreamCaptureMode)
+        return cudaStreamCaptureModeGlobal;
+    inside++;
+    shim_real.cudaThreadExchangeStreamCaptureMode(&m);
+    enum cudaStreamCaptureMode back = m;
+    shim_real.cudaThreadExchangeStreamCaptureMode(&back);
+    inside--;
+    return (int)m;
+}
+
+void shim_capture_refusal(const char *call)
+{
+    shim_log(SHIM_LOG_ERROR, "%s during a graph capture that forbids it (a capture "
+             "in global or thread-local mode): CUDA refuses it, as without cupool "
+             "(operation not permitted when stream is capturing). PyTorch's CUDA "
+             "graphs need its caching allocator: run them without --torch", call);
+}
+
+/* True (after one line) if CUDA forbids the calling thread a cudaMalloc or
+ * cudaFree now, for a graph capture (shim_capture_forbids). */
+static bool capture_forbids(const char *call)
+{
+    if (!shim_captures_open() || !shim_capture_forbids(thread_mode()))
+        return false;
+    shim_capture_refusal(call);
+    return true;
+}
+
 EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
 {
-    if (pass())
+    /* Forbidden by a capture: CUDA's own answer (it also invalidates the
+     * capture, as it would without cupool). */
+    if (pass() || capture_forbids("cudaMalloc"))
         return REAL_OR(cudaMalloc, cudaErrorInitializationError, ptr, size);
     if (!ptr)
         return cudaErrorInvalidValue;
@@ -126,6 +160,11 @@ EXPORT cudaError_t cudaFree(void *ptr)
 {
     if (!ptr || pass())
         return REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
+    /* A pooled block is not freed while a capture forbids it (CUDA's code);
+     * any other pointer gets CUDA's own answer. */
+    if (capture_forbids("cudaFree"))
+        return shim_device_owns(ptr) ? cudaErrorStreamCaptureUnsupported
+                                     : REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
     int err = shim_free_pooled(current_device(), ptr);
     if (err == -ENOENT) {
         shim_count(SHIM_foreign_frees);
@@ -243,16 +282,26 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 /* ---- graph captures: counted so the fence knows when to look ----------- */
 
-#define BEGIN_CAPTURE(name, stream, ...)                                      \
-    do {                                                                      \
-        bool counted = !inside && shim_active();                              \
-        if (counted)                                                          \
-            shim_capture_begin();                                             \
-        cudaError_t e_ = REAL_OR(name, cudaErrorNotSupported, stream, __VA_ARGS__); \
-        if (counted && e_ != cudaSuccess)                                     \
-            shim_capture_end();                                               \
-        return e_;                                                            \
-    } while (0)
+/* A capture about to begin: counted before the real call (shim_capture_begin);
+ * once it began, its stream and mode are noted, and if it failed it is
+ * uncounted. To the per-thread forms, stream 0 is the thread's stream. */
+static bool capture_starts(void)
+{
+    bool counted = !inside && shim_active();
+    if (counted)
+        shim_capture_begin();
+    return counted;
+}
+
+static cudaError_t capture_started(bool counted, cudaError_t e, cudaStream_t s,
+                                   bool per_thread, enum cudaStreamCaptureMode mode)
+{
+    if (counted && e == cudaSuccess)
+        shim_capture_note(per_thread && !s ? cudaStreamPerThread : s, (int)mode);
+    else if (counted)
+        shim_capture_end();
+    return e;
+}
 
 /* Counts the end of a capture only if the stream had one and has none
  * after the call (an invalidated capture ends with an error; a call from
@@ -273,7 +322,7 @@ static cudaError_t end_capture(cudaError_t (*real)(cudaStream_t, cudaGraph_t *),
     if (counted && before != cudaStreamCaptureStatusNone) {
         if (shim_real.cudaStreamIsCapturing(q, &after) == cudaSuccess &&
             after == cudaStreamCaptureStatusNone)
-            shim_capture_end();
+            shim_capture_ended(q);
     }
     inside--;
     return e;
@@ -281,12 +330,16 @@ static cudaError_t end_capture(cudaError_t (*real)(cudaStream_t, cudaGraph_t *),
 
 EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
 {
-    BEGIN_CAPTURE(cudaStreamBeginCapture, s, m);
+    bool c = capture_starts();
+    return capture_started(c, REAL_OR(cudaStreamBeginCapture, cudaErrorNotSupported, s, m),
+                           s, false, m);
 }
 
 EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, enum cudaStreamCaptureMode m)
 {
-    BEGIN_CAPTURE(cudaStreamBeginCapture_ptsz, s, m);
+    bool c = capture_starts();
+    return capture_started(c, REAL_OR(cudaStreamBeginCapture_ptsz, cudaErrorNotSupported,
+                                      s, m), s, true, m);
 }
 
 EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g,
@@ -294,7 +347,9 @@ EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g,
                                                  const cudaGraphEdgeData *data,
                                                  size_t n, enum cudaStreamCaptureMode m)
 {
-    BEGIN_CAPTURE(cudaStreamBeginCaptureToGraph, s, g, deps, data, n, m);
+    bool c = capture_starts();
+    return capture_started(c, REAL_OR(cudaStreamBeginCaptureToGraph, cudaErrorNotSupported,
+                                      s, g, deps, data, n, m), s, false, m);
 }
 
 EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t g,
@@ -302,7 +357,10 @@ EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_
                                                       const cudaGraphEdgeData *data,
                                                       size_t n, enum cudaStreamCaptureMode m)
 {
-    BEGIN_CAPTURE(cudaStreamBeginCaptureToGraph_ptsz, s, g, deps, data, n, m);
+    bool c = capture_starts();
+    return capture_started(c, REAL_OR(cudaStreamBeginCaptureToGraph_ptsz,
+                                      cudaErrorNotSupported, s, g, deps, data, n, m),
+                           s, true, m);
 }
 
 EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)

@@ -33,4 +33,8 @@ void shim_mem_info_adjust(int dev, size_t *free_b, size_t *total_b);
  * segment, or one in a VMM segment. */
 bool shim_ipc_refused(void *ptr);
 
+
+/* Logs the one line for an allocation call a graph capture forbids. */
+void shim_capture_refusal(const char *call);
+
 #endif

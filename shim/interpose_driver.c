@@ -98,9 +98,33 @@ static CUresult pool_error(int err)
         return r_;                                                            \
     } while (0)
 
+/* The calling thread's capture mode, read without changing it. */
+static int thread_mode(void)
+{
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED, back;
+    if (!shim_drv.cuThreadExchangeStreamCaptureMode)
+        return CU_STREAM_CAPTURE_MODE_GLOBAL;
+    shim_drv.cuThreadExchangeStreamCaptureMode(&m);
+    back = m;
+    shim_drv.cuThreadExchangeStreamCaptureMode(&back);
+    return (int)m;
+}
+
+/* True (after one line) if a graph capture forbids the calling thread an
+ * allocation call now (shim_capture_forbids). */
+static bool capture_forbids(const char *call)
+{
+    if (!shim_captures_open() || !shim_capture_forbids(thread_mode()))
+        return false;
+    shim_capture_refusal(call);
+    return true;
+}
+
 CUresult shim_hook_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
-    if (pass() || !dptr || !size)
+    /* Forbidden by a capture: the driver's own answer (it also invalidates
+     * the capture, as without cupool). */
+    if (pass() || !dptr || !size || capture_forbids("cuMemAlloc"))
         return REAL(cuMemAlloc_v2, dptr, size);
     int dev = served_device();
     uintptr_t a;
@@ -127,6 +151,9 @@ CUresult shim_hook_cuMemFree_v2(CUdeviceptr dptr)
 {
     if (pass() || !dptr)
         return REAL(cuMemFree_v2, dptr);
+    if (capture_forbids("cuMemFree"))
+        return shim_device_owns((void *)dptr) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                                              : REAL(cuMemFree_v2, dptr);
     CUcontext c;
     shim_via_driver = true;
     int err = shim_free_pooled(context_device(&c), (void *)dptr);
@@ -300,43 +327,61 @@ CUresult shim_hook_cuStreamDestroy_v2(CUstream s)
     return REAL(cuStreamDestroy_v2, s);
 }
 
-/* A capture begun: counted before the real call (shim_capture_begin), and
- * uncounted if it failed. */
-#define BEGIN(name, ...)                                                      \
-    bool counted_ = !shim_inside && shim_active();                            \
-    if (counted_)                                                             \
-        shim_capture_begin();                                                 \
-    CUresult r_ = REAL(name, __VA_ARGS__);                                    \
-    if (counted_ && r_ != CUDA_SUCCESS)                                       \
-        shim_capture_end();                                                   \
-    return r_
+/* A capture about to begin: counted before the real call
+ * (shim_capture_begin); once begun, its stream and mode are noted; if it
+ * failed, uncounted. To the per-thread forms, stream 0 is the thread's. */
+static bool capture_starts(void)
+{
+    bool counted = !shim_inside && shim_active();
+    if (counted)
+        shim_capture_begin();
+    return counted;
+}
+
+static CUresult capture_started(bool counted, CUresult r, CUstream s, bool per_thread,
+                                CUstreamCaptureMode mode)
+{
+    if (counted && r == CUDA_SUCCESS)
+        shim_capture_note(per_thread && !s ? CU_STREAM_PER_THREAD : s, (int)mode);
+    else if (counted)
+        shim_capture_end();
+    return r;
+}
 
 /* CUDA 10.0's form, without a mode (global), and its per-thread form. */
 CUresult shim_hook_cuStreamBeginCapture(CUstream s)
 {
-    BEGIN(cuStreamBeginCapture, s);
+    bool c = capture_starts();
+    return capture_started(c, REAL(cuStreamBeginCapture, s), s, false,
+                           CU_STREAM_CAPTURE_MODE_GLOBAL);
 }
 
 CUresult shim_hook_cuStreamBeginCapture_ptsz(CUstream s)
 {
-    BEGIN(cuStreamBeginCapture_ptsz, s);
+    bool c = capture_starts();
+    return capture_started(c, REAL(cuStreamBeginCapture_ptsz, s), s, true,
+                           CU_STREAM_CAPTURE_MODE_GLOBAL);
 }
 
 CUresult shim_hook_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m)
 {
-    BEGIN(cuStreamBeginCapture_v2, s, m);
+    bool c = capture_starts();
+    return capture_started(c, REAL(cuStreamBeginCapture_v2, s, m), s, false, m);
 }
 
 CUresult shim_hook_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m)
 {
-    BEGIN(cuStreamBeginCapture_v2_ptsz, s, m);
+    bool c = capture_starts();
+    return capture_started(c, REAL(cuStreamBeginCapture_v2_ptsz, s, m), s, true, m);
 }
 
 CUresult shim_hook_cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *d,
                                                const CUgraphEdgeData *e, size_t n,
                                                CUstreamCaptureMode m)
 {
-    BEGIN(cuStreamBeginCaptureToGraph, s, g, d, e, n, m);
+    bool c = capture_starts();
+    return capture_started(c, REAL(cuStreamBeginCaptureToGraph, s, g, d, e, n, m), s,
+                           false, m);
 }
 
 CUresult shim_hook_cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g,
@@ -344,7 +389,9 @@ CUresult shim_hook_cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g,
                                                     const CUgraphEdgeData *e, size_t n,
                                                     CUstreamCaptureMode m)
 {
-    BEGIN(cuStreamBeginCaptureToGraph_ptsz, s, g, d, e, n, m);
+    bool c = capture_starts();
+    return capture_started(c, REAL(cuStreamBeginCaptureToGraph_ptsz, s, g, d, e, n, m), s,
+                           true, m);
 }
 
 /* Counts the end of a capture only if the stream had one and has none
@@ -364,7 +411,7 @@ static CUresult end_capture(CUresult (*real)(CUstream, CUgraph *), CUstream s, C
     if (counted && before != CU_STREAM_CAPTURE_STATUS_NONE &&
         shim_drv.cuStreamIsCapturing(q, &after) == CUDA_SUCCESS &&
         after == CU_STREAM_CAPTURE_STATUS_NONE)
-        shim_capture_end();
+        shim_capture_ended(q);
     shim_inside--;
     return r;
 }

@@ -340,6 +340,16 @@ static int capture(void)
     CHECK(sim().legacy_records == rec);
     CUgraph g;
     CHECK(drv.end_capture(CU_STREAM_LEGACY, &g) == CUDA_SUCCESS);
+    /* A global-mode capture forbids allocation on its thread: the driver's
+     * own code, and the capture ends invalidated, as without cupool. */
+    CUstream cs;
+    CHECK(drv.stream_create(&cs, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+    CHECK(drv.begin_capture(cs, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    CUdeviceptr no;
+    CHECK(drv.alloc(&no, MiB) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK(drv.free(other) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK(drv.end_capture(cs, &g) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CHECK(drv.stream_destroy(cs) == CUDA_SUCCESS);
     CUdeviceptr r1, r2;
     CHECK(drv.alloc(&r1, MiB) == CUDA_SUCCESS); /* the clean rest of q's segment */
     CHECK(sim().legacy_records == rec);

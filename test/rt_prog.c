@@ -342,6 +342,73 @@ static int badfree(void)
     return 0;
 }
 
+/* Graph capture modes: what cudaMalloc and cudaFree answer while a
+ * capture goes on, from the capturing thread and from another thread in
+ * global and in relaxed mode, and how the capture ends. Prints one line of
+ * CUDA's codes; test_shim and gpu-check compare it under cupool and with
+ * CUPOOL_DISABLE=1 (CUDA alone): they must be the same. */
+struct other_alloc { enum cudaStreamCaptureMode mode; cudaError_t got; void *p; };
+
+static void *other_alloc_run(void *arg)
+{
+    struct other_alloc *o = arg;
+    enum cudaStreamCaptureMode m = o->mode;
+    cudaThreadExchangeStreamCaptureMode(&m);
+    o->got = cudaMalloc(&o->p, MIB);
+    cudaGetLastError();
+    return NULL;
+}
+
+static cudaError_t alloc_on_other_thread(enum cudaStreamCaptureMode mode, void **p)
+{
+    struct other_alloc o = {mode, cudaSuccess, NULL};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, other_alloc_run, &o) == 0);
+    pthread_join(t, NULL);
+    *p = o.got == cudaSuccess ? o.p : NULL;
+    return o.got;
+}
+
+static int capture_modes(void)
+{
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *held, *warm;
+    OK(cudaMalloc(&warm, MIB));
+    OK(cudaMalloc(&held, MIB));
+    OK(cudaFree(warm)); /* a cached block the pool could hand out */
+    static const struct { enum cudaStreamCaptureMode m; const char *name; } modes[] = {
+        {cudaStreamCaptureModeGlobal, "global"},
+        {cudaStreamCaptureModeThreadLocal, "thread-local"},
+        {cudaStreamCaptureModeRelaxed, "relaxed"},
+    };
+    for (int i = 0; i < 3; i++) {
+        void *q1, *q2, *p = NULL;
+        cudaGraph_t g = NULL;
+        OK(cudaStreamBeginCapture(s, modes[i].m));
+        int r1 = alloc_on_other_thread(cudaStreamCaptureModeGlobal, &q1);
+        int r2 = alloc_on_other_thread(cudaStreamCaptureModeRelaxed, &q2);
+        int r3 = cudaMalloc(&p, MIB);
+        cudaGetLastError();
+        int r4 = cudaFree(held);
+        cudaGetLastError();
+        int r5 = cudaStreamEndCapture(s, &g);
+        cudaGetLastError();
+        printf("%s: other-global %d other-relaxed %d own-malloc %d own-free %d end %d%s",
+               modes[i].name, r1, r2, r3, r4, r5, i < 2 ? " | " : "\n");
+        if (g)
+            cudaGraphDestroy(g);
+        if (q1) OK(cudaFree(q1));
+        if (q2) OK(cudaFree(q2));
+        if (!r3 && p) OK(cudaFree(p));
+        if (!r4)
+            OK(cudaMalloc(&held, MIB));
+    }
+    OK(cudaFree(held));
+    OK(cudaStreamDestroy(s));
+    return 0;
+}
+
 #ifndef SIMCUDA
 /* On a GPU: a reuse that needs a fence while a stream captures a graph
  * gets fresh memory, and the capture comes out whole and runs. */
@@ -1069,7 +1136,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifndef SIMCUDA
     {"capture_real", capture_real},
 #endif
-    {"serve", serve}, {"pairbench", pairbench},
+    {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
     {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
     {"vmm", vmm}, {"execsleep", execsleep}, {"bigfail", bigfail},

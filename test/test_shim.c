@@ -262,6 +262,26 @@ static void test_two_devices(void **s) { (void)s; PASSES("multidev"); }
 static void test_zero_bytes(void **s) { (void)s; PASSES("zero"); }
 static void test_ipc_handles(void **s) { (void)s; PASSES("ipc"); }
 
+/* Graph capture modes: cudaMalloc and cudaFree answer, from the capturing
+ * thread and from others, exactly what CUDA alone answers (the simulated
+ * runtime applies CUDA's rule), and a forbidden call says why in one line.
+ * Before this, a cached block was handed out during a global capture and
+ * freed during a thread-local one: the lines differed. */
+static void test_capture_modes_as_cuda(void **s)
+{
+    (void)s;
+    result *r = run("capture_modes", "CUPOOL_DISABLE=1", NULL);
+    assert_int_equal(r->status, 0);
+    static char alone[sizeof(((result *)0)->out)];
+    snprintf(alone, sizeof(alone), "%s", r->out);
+    assert_non_null(strstr(alone, "global: other-global 900 other-relaxed 0 own-malloc 900"));
+    r = run("capture_modes", NULL);
+    assert_int_equal(r->status, 0);
+    assert_string_equal(r->out, alone);
+    assert_non_null(strstr(r->err, "cudaFree during a graph capture that forbids it"));
+    assert_non_null(strstr(r->err, "run them without --torch"));
+}
+
 /* ---- the driver API: programs with no dynamic runtime ----------------------- */
 
 /* Runs drv_prog SCENARIO preloaded, expecting exit status 0. */
@@ -1379,6 +1399,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_vmm),
         cmocka_unit_test(test_zero_bytes),
         cmocka_unit_test(test_ipc_handles),
+        cmocka_unit_test(test_capture_modes_as_cuda),
         cmocka_unit_test(test_driver_served),
         cmocka_unit_test(test_driver_linked),
         cmocka_unit_test(test_driver_versions),

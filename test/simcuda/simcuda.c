@@ -32,6 +32,11 @@ static int nallocs;
 static simcuda_stats st[MAX_DEV];
 static int ndev = -1;
 static cudaStream_t capturing_streams[MAX_STREAMS];
+/* Each capture's mode, thread, and whether a forbidden call invalidated it. */
+static enum cudaStreamCaptureMode capture_mode[MAX_STREAMS];
+static pthread_t capture_thread[MAX_STREAMS];
+static bool capture_invalid[MAX_STREAMS];
+static _Thread_local enum cudaStreamCaptureMode thread_mode; /* global: 0 */
 static _Thread_local int current;
 static bool work_pending[MAX_DEV]; /* recorded since the last sync */
 static _Thread_local cudaError_t last_error;
@@ -139,6 +144,11 @@ void simcuda_set_capturing(cudaStream_t s, int on)
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (on && !capturing_streams[i]) {
             capturing_streams[i] = s;
+            /* Behind the runtime's back: forbids nothing (begin_capture
+             * sets the mode asked for). */
+            capture_mode[i] = cudaStreamCaptureModeRelaxed;
+            capture_thread[i] = pthread_self();
+            capture_invalid[i] = false;
             break;
         }
         if (!on && capturing_streams[i] == s)
@@ -147,10 +157,37 @@ void simcuda_set_capturing(cudaStream_t s, int on)
     pthread_mutex_unlock(&lock);
 }
 
+/* CUDA's rule for potentially unsafe calls during graph captures: a
+ * thread not in relaxed mode may not make one while it has a capture of its
+ * own not begun in relaxed mode, nor, in global mode, while another thread
+ * has one begun in global mode. Each capture that forbids the call is
+ * invalidated. True if the call is forbidden. */
+static bool forbidden_by_capture(void)
+{
+    if (thread_mode == cudaStreamCaptureModeRelaxed)
+        return false;
+    bool no = false;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (!capturing_streams[i] || capture_mode[i] == cudaStreamCaptureModeRelaxed)
+            continue;
+        bool mine = pthread_equal(capture_thread[i], pthread_self());
+        if (mine || (thread_mode == cudaStreamCaptureModeGlobal &&
+                     capture_mode[i] == cudaStreamCaptureModeGlobal)) {
+            capture_invalid[i] = true;
+            no = true;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return no;
+}
+
 static cudaError_t sim_alloc(void **ptr, size_t size, int dev)
 {
     if (!ptr)
         return fail(cudaErrorInvalidValue);
+    if (forbidden_by_capture())
+        return fail(cudaErrorStreamCaptureUnsupported);
     if (size == 0) {
         *ptr = NULL;
         return cudaSuccess;
@@ -187,6 +224,8 @@ EXPORT cudaError_t simrt_cudaFree(void *ptr)
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2);
     if (!ptr)
         return cudaSuccess;
+    if (forbidden_by_capture())
+        return fail(cudaErrorStreamCaptureUnsupported);
     pthread_mutex_lock(&lock);
     for (int i = 0; i < nallocs; i++) {
         if (allocs[i].p != ptr)
@@ -390,11 +429,16 @@ static bool is_capturing(cudaStream_t s)
     return on;
 }
 
-static cudaError_t begin_capture(cudaStream_t s)
+static cudaError_t begin_capture(cudaStream_t s, enum cudaStreamCaptureMode m)
 {
     if (is_capturing(s))
         return fail(cudaErrorIllegalState);
     simcuda_set_capturing(s, 1);
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (capturing_streams[i] == s)
+            capture_mode[i] = m;
+    pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
 
@@ -402,21 +446,29 @@ static cudaError_t end_capture(cudaStream_t s, cudaGraph_t *g)
 {
     if (!is_capturing(s))
         return fail(cudaErrorIllegalState);
+    bool invalid = false;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (capturing_streams[i] == s)
+            invalid = capture_invalid[i];
+    pthread_mutex_unlock(&lock);
     simcuda_set_capturing(s, 0);
+    if (invalid) {
+        *g = NULL;
+        return fail(cudaErrorStreamCaptureInvalidated);
+    }
     *g = (cudaGraph_t)0x1000; /* never dereferenced */
     return cudaSuccess;
 }
 
 EXPORT cudaError_t simrt_cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
 {
-    (void)m;
-    return begin_capture(s);
+    return begin_capture(s, m);
 }
 
 EXPORT cudaError_t simrt_cudaStreamBeginCapture_ptsz(cudaStream_t s, enum cudaStreamCaptureMode m)
 {
-    (void)m;
-    return begin_capture(s ? s : cudaStreamPerThread);
+    return begin_capture(s ? s : cudaStreamPerThread, m);
 }
 
 EXPORT cudaError_t simrt_cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
@@ -429,6 +481,12 @@ EXPORT cudaError_t simrt_cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *
     return end_capture(s ? s : cudaStreamPerThread, g);
 }
 
+EXPORT cudaError_t simrt_cudaGraphDestroy(cudaGraph_t g)
+{
+    (void)g;
+    return cudaSuccess;
+}
+
 EXPORT cudaError_t simrt_cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamIsCapturing);
@@ -437,16 +495,16 @@ EXPORT cudaError_t simrt_cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCa
     st[current].capture_queries++;
     for (int i = 0; i < MAX_STREAMS; i++)
         if (capturing_streams[i] && capturing_streams[i] == s)
-            *status = cudaStreamCaptureStatusActive;
+            *status = capture_invalid[i] ? cudaStreamCaptureStatusInvalidated
+                                         : cudaStreamCaptureStatusActive;
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
 
 EXPORT cudaError_t simrt_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *m)
 {
-    static _Thread_local enum cudaStreamCaptureMode mode;
-    enum cudaStreamCaptureMode old = mode;
-    mode = *m;
+    enum cudaStreamCaptureMode old = thread_mode;
+    thread_mode = *m;
     *m = old;
     return cudaSuccess;
 }
@@ -682,6 +740,8 @@ static CUresult from_rt(cudaError_t e)
            : e == cudaErrorMemoryAllocation ? CUDA_ERROR_OUT_OF_MEMORY
            : e == cudaErrorInvalidValue ? CUDA_ERROR_INVALID_VALUE
            : e == cudaErrorIllegalState ? CUDA_ERROR_ILLEGAL_STATE
+           : e == cudaErrorStreamCaptureUnsupported ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+           : e == cudaErrorStreamCaptureInvalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
            : CUDA_ERROR_UNKNOWN;
 }
 

@@ -48,6 +48,7 @@ cudaError_t simrt_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode
 cudaError_t simrt_cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr);
 cudaError_t simrt_cudaDeviceGetPCIBusId(char *id, int len, int device);
 const char *simrt_cudaGetErrorString(cudaError_t e);
+cudaError_t simrt_cudaGraphDestroy(cudaGraph_t g);
 void simrt_set_error(cudaError_t e);
 
 /* ---- the driver, as the runtime finds it -------------------------------- */
@@ -82,6 +83,10 @@ static cudaError_t from_driver(CUresult r)
     cudaError_t e = r == CUDA_SUCCESS ? cudaSuccess
                     : r == CUDA_ERROR_OUT_OF_MEMORY ? cudaErrorMemoryAllocation
                     : r == CUDA_ERROR_INVALID_VALUE ? cudaErrorInvalidValue
+                    : r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                        ? cudaErrorStreamCaptureUnsupported
+                    : r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                        ? cudaErrorStreamCaptureInvalidated
                     : cudaErrorUnknown;
     if (e != cudaSuccess)
         simrt_set_error(e);
@@ -283,4 +288,9 @@ EXPORT cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device)
 EXPORT const char *cudaGetErrorString(cudaError_t e)
 {
     return simrt_cudaGetErrorString(e);
+}
+
+EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+    return simrt_cudaGraphDestroy(g);
 }
