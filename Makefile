@@ -28,7 +28,7 @@ STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c \
             shim/vmm.c shim/cupti.c shim/signals.c shim/driver.c \
-            shim/interpose_driver.c shim/passed.c $(STATS_SRC)
+            shim/interpose_driver.c shim/passed.c shim/ipc.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 

@@ -122,6 +122,16 @@ static uint64_t clock_ns(clockid_t c)
 uint64_t shim_unix_ns(void) { return clock_ns(CLOCK_REALTIME); }
 uint64_t shim_mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
+int shim_ipc_export(const void *handle, uint64_t offset, uint64_t size, int dev,
+                    uint32_t *slot, uint64_t *nonce)
+{
+    pthread_mutex_lock(&page_lock);
+    int err = page ? stats_page_export(page, handle, offset, size, dev, slot, nonce)
+                   : -ENOENT;
+    pthread_mutex_unlock(&page_lock);
+    return err;
+}
+
 void shim_stats_view(stats_view *v)
 {
     memset(v, 0, offsetof(stats_view, dev));

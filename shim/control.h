@@ -47,6 +47,11 @@ uint64_t shim_unix_ns(void);
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t shim_mono_ns(void);
 
+/* Records a block exported for IPC on the live page (stats_page_export):
+ * 0, or -ENOENT if this process has no page. */
+int shim_ipc_export(const void *handle, uint64_t offset, uint64_t size, int dev,
+                    uint32_t *slot, uint64_t *nonce);
+
 /* Fills *v with this process's current statistics. */
 void shim_stats_view(stats_view *v);
 

@@ -88,7 +88,9 @@
     X(cuStreamEndCapture_ptsz, (CUstream, CUgraph *))                         \
     X(cuCtxDestroy_v2, (CUcontext))                                           \
     X(cuDevicePrimaryCtxReset_v2, (CUdevice))                                 \
-    X(cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr))
+    X(cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr))                     \
+    X(cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int))   \
+    X(cuIpcCloseMemHandle, (CUdeviceptr))
 
 typedef struct shim_drv_table {
 #define SHIM_X_DRV_PTR(name, params) CUresult(*name) params;

@@ -13,6 +13,7 @@
 #include "control.h"
 #include "device.h"
 #include "interpose.h"
+#include "ipc.h"
 #include "log.h"
 #include "passed.h"
 
@@ -375,38 +376,25 @@ EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g)
     return end_capture(shim_real.cudaStreamEndCapture_ptsz, s, g, true);
 }
 
-bool shim_ipc_refused(void *ptr)
-{
-    for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
-        uintptr_t base;
-        size_t size;
-        if (!shim_device_shard_if_any(i, 0) ||
-            shim_device_segment_of(i, (uintptr_t)ptr, &base, &size) == -ENOENT)
-            continue;
-        if (shim_devices[i].vmm) {
-            shim_log(SHIM_LOG_ERROR, "IPC handle for %p: the block is in a "
-                     "CUPOOL_VMM segment, which has no IPC handle; refused. Run "
-                     "without CUPOOL_VMM for programs that export blocks", ptr);
-            return true;
-        }
-        /* The handle names the whole segment: an importer maps its base.
-         * That is right only for a block at the segment's start. */
-        if (base == (uintptr_t)ptr)
-            return false;
-        shim_log(SHIM_LOG_ERROR, "IPC handle for %p: the block shares a "
-                 "pooled segment and does not start it, so an importer would "
-                 "map the wrong address; refused. Run with CUPOOL_DISABLE=1 "
-                 "for programs that export such blocks", ptr);
-        return true;
-    }
-    return false;
-}
-
 EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
 {
-    if (!pass() && shim_ipc_refused(ptr))
-        return cudaErrorInvalidValue;
-    return REAL_OR(cudaIpcGetMemHandle, cudaErrorInitializationError, h, ptr);
+    if (pass() || !h)
+        return REAL_OR(cudaIpcGetMemHandle, cudaErrorInitializationError, h, ptr);
+    return (cudaError_t)shim_ipc_get(&shim_ipc_runtime, h, ptr);
+}
+
+EXPORT cudaError_t cudaIpcOpenMemHandle(void **ptr, cudaIpcMemHandle_t h, unsigned int flags)
+{
+    if (pass())
+        return REAL_OR(cudaIpcOpenMemHandle, cudaErrorInitializationError, ptr, h, flags);
+    return (cudaError_t)shim_ipc_open(&shim_ipc_runtime, ptr, &h, flags);
+}
+
+EXPORT cudaError_t cudaIpcCloseMemHandle(void *ptr)
+{
+    if (pass())
+        return REAL_OR(cudaIpcCloseMemHandle, cudaErrorInitializationError, ptr);
+    return (cudaError_t)shim_ipc_close(&shim_ipc_runtime, ptr);
 }
 
 /* ---- allocations passed on: counted against the cap ------------------------ */

@@ -28,10 +28,6 @@ int shim_free_pooled(int dev, void *ptr);
  * may use: cached bytes are free to it; the cap bounds both. */
 void shim_mem_info_adjust(int dev, size_t *free_b, size_t *total_b);
 
-/* True (after one line saying why) if an IPC handle for ptr would let an
- * importer map the wrong memory: a pooled block that does not start its
- * segment, or one in a VMM segment. */
-bool shim_ipc_refused(void *ptr);
 
 
 /* Logs the one line for an allocation call a graph capture forbids. */

@@ -18,6 +18,7 @@
 #include "device.h"
 #include "driver.h"
 #include "interpose.h"
+#include "ipc.h"
 #include "log.h"
 #include "passed.h"
 
@@ -484,9 +485,28 @@ CUresult shim_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 
 CUresult shim_hook_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
 {
-    if (!pass() && shim_ipc_refused((void *)dptr))
-        return CUDA_ERROR_INVALID_VALUE;
-    return REAL(cuIpcGetMemHandle, h, dptr);
+    if (pass() || !h)
+        return REAL(cuIpcGetMemHandle, h, dptr);
+    return (CUresult)shim_ipc_get(&shim_ipc_driver, h, (void *)dptr);
+}
+
+CUresult shim_hook_cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle h,
+                                         unsigned int flags)
+{
+    if (pass() || !dptr)
+        return REAL(cuIpcOpenMemHandle_v2, dptr, h, flags);
+    void *p = NULL;
+    CUresult r = (CUresult)shim_ipc_open(&shim_ipc_driver, &p, &h, flags);
+    if (r == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr)p;
+    return r;
+}
+
+CUresult shim_hook_cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    if (pass())
+        return REAL(cuIpcCloseMemHandle, dptr);
+    return (CUresult)shim_ipc_close(&shim_ipc_driver, (void *)dptr);
 }
 
 CUresult shim_hook_cuGetProcAddress(const char *symbol, void **fn, int version,

@@ -23,6 +23,9 @@
       (cudaStream_t *stream, unsigned int flags, int priority))               \
     X(cudaError_t, cudaStreamDestroy, (cudaStream_t stream))                  \
     X(cudaError_t, cudaIpcGetMemHandle, (cudaIpcMemHandle_t *h, void *ptr))   \
+    X(cudaError_t, cudaIpcOpenMemHandle,                                      \
+      (void **ptr, cudaIpcMemHandle_t h, unsigned int flags))                 \
+    X(cudaError_t, cudaIpcCloseMemHandle, (void *ptr))                        \
     X(cudaError_t, cudaMallocPitch,                                           \
       (void **ptr, size_t *pitch, size_t width, size_t height))               \
     X(cudaError_t, cudaMalloc3D,                                              \

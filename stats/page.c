@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -41,8 +42,18 @@
 
 #include "stats.h"
 
-#define PAGE_MAGIC 0x3245474150504f43ull /* "COPPAGE2" */
-enum { PAGE_VERSION = 2, PAGE_SUFFIXES = 16 };
+#define PAGE_MAGIC 0x3345474150504f43ull /* "COPPAGE3" */
+enum { PAGE_VERSION = 3, PAGE_SUFFIXES = 16 };
+
+/* A block exported for IPC (stats_page_export): nonce is written last
+ * (release) and read first and last by importers; 0 = free slot. */
+typedef struct page_export {
+    _Atomic uint64_t nonce;
+    uint8_t handle[STATS_IPC_HANDLE];
+    uint64_t offset, size;
+    int32_t device;
+    uint32_t pad;
+} page_export;
 
 typedef struct page_data {
     uint64_t magic;
@@ -54,6 +65,7 @@ typedef struct page_data {
     _Atomic uint64_t served[STATS_NREQUESTS]; /* raised by the helper */
     _Atomic uint64_t seq;      /* odd while the writer writes */
     stats_view view;
+    page_export exports[STATS_IPC_EXPORTS];
 } page_data;
 
 struct stats_page {
@@ -181,6 +193,47 @@ uint64_t stats_page_pending(const stats_page *p, stats_request r)
 void stats_page_answer(stats_page *p, stats_request r, uint64_t ticket)
 {
     atomic_store_explicit(&p->d->served[r], ticket, memory_order_release);
+}
+
+int stats_page_export(stats_page *p, const void *handle, uint64_t offset, uint64_t size,
+                      int32_t device, uint32_t *slot, uint64_t *nonce)
+{
+    /* The same block again: the same slot and nonce, so every handle of
+     * it stays good (CUDA's do). Else a free slot; else the next in turn:
+     * an importer of the export replaced gets a clear error from the
+     * nonce, never another block. */
+    for (int i = 0; i < STATS_IPC_EXPORTS; i++) {
+        page_export *e = &p->d->exports[i];
+        uint64_t had = atomic_load(&e->nonce);
+        if (had && e->offset == offset && e->size == size && e->device == device &&
+            !memcmp(e->handle, handle, STATS_IPC_HANDLE)) {
+            *slot = (uint32_t)i;
+            *nonce = had;
+            return 0;
+        }
+    }
+    uint64_t n = 0;
+    if (getrandom(&n, sizeof(n), 0) != (ssize_t)sizeof(n))
+        n = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&n;
+    n |= 1; /* never 0, which means free */
+    static unsigned next;
+    int at = -1;
+    for (int i = 0; i < STATS_IPC_EXPORTS && at < 0; i++)
+        if (!atomic_load(&p->d->exports[i].nonce))
+            at = i;
+    if (at < 0)
+        at = (int)(next++ % STATS_IPC_EXPORTS);
+    page_export *e = &p->d->exports[at];
+    atomic_store_explicit(&e->nonce, 0, memory_order_release);
+    atomic_thread_fence(memory_order_release);
+    memcpy(e->handle, handle, STATS_IPC_HANDLE);
+    e->offset = offset;
+    e->size = size;
+    e->device = device;
+    atomic_store_explicit(&e->nonce, n, memory_order_release);
+    *slot = (uint32_t)at;
+    *nonce = n;
+    return 0;
 }
 
 void stats_page_remove(stats_page *p)
@@ -389,6 +442,31 @@ static int page_add(int pid, size_t off, uint64_t *got)
     sigaction(SIGBUS, &old, NULL);
     munmap(m, sizeof(page_data));
     return err;
+}
+
+int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
+                      uint64_t *offset, uint64_t *size, int32_t *device)
+{
+    if (slot >= STATS_IPC_EXPORTS || !nonce)
+        return -EINVAL;
+    int fd, err = page_open(pid, O_RDONLY, &fd);
+    if (err)
+        return err;
+    off_t at = (off_t)(offsetof(page_data, exports) + slot * sizeof(page_export));
+    page_export e;
+    uint64_t again = 0;
+    bool ok = pread_all(fd, &e, sizeof(e), at) &&
+              pread_all(fd, &again, sizeof(again), at + (off_t)offsetof(page_export, nonce));
+    close(fd);
+    if (!ok)
+        return -EPROTO;
+    if (atomic_load(&e.nonce) != nonce || again != nonce)
+        return -ESTALE; /* exported again since, or never */
+    memcpy(handle, e.handle, STATS_IPC_HANDLE);
+    *offset = e.offset;
+    *size = e.size;
+    *device = e.device;
+    return 0;
 }
 
 int stats_page_ask(int pid, stats_request r, uint64_t *ticket)

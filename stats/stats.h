@@ -180,6 +180,22 @@ void stats_page_remove(stats_page *p);
 /* Unmaps the page and frees p, leaving the file (a forked child). */
 void stats_page_forget(stats_page *p);
 
+/* ---- blocks exported for IPC, on the page --------------------------------
+ * A pooled block that does not start its segment is exported as the
+ * segment's handle (opaque, STATS_IPC_HANDLE bytes) and the block's
+ * offset, kept on the exporter's page; the importer reads them by the
+ * exporter's pid, a slot and a nonce, with the page's ownership checks. */
+#define STATS_IPC_HANDLE 64
+#define STATS_IPC_EXPORTS 256
+
+/* Records an export on p: 0 and the slot and nonce to hand out. */
+int stats_page_export(stats_page *p, const void *handle, uint64_t offset, uint64_t size,
+                      int32_t device, uint32_t *slot, uint64_t *nonce);
+/* Reads pid's export at slot if its nonce is nonce: 0, -ESTALE (exported
+ * again since, or never), -EINVAL, or as stats_page_read. */
+int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
+                      uint64_t *offset, uint64_t *size, int32_t *device);
+
 /* Reads the page of pid into *v. 0, -ENOENT (no page), -ESRCH (a page
  * whose process is gone or has exec'd: stale), -EPROTO (not a cupool
  * page), -EPERM (a file named like it that is not a regular file of this

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cuda.h>
 #include <cupti_callbacks.h>
@@ -24,7 +26,9 @@
 #define EXPORT __attribute__((visibility("default")))
 enum { MAX_DEV = 8, MAX_ALLOCS = 1 << 16, MAX_STREAMS = 256 };
 
-typedef struct alloc { void *p; size_t size; int dev; } alloc;
+/* fd: the memory's file with SIMCUDA_IPC=1 (another process maps it through
+ * /proc/PID/fd, as CUDA IPC maps device memory), else -1. */
+typedef struct alloc { void *p; size_t size; int dev; int fd; } alloc;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static alloc allocs[MAX_ALLOCS];
@@ -196,15 +200,23 @@ static cudaError_t sim_alloc(void **ptr, size_t size, int dev)
     setup();
     cudaError_t e = cudaSuccess;
     void *p = MAP_FAILED;
+    int fd = -1;
+    const char *ipc = getenv("SIMCUDA_IPC");
     if (size > st[dev].capacity - st[dev].used || nallocs == MAX_ALLOCS)
         e = cudaErrorMemoryAllocation;
+    else if (ipc && *ipc == '1')
+        p = (fd = memfd_create("simcuda", 0)) >= 0 && ftruncate(fd, (off_t)size) == 0
+                ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     else
         p = mmap(NULL, size, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (e == cudaSuccess && p == MAP_FAILED)
+    if (e == cudaSuccess && p == MAP_FAILED) {
         e = cudaErrorMemoryAllocation;
+        if (fd >= 0)
+            close(fd);
+    }
     if (e == cudaSuccess) {
-        allocs[nallocs++] = (alloc){p, size, dev};
+        allocs[nallocs++] = (alloc){p, size, dev, fd};
         st[dev].used += size;
         st[dev].mallocs++;
         *ptr = p;
@@ -231,6 +243,8 @@ EXPORT cudaError_t simrt_cudaFree(void *ptr)
         if (allocs[i].p != ptr)
             continue;
         munmap(ptr, allocs[i].size);
+        if (allocs[i].fd >= 0)
+            close(allocs[i].fd);
         st[allocs[i].dev].used -= allocs[i].size;
         st[allocs[i].dev].frees++;
         st[allocs[i].dev].syncs++; /* the real cudaFree synchronizes */
@@ -293,6 +307,8 @@ EXPORT cudaError_t simrt_cudaDeviceReset(void)
     for (int i = 0; i < nallocs;) {
         if (allocs[i].dev == current) {
             munmap(allocs[i].p, allocs[i].size);
+            if (allocs[i].fd >= 0)
+                close(allocs[i].fd);
             st[current].used -= allocs[i].size;
             allocs[i] = allocs[--nallocs];
         } else {
@@ -509,14 +525,72 @@ EXPORT cudaError_t simrt_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCapt
     return cudaSuccess;
 }
 
+/* An IPC handle names the whole allocation ptr is in (as CUDA's does):
+ * the exporter's pid and the memory's file (SIMCUDA_IPC=1). */
+typedef struct sim_handle { char magic[8]; int32_t pid, fd; uint64_t size; } sim_handle;
+#define SIM_HANDLE_MAGIC "SIMIPC1"
+
 EXPORT cudaError_t simrt_cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
 {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < nallocs; i++) {
-        if (allocs[i].p == ptr) {
+        char *b = allocs[i].p;
+        if ((char *)ptr >= b && (char *)ptr < b + allocs[i].size) {
+            sim_handle sh = {SIM_HANDLE_MAGIC, (int32_t)getpid(), allocs[i].fd,
+                             allocs[i].size};
             pthread_mutex_unlock(&lock);
             memset(h, 0, sizeof(*h));
-            memcpy(h->reserved, &ptr, sizeof(ptr));
+            memcpy(h->reserved, &sh, sizeof(sh));
+            return cudaSuccess;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return fail(cudaErrorInvalidValue);
+}
+
+/* Mappings opened from other processes' handles. */
+static struct { void *p; size_t size; } imports[256];
+
+EXPORT cudaError_t simrt_cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int f)
+{
+    (void)f;
+    sim_handle sh;
+    memcpy(&sh, h.reserved, sizeof(sh));
+    if (memcmp(sh.magic, SIM_HANDLE_MAGIC, sizeof(sh.magic)) || sh.fd < 0 || !sh.size)
+        return fail(cudaErrorInvalidValue);
+    if (sh.pid == (int32_t)getpid())
+        return fail(cudaErrorDeviceUninitialized); /* CUDA: not in the exporting process */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)sh.pid, (int)sh.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return fail(cudaErrorInvalidValue);
+    void *m = mmap(NULL, sh.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return fail(cudaErrorMemoryAllocation);
+    pthread_mutex_lock(&lock);
+    bool kept = false;
+    for (int i = 0; i < 256 && !kept; i++)
+        if (!imports[i].p)
+            imports[i].p = m, imports[i].size = sh.size, kept = true;
+    pthread_mutex_unlock(&lock);
+    if (!kept) {
+        munmap(m, sh.size);
+        return fail(cudaErrorMemoryAllocation);
+    }
+    *p = m;
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t simrt_cudaIpcCloseMemHandle(void *p)
+{
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < 256; i++) {
+        if (imports[i].p == p) {
+            munmap(p, imports[i].size);
+            imports[i].p = NULL;
+            pthread_mutex_unlock(&lock);
             return cudaSuccess;
         }
     }
@@ -1006,6 +1080,16 @@ EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
 {
     return from_rt(simrt_cudaIpcGetMemHandle((cudaIpcMemHandle_t *)h, (void *)p));
 }
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int f)
+{
+    cudaIpcMemHandle_t c;
+    memcpy(&c, &h, sizeof(c));
+    return from_rt(simrt_cudaIpcOpenMemHandle((void **)p, c, f));
+}
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
+{
+    return from_rt(simrt_cudaIpcCloseMemHandle((void *)p));
+}
 
 /* ---- cuGetProcAddress: the function for a name, by version and stream
  * semantics, as the real driver answers: the newest version not newer than
@@ -1068,6 +1152,8 @@ static const struct entry {
     {"cuThreadExchangeStreamCaptureMode", 10010, false,
      (void *)cuThreadExchangeStreamCaptureMode},
     {"cuIpcGetMemHandle", 4010, false, (void *)cuIpcGetMemHandle},
+    {"cuIpcOpenMemHandle", 11000, false, (void *)cuIpcOpenMemHandle_v2},
+    {"cuIpcCloseMemHandle", 4010, false, (void *)cuIpcCloseMemHandle},
     {"cuGetProcAddress", 11030, false, NULL}, /* filled below */
     {"cuGetProcAddress", 12000, false, NULL},
 };

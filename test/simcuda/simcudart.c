@@ -49,6 +49,8 @@ cudaError_t simrt_cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr);
 cudaError_t simrt_cudaDeviceGetPCIBusId(char *id, int len, int device);
 const char *simrt_cudaGetErrorString(cudaError_t e);
 cudaError_t simrt_cudaGraphDestroy(cudaGraph_t g);
+cudaError_t simrt_cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int f);
+cudaError_t simrt_cudaIpcCloseMemHandle(void *p);
 void simrt_set_error(cudaError_t e);
 
 /* ---- the driver, as the runtime finds it -------------------------------- */
@@ -293,4 +295,14 @@ EXPORT const char *cudaGetErrorString(cudaError_t e)
 EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t g)
 {
     return simrt_cudaGraphDestroy(g);
+}
+
+EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int f)
+{
+    return simrt_cudaIpcOpenMemHandle(p, h, f);
+}
+
+EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
+{
+    return simrt_cudaIpcCloseMemHandle(p);
 }
