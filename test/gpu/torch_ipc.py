@@ -1,7 +1,9 @@
 """CUDA tensors shared between processes with torch.multiprocessing: the
 consumer reads a tensor the producer sent and writes into it; the producer
-sees the write. Under --torch the tensor is a pooled block inside a shared
-segment. Prints "ipc ok <sum seen> <value after>" or "ipc WRONG ..."."""
+sees the write. Under cupool, PyTorch's segment holding the tensor may be a
+pooled block inside a cupool segment. Prints "ipc ok <sum seen> <value
+after>", "ipc WRONG ..." or "ipc failed: ..." (PyTorch with its caching
+allocator off cannot share CUDA tensors, with or without cupool)."""
 import torch
 import torch.multiprocessing as mp
 
@@ -23,8 +25,13 @@ def main():
     xs = [torch.full((1000 + i,), float(i), device="cuda") for i in range(5)]
     t = xs[3]
     q.put(t)
-    seen = out.get(timeout=120)
-    out.get(timeout=120)
+    try:
+        seen = out.get(timeout=60)
+        out.get(timeout=60)
+    except Exception:  # the consumer never got the tensor: say why
+        p.kill()
+        print("ipc failed: the tensor was not shared (see the producer's error)")
+        return
     torch.cuda.synchronize()
     ok = seen == 3.0 * 1003 and bool((t == 4.0).all()) and bool((xs[2] == 2.0).all())
     q.put(None)
