@@ -113,30 +113,47 @@ const char *stats_printable(const char *s, char *buf, size_t len)
 
 /* ---- table --------------------------------------------------------------- */
 
+/* n in at most 6 characters for the table: three significant digits and a
+ * binary unit ("146M", "55.9M", "4.00G", "512K", "0"); "-" when unknown. */
+static const char *fmt_short(uint64_t n, char *buf, size_t len)
+{
+    static const char unit[] = "BKMGTPE";
+    if (n == STATS_UNKNOWN)
+        return snprintf(buf, len, "-"), buf;
+    double v = (double)n;
+    int u = 0;
+    while (v >= 999.5 && u < 6) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%lu", (unsigned long)n);
+    else
+        snprintf(buf, len, v < 9.995 ? "%.2f%c" : v < 99.95 ? "%.1f%c" : "%.0f%c", v, unit[u]);
+    return buf;
+}
+
+/* 80 columns: what tells a leak (ALLOC grows) from a cache (CACHED) from
+ * memory no pool gives back (OUTSIDE, which includes bytes passed on).
+ * Every other field is in the detail, JSON and Prometheus forms. */
 size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
                           size_t len)
 {
     out o = {buf, len, 0};
-    put(&o, "%-7s %-15s %3s %11s %11s %11s %11s %5s %11s %11s %9s %6s %7s\n",
-        "PID", "COMM", "DEV", "ALLOCATED", "RESERVED", "CACHED", "LARGEST",
-        "FRAG", "OUTSIDE", "PEAK RES", "ALLOCS", "HIT%", "FENCES");
+    put(&o, "%-7s %-10s %3s %6s %6s %6s %4s %7s %6s %8s %5s\n", "PID", "COMM", "DEV",
+        "ALLOC", "RESERV", "CACHED", "FRAG", "OUTSIDE", "PEAK", "ALLOCS", "HIT%");
     for (size_t i = 0; i < n; i++) {
         for (uint32_t k = 0; k < v[i]->ndevices; k++) {
             const stats_device *d = &v[i]->dev[k];
-            char a[24], r[24], c[24], l[24], o2[24], p[24];
+            char a[24], r[24], c[24], o2[24], p[24];
             double hit = d->allocs ? 100.0 * (double)d->hits / (double)d->allocs : 0;
             char name[sizeof(v[i]->comm)];
-            put(&o, "%-7d %-15.15s %3d %11s %11s %11s %11s %4.0f%% %11s %11s %9lu "
-                "%5.1f%% %7lu\n", v[i]->pid, stats_printable(v[i]->comm, name, sizeof(name)),
-                d->device,
-                stats_fmt_bytes(d->allocated, a, sizeof(a)),
-                stats_fmt_bytes(d->reserved, r, sizeof(r)),
-                stats_fmt_bytes(d->cached, c, sizeof(c)),
-                stats_fmt_bytes(d->largest_free, l, sizeof(l)),
-                100.0 * stats_fragmentation(d),
-                stats_fmt_bytes(d->outside_pool, o2, sizeof(o2)),
-                stats_fmt_bytes(d->reserved_peak, p, sizeof(p)),
-                (unsigned long)d->allocs, hit, (unsigned long)d->fences);
+            put(&o, "%-7d %-10.10s %3d %6s %6s %6s %3.0f%% %7s %6s %8lu %4.0f%%\n",
+                v[i]->pid, stats_printable(v[i]->comm, name, sizeof(name)), d->device,
+                fmt_short(d->allocated, a, sizeof(a)), fmt_short(d->reserved, r, sizeof(r)),
+                fmt_short(d->cached, c, sizeof(c)), 100.0 * stats_fragmentation(d),
+                fmt_short(d->outside_pool, o2, sizeof(o2)),
+                fmt_short(d->reserved_peak, p, sizeof(p)), (unsigned long)d->allocs, hit);
         }
     }
     return done(&o);
