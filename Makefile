@@ -93,6 +93,9 @@ $(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13
 	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) \
 	    -ldl -lpthread -o $$@
+$(1)/rt/libnext.so: test/next_interposer.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) -fPIC -shared $$< -ldl -o $$@
 $(1)/rt/drv_prog: test/drv_prog.c $(1)/sim/libcuda.so.1
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) $$(CUDA_INC) -Itest/simcuda $$< \
@@ -133,7 +136,7 @@ $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
-SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog)
+SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
 
 $(BUILD)/pool/%.o: pool/%.c $(POOL_HDR)
 	@mkdir -p $(dir $@)

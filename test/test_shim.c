@@ -331,6 +331,28 @@ static void test_driver_check_fails_without_pool(void **s)
     assert_non_null(strstr(r->out, "driver allocations for 192 blocks: 192"));
 }
 
+/* Another interposer preloaded after cupool looks up the next getpid with
+ * dlsym(RTLD_NEXT): it must get glibc's, not its own (which recursed until
+ * the stack ran out when cupool's dlsym resolved RTLD_NEXT from a frame of
+ * its own, or hung). cupool calls getpid itself, so a whole scenario goes
+ * through it. */
+static void test_dlsym_next_from_another_interposer(void **s)
+{
+    (void)s;
+    static char preload[900];
+    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s/libcupool.so:%s/rt/libnext.so",
+             runtime ? runtime : "", runtime ? ":" : "", dir, dir);
+    char prog[600];
+    snprintf(prog, sizeof(prog), "%s/rt/rt_prog", dir);
+    char *argv[] = {prog, "pairs", NULL};
+    char *extra[] = {"CUPOOL_SMALL_SEGMENT=2M", NULL};
+    child c;
+    child_spawn(&c, argv, preload, extra);
+    wait_bounded(&c); /* the broken case may spin instead of crashing */
+    result *r = finish(&c, "pairs", 0);
+    assert_int_equal(r->status, 0);
+}
+
 /* CUPOOL_DISABLE=1 hands out the driver's own functions: the versions
  * check, which expects cupool's, fails. */
 static void test_driver_disabled_hands_out_driver(void **s)
@@ -1421,6 +1443,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_driver_reset),
         cmocka_unit_test(test_driver_check_fails_without_pool),
         cmocka_unit_test(test_driver_disabled_hands_out_driver),
+        cmocka_unit_test(test_dlsym_next_from_another_interposer),
         cmocka_unit_test_setup_teardown(test_driver_flush_and_trace, pages_setup,
                                         pages_teardown),
         cmocka_unit_test(test_runtime_through_driver_once),
