@@ -1,0 +1,46 @@
+"""A small DistributedDataParallel loop over NCCL (run with torchrun, two
+ranks): NCCL's own allocations (cuMemCreate, cuMemMap) go through cupool's
+driver entry points. Rank 0 prints one JSON line: median step time and the
+final loss."""
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(2048, 2048),
+                                                      torch.nn.GELU()) for _ in range(8)]).cuda()
+    ddp = DDP(model, device_ids=[rank])
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
+    g = torch.Generator(device="cuda").manual_seed(rank)
+    times = []
+    for step in range(40):
+        b = 1024 + 512 * (step % 4)
+        x = torch.randn(b, 2048, device="cuda", generator=g)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        loss = ddp(x).pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    lt = loss.detach().clone()
+    dist.all_reduce(lt)
+    if rank == 0:
+        t = sorted(times[5:])
+        print(json.dumps({"ms_per_step": 1e3 * t[len(t) // 2],
+                          "loss": float(lt) / dist.get_world_size(),
+                          "torch_cache": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") is None}))
+    dist.destroy_process_group()
+
+
+main()
