@@ -436,6 +436,60 @@ bool shim_captures_open(void)
     return atomic_load_explicit(&captures, memory_order_relaxed) != 0;
 }
 
+bool shim_capture_starts(void)
+{
+    bool counted = !shim_inside && shim_active();
+    if (counted)
+        shim_capture_begin();
+    return counted;
+}
+
+void shim_capture_started(bool counted, bool begun, void *stream, bool per_thread, int mode)
+{
+    /* To the per-thread forms, stream 0 is the calling thread's stream (the
+     * runtime's cudaStreamPerThread is the driver's CU_STREAM_PER_THREAD). */
+    if (counted && begun)
+        shim_capture_note(per_thread && !stream ? (void *)cudaStreamPerThread : stream, mode);
+    else if (counted)
+        shim_capture_end();
+}
+
+/* The calling thread's capture mode, read without changing it, through the
+ * runtime or the driver. */
+static int thread_mode(bool driver)
+{
+    int m = cudaStreamCaptureModeRelaxed;
+    shim_inside++;
+    if (driver && shim_drv.cuThreadExchangeStreamCaptureMode) {
+        CUstreamCaptureMode d = CU_STREAM_CAPTURE_MODE_RELAXED, b;
+        shim_drv.cuThreadExchangeStreamCaptureMode(&d);
+        b = d;
+        shim_drv.cuThreadExchangeStreamCaptureMode(&b);
+        m = (int)d;
+    } else if (!driver && shim_real.cudaThreadExchangeStreamCaptureMode) {
+        enum cudaStreamCaptureMode r = cudaStreamCaptureModeRelaxed, b;
+        shim_real.cudaThreadExchangeStreamCaptureMode(&r);
+        b = r;
+        shim_real.cudaThreadExchangeStreamCaptureMode(&b);
+        m = (int)r;
+    } else {
+        m = cudaStreamCaptureModeGlobal; /* cannot tell: assume CUDA's default */
+    }
+    shim_inside--;
+    return m;
+}
+
+bool shim_capture_refuses(const char *call, bool driver)
+{
+    if (!shim_captures_open() || !shim_capture_forbids(thread_mode(driver)))
+        return false;
+    shim_log(SHIM_LOG_ERROR, "%s during a graph capture that forbids it (a capture "
+             "in global or thread-local mode): CUDA refuses it, as without cupool "
+             "(operation not permitted when stream is capturing). PyTorch's CUDA "
+             "graphs need its caching allocator: run them without --torch", call);
+    return true;
+}
+
 /* The fence proper, ordering all work counted up to work (CUPOOL_CUPTI).
  * Needs d->lock. */
 static int fence_locked(shim_device *d, uint64_t work)

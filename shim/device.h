@@ -139,6 +139,18 @@ void shim_capture_ended(void *stream);
 /* Whether a capture counted now. */
 bool shim_captures_open(void);
 
+/* Around a real capture begin (runtime or driver): shim_capture_starts
+ * counts it beforehand (false if the shim does not: inside it, or off);
+ * shim_capture_started notes its stream and mode if it began, else uncounts
+ * it. */
+bool shim_capture_starts(void);
+void shim_capture_started(bool counted, bool begun, void *stream, bool per_thread, int mode);
+
+/* True (after one line naming the cause) if a graph capture forbids the
+ * calling thread the allocation call named call now (shim_capture_forbids,
+ * with the thread's mode read through the driver or the runtime). */
+bool shim_capture_refuses(const char *call, bool driver);
+
 /* Whether CUDA forbids the calling thread, whose capture mode is
  * thread_mode, a potentially unsafe call (cudaMalloc, cudaFree) now: a
  * capture of its own not in relaxed mode, or, in global mode, another

@@ -81,43 +81,11 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
     return err;
 }
 
-/* The calling thread's capture mode, read without changing it. */
-static int thread_mode(void)
-{
-    enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
-    if (!shim_real.cudaThreadExchangeStreamCaptureMode)
-        return cudaStreamCaptureModeGlobal;
-    inside++;
-    shim_real.cudaThreadExchangeStreamCaptureMode(&m);
-    enum cudaStreamCaptureMode back = m;
-    shim_real.cudaThreadExchangeStreamCaptureMode(&back);
-    inside--;
-    return (int)m;
-}
-
-void shim_capture_refusal(const char *call)
-{
-    shim_log(SHIM_LOG_ERROR, "%s during a graph capture that forbids it (a capture "
-             "in global or thread-local mode): CUDA refuses it, as without cupool "
-             "(operation not permitted when stream is capturing). PyTorch's CUDA "
-             "graphs need its caching allocator: run them without --torch", call);
-}
-
-/* True (after one line) if CUDA forbids the calling thread a cudaMalloc or
- * cudaFree now, for a graph capture (shim_capture_forbids). */
-static bool capture_forbids(const char *call)
-{
-    if (!shim_captures_open() || !shim_capture_forbids(thread_mode()))
-        return false;
-    shim_capture_refusal(call);
-    return true;
-}
-
 EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
 {
     /* Forbidden by a capture: CUDA's own answer (it also invalidates the
      * capture, as it would without cupool). */
-    if (pass() || capture_forbids("cudaMalloc"))
+    if (pass() || shim_capture_refuses("cudaMalloc", false))
         return REAL_OR(cudaMalloc, cudaErrorInitializationError, ptr, size);
     if (!ptr)
         return cudaErrorInvalidValue;
@@ -163,7 +131,7 @@ EXPORT cudaError_t cudaFree(void *ptr)
         return REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
     /* A pooled block is not freed while a capture forbids it (CUDA's code);
      * any other pointer gets CUDA's own answer. */
-    if (capture_forbids("cudaFree"))
+    if (shim_capture_refuses("cudaFree", false))
         return shim_device_owns(ptr) ? cudaErrorStreamCaptureUnsupported
                                      : REAL_OR(cudaFree, cudaErrorInitializationError, ptr);
     int err = shim_free_pooled(current_device(), ptr);
@@ -283,24 +251,12 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 /* ---- graph captures: counted so the fence knows when to look ----------- */
 
-/* A capture about to begin: counted before the real call (shim_capture_begin);
- * once it began, its stream and mode are noted, and if it failed it is
- * uncounted. To the per-thread forms, stream 0 is the thread's stream. */
-static bool capture_starts(void)
-{
-    bool counted = !inside && shim_active();
-    if (counted)
-        shim_capture_begin();
-    return counted;
-}
-
+/* A capture begun and ended through the runtime: see shim_capture_starts.
+ * (Its mode enum is the driver's.) */
 static cudaError_t capture_started(bool counted, cudaError_t e, cudaStream_t s,
                                    bool per_thread, enum cudaStreamCaptureMode mode)
 {
-    if (counted && e == cudaSuccess)
-        shim_capture_note(per_thread && !s ? cudaStreamPerThread : s, (int)mode);
-    else if (counted)
-        shim_capture_end();
+    shim_capture_started(counted, e == cudaSuccess, s, per_thread, (int)mode);
     return e;
 }
 
@@ -331,14 +287,14 @@ static cudaError_t end_capture(cudaError_t (*real)(cudaStream_t, cudaGraph_t *),
 
 EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL_OR(cudaStreamBeginCapture, cudaErrorNotSupported, s, m),
                            s, false, m);
 }
 
 EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, enum cudaStreamCaptureMode m)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL_OR(cudaStreamBeginCapture_ptsz, cudaErrorNotSupported,
                                       s, m), s, true, m);
 }
@@ -348,7 +304,7 @@ EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g,
                                                  const cudaGraphEdgeData *data,
                                                  size_t n, enum cudaStreamCaptureMode m)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL_OR(cudaStreamBeginCaptureToGraph, cudaErrorNotSupported,
                                       s, g, deps, data, n, m), s, false, m);
 }
@@ -358,7 +314,7 @@ EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_
                                                       const cudaGraphEdgeData *data,
                                                       size_t n, enum cudaStreamCaptureMode m)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL_OR(cudaStreamBeginCaptureToGraph_ptsz,
                                       cudaErrorNotSupported, s, g, deps, data, n, m),
                            s, true, m);
@@ -412,24 +368,10 @@ static int take(size_t size, const char *call)
     return shim_passed_take(dev, size, call) ? -2 : dev;
 }
 
-/* Records (or, on failure, gives back) what take() took. */
+/* Settles what take() took (shim_passed_settle). */
 static cudaError_t taken(int dev, cudaError_t e, void *ptr, size_t took, size_t size)
 {
-    if (dev < 0)
-        return e;
-    if (e != cudaSuccess || !ptr) {
-        shim_passed_untake(dev, took);
-        return e;
-    }
-    /* A pitched allocation is larger than asked (never smaller in the sum). */
-    if (size > took) {
-        shim_passed_take(dev, size - took, NULL);
-        took = size;
-    } else if (size < took) {
-        shim_passed_untake(dev, took - size);
-        took = size;
-    }
-    shim_passed_record(dev, SHIM_PASSED_PTR, (uintptr_t)ptr, took);
+    shim_passed_settle(dev, e == cudaSuccess, SHIM_PASSED_PTR, (uintptr_t)ptr, took, size);
     return e;
 }
 

@@ -30,7 +30,4 @@ void shim_mem_info_adjust(int dev, size_t *free_b, size_t *total_b);
 
 
 
-/* Logs the one line for an allocation call a graph capture forbids. */
-void shim_capture_refusal(const char *call);
-
 #endif

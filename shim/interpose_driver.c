@@ -92,40 +92,16 @@ static CUresult pool_error(int err)
         if (dev_ >= 0 && shim_passed_take(dev_, (size), #call))               \
             return CUDA_ERROR_OUT_OF_MEMORY;                                  \
         CUresult r_ = REAL(call, __VA_ARGS__);                                \
-        if (dev_ >= 0 && r_ == CUDA_SUCCESS && (dptr))                        \
-            shim_passed_record(dev_, SHIM_PASSED_PTR, (uintptr_t) * (dptr), (size)); \
-        else if (dev_ >= 0)                                                   \
-            shim_passed_untake(dev_, (size));                                 \
+        shim_passed_settle(dev_, r_ == CUDA_SUCCESS, SHIM_PASSED_PTR,         \
+                           r_ == CUDA_SUCCESS ? (uintptr_t) * (dptr) : 0, (size), (size)); \
         return r_;                                                            \
     } while (0)
-
-/* The calling thread's capture mode, read without changing it. */
-static int thread_mode(void)
-{
-    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED, back;
-    if (!shim_drv.cuThreadExchangeStreamCaptureMode)
-        return CU_STREAM_CAPTURE_MODE_GLOBAL;
-    shim_drv.cuThreadExchangeStreamCaptureMode(&m);
-    back = m;
-    shim_drv.cuThreadExchangeStreamCaptureMode(&back);
-    return (int)m;
-}
-
-/* True (after one line) if a graph capture forbids the calling thread an
- * allocation call now (shim_capture_forbids). */
-static bool capture_forbids(const char *call)
-{
-    if (!shim_captures_open() || !shim_capture_forbids(thread_mode()))
-        return false;
-    shim_capture_refusal(call);
-    return true;
-}
 
 CUresult shim_hook_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
     /* Forbidden by a capture: the driver's own answer (it also invalidates
      * the capture, as without cupool). */
-    if (pass() || !dptr || !size || capture_forbids("cuMemAlloc"))
+    if (pass() || !dptr || !size || shim_capture_refuses("cuMemAlloc", true))
         return REAL(cuMemAlloc_v2, dptr, size);
     int dev = served_device();
     uintptr_t a;
@@ -152,7 +128,7 @@ CUresult shim_hook_cuMemFree_v2(CUdeviceptr dptr)
 {
     if (pass() || !dptr)
         return REAL(cuMemFree_v2, dptr);
-    if (capture_forbids("cuMemFree"))
+    if (shim_capture_refuses("cuMemFree", true))
         return shim_device_owns((void *)dptr) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
                                               : REAL(cuMemFree_v2, dptr);
     CUcontext c;
@@ -196,13 +172,9 @@ CUresult shim_hook_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
     if (dev >= 0 && shim_passed_take(dev, w * h, "cuMemAllocPitch"))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = REAL(cuMemAllocPitch_v2, dptr, pitch, w, h, elem);
-    if (dev < 0)
-        return r;
-    shim_passed_untake(dev, w * h);
-    if (r == CUDA_SUCCESS && dptr && pitch) {
-        shim_passed_take(dev, *pitch * h, NULL); /* made already: counted */
-        shim_passed_record(dev, SHIM_PASSED_PTR, (uintptr_t)*dptr, *pitch * h);
-    }
+    bool ok = r == CUDA_SUCCESS && dptr && pitch;
+    shim_passed_settle(dev, ok, SHIM_PASSED_PTR, ok ? (uintptr_t)*dptr : 0, w * h,
+                       ok ? *pitch * h : 0);
     return r;
 }
 
@@ -278,10 +250,8 @@ CUresult shim_hook_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     if (dev >= 0 && shim_passed_take(dev, size, "cuMemCreate"))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = REAL(cuMemCreate, h, size, prop, flags);
-    if (dev >= 0 && r == CUDA_SUCCESS)
-        shim_passed_record(dev, SHIM_PASSED_HANDLE, (uintptr_t)*h, size);
-    else if (dev >= 0)
-        shim_passed_untake(dev, size);
+    shim_passed_settle(dev, r == CUDA_SUCCESS, SHIM_PASSED_HANDLE,
+                       r == CUDA_SUCCESS ? (uintptr_t)*h : 0, size, size);
     return r;
 }
 
@@ -328,51 +298,38 @@ CUresult shim_hook_cuStreamDestroy_v2(CUstream s)
     return REAL(cuStreamDestroy_v2, s);
 }
 
-/* A capture about to begin: counted before the real call
- * (shim_capture_begin); once begun, its stream and mode are noted; if it
- * failed, uncounted. To the per-thread forms, stream 0 is the thread's. */
-static bool capture_starts(void)
-{
-    bool counted = !shim_inside && shim_active();
-    if (counted)
-        shim_capture_begin();
-    return counted;
-}
-
+/* A capture begun through the driver: see shim_capture_starts. */
 static CUresult capture_started(bool counted, CUresult r, CUstream s, bool per_thread,
                                 CUstreamCaptureMode mode)
 {
-    if (counted && r == CUDA_SUCCESS)
-        shim_capture_note(per_thread && !s ? CU_STREAM_PER_THREAD : s, (int)mode);
-    else if (counted)
-        shim_capture_end();
+    shim_capture_started(counted, r == CUDA_SUCCESS, s, per_thread, (int)mode);
     return r;
 }
 
 /* CUDA 10.0's form, without a mode (global), and its per-thread form. */
 CUresult shim_hook_cuStreamBeginCapture(CUstream s)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL(cuStreamBeginCapture, s), s, false,
                            CU_STREAM_CAPTURE_MODE_GLOBAL);
 }
 
 CUresult shim_hook_cuStreamBeginCapture_ptsz(CUstream s)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL(cuStreamBeginCapture_ptsz, s), s, true,
                            CU_STREAM_CAPTURE_MODE_GLOBAL);
 }
 
 CUresult shim_hook_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL(cuStreamBeginCapture_v2, s, m), s, false, m);
 }
 
 CUresult shim_hook_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL(cuStreamBeginCapture_v2_ptsz, s, m), s, true, m);
 }
 
@@ -380,7 +337,7 @@ CUresult shim_hook_cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgr
                                                const CUgraphEdgeData *e, size_t n,
                                                CUstreamCaptureMode m)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL(cuStreamBeginCaptureToGraph, s, g, d, e, n, m), s,
                            false, m);
 }
@@ -390,7 +347,7 @@ CUresult shim_hook_cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g,
                                                     const CUgraphEdgeData *e, size_t n,
                                                     CUstreamCaptureMode m)
 {
-    bool c = capture_starts();
+    bool c = shim_capture_starts();
     return capture_started(c, REAL(cuStreamBeginCaptureToGraph_ptsz, s, g, d, e, n, m), s,
                            true, m);
 }

@@ -121,6 +121,22 @@ void shim_passed_untake(int dev, size_t size)
     atomic_fetch_sub(&shim_devices[dev].passed, size);
 }
 
+void shim_passed_settle(int dev, bool ok, int kind, uintptr_t key, size_t took, size_t size)
+{
+    if (dev < 0)
+        return;
+    if (!ok || !key) {
+        shim_passed_untake(dev, took);
+        return;
+    }
+    /* A pitched allocation is larger than asked: made already, counted. */
+    if (size > took)
+        shim_passed_take(dev, size - took, NULL);
+    else if (size < took)
+        shim_passed_untake(dev, took - size);
+    shim_passed_record(dev, kind, key, size);
+}
+
 void shim_passed_record(int dev, int kind, uintptr_t key, size_t size)
 {
     pthread_mutex_lock(&lock);

@@ -25,6 +25,12 @@ int shim_passed_take(int dev, size_t size, const char *call);
  * smaller: a pitched one). */
 void shim_passed_untake(int dev, size_t size);
 
+/* After the allocation shim_passed_take took took bytes for (dev < 0: none
+ * was taken, nothing to do): if it succeeded (ok, at key), records it with
+ * its real size (a pitched one may be larger than asked); else gives the
+ * bytes back. */
+void shim_passed_settle(int dev, bool ok, int kind, uintptr_t key, size_t took, size_t size);
+
 /* Records a successful allocation of size bytes, taken before. */
 void shim_passed_record(int dev, int kind, uintptr_t key, size_t size);
 
