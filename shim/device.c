@@ -34,6 +34,7 @@
 #include "control.h"
 #include "cupti.h"
 #include "device.h"
+#include "grow.h"
 #include "interpose.h"
 #include "log.h"
 #include "recorder.h"
@@ -832,15 +833,7 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
         return;
     }
     pthread_mutex_lock(&d->lock);
-    if (d->nstreams == d->streams_cap) {
-        size_t cap = d->streams_cap ? 2 * d->streams_cap : 16;
-        shim_stream *n = realloc(d->streams, cap * sizeof(*n));
-        if (n) {
-            d->streams = n;
-            d->streams_cap = cap;
-        }
-    }
-    if (d->nstreams < d->streams_cap)
+    if (shim_grow((void **)&d->streams, &d->streams_cap, d->nstreams, sizeof(*d->streams)))
         d->streams[d->nstreams++] = (shim_stream){s, ev, nb};
     pthread_mutex_unlock(&d->lock);
 }

@@ -18,6 +18,7 @@
 
 #include "control.h"
 #include "device.h"
+#include "grow.h"
 #include "interpose.h"
 #include "ipc.h"
 #include "log.h"
@@ -124,21 +125,6 @@ static size_t nsegs, segs_cap;
 static opened *ptrs;
 static size_t nptrs, ptrs_cap;
 
-/* Grows *a (of *cap elements of size each) to hold n + 1; false if out of
- * host memory. */
-static bool room(void **a, size_t *cap, size_t n, size_t each)
-{
-    if (n < *cap)
-        return true;
-    size_t c = *cap ? 2 * *cap : 8;
-    void *m = realloc(*a, c * each);
-    if (!m)
-        return false;
-    *a = m;
-    *cap = c;
-    return true;
-}
-
 /* Maps the segment of CUDA handle h once (later opens count a user):
  * cudaSuccess and its index in *seg, or CUDA's error. Needs lock. */
 static int map_locked(const shim_ipc_api *api, const cudaIpcMemHandle_t *h,
@@ -151,7 +137,7 @@ static int map_locked(const shim_ipc_api *api, const cudaIpcMemHandle_t *h,
             return cudaSuccess;
         }
     }
-    if (!room((void **)&segs, &segs_cap, nsegs, sizeof(*segs)))
+    if (!shim_grow((void **)&segs, &segs_cap, nsegs, sizeof(*segs)))
         return cudaErrorMemoryAllocation;
     void *base = NULL;
     shim_inside++;
@@ -191,7 +177,7 @@ int shim_ipc_open(const shim_ipc_api *api, void **ptr, const void *h, unsigned i
         return cudaErrorInvalidValue;
     pthread_mutex_lock(&lock);
     size_t seg;
-    int e = room((void **)&ptrs, &ptrs_cap, nptrs, sizeof(*ptrs))
+    int e = shim_grow((void **)&ptrs, &ptrs_cap, nptrs, sizeof(*ptrs))
                 ? map_locked(api, &seg_h, flags, &seg) : cudaErrorMemoryAllocation;
     if (!e) {
         ptrs[nptrs++] = (opened){segs[seg].base + offset, seg};

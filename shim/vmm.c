@@ -15,6 +15,7 @@
 
 #include "log.h"
 #include "driver.h"
+#include "grow.h"
 #include "vmm.h"
 
 /* The driver's own functions (shim_drv): cupool's VMM segments are the
@@ -173,16 +174,8 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
     if (e == CUDA_SUCCESS)
         e = drv.cuMemSetAccess(va, size, &v->access, 1);
     pthread_mutex_lock(&v->lock);
-    if (e == CUDA_SUCCESS && v->n == v->cap) {
-        size_t cap = v->cap ? 2 * v->cap : 16;
-        vmm_range *g = realloc(v->r, cap * sizeof(*g));
-        if (g) {
-            v->r = g;
-            v->cap = cap;
-        } else {
-            e = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
+    if (e == CUDA_SUCCESS && !shim_grow((void **)&v->r, &v->cap, v->n, sizeof(*v->r)))
+        e = CUDA_ERROR_OUT_OF_MEMORY;
     if (e == CUDA_SUCCESS) {
         size_t i = v->n;
         while (i > 0 && v->r[i - 1].base > r.base) {
@@ -243,17 +236,8 @@ void shim_vmm_unmap(shim_vmm *v, uintptr_t addr, size_t size)
 int shim_vmm_defer(shim_vmm *v, uintptr_t addr, size_t size)
 {
     pthread_mutex_lock(&v->lock);
-    int err = 0;
-    if (v->nlater == v->later_cap) {
-        size_t cap = v->later_cap ? 2 * v->later_cap : 16;
-        span *g = realloc(v->later, cap * sizeof(*g));
-        if (g) {
-            v->later = g;
-            v->later_cap = cap;
-        } else {
-            err = -ENOMEM;
-        }
-    }
+    int err = shim_grow((void **)&v->later, &v->later_cap, v->nlater, sizeof(*v->later))
+                  ? 0 : -ENOMEM;
     if (!err)
         v->later[v->nlater++] = (span){addr, size};
     pthread_mutex_unlock(&v->lock);
