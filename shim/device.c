@@ -171,17 +171,29 @@ static bool capturing(const shim_device *d, cudaStream_t s)
 
 /* Swaps the calling thread's capture mode with *mode (the runtime's and
  * the driver's enums agree). */
-static void cu_exchange_mode(const shim_device *d, int *mode)
+/* Swaps the calling thread's capture mode with *mode, through the driver
+ * or the runtime (their enums agree); false, *mode untouched, if that API
+ * has no such call. */
+static bool exchange_mode(bool driver, int *mode)
 {
-    if (drv(d)) {
+    if (driver && shim_drv.cuThreadExchangeStreamCaptureMode) {
         CUstreamCaptureMode m = (CUstreamCaptureMode)*mode;
         shim_drv.cuThreadExchangeStreamCaptureMode(&m);
         *mode = (int)m;
-    } else {
-        enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)*mode;
-        shim_real.cudaThreadExchangeStreamCaptureMode(&m);
-        *mode = (int)m;
+        return true;
     }
+    if (!driver && shim_real.cudaThreadExchangeStreamCaptureMode) {
+        enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)*mode;
+        RT(shim_real.cudaThreadExchangeStreamCaptureMode(&m));
+        *mode = (int)m;
+        return true;
+    }
+    return false;
+}
+
+static void cu_exchange_mode(const shim_device *d, int *mode)
+{
+    exchange_mode(drv(d), mode);
 }
 
 static const char *cu_strerror(const shim_device *d, int e)
@@ -456,27 +468,14 @@ void shim_capture_started(bool counted, bool begun, void *stream, bool per_threa
 }
 
 /* The calling thread's capture mode, read without changing it, through the
- * runtime or the driver. */
+ * runtime or the driver; CUDA's default (global) if it cannot tell. */
 static int thread_mode(bool driver)
 {
     int m = cudaStreamCaptureModeRelaxed;
-    shim_inside++;
-    if (driver && shim_drv.cuThreadExchangeStreamCaptureMode) {
-        CUstreamCaptureMode d = CU_STREAM_CAPTURE_MODE_RELAXED, b;
-        shim_drv.cuThreadExchangeStreamCaptureMode(&d);
-        b = d;
-        shim_drv.cuThreadExchangeStreamCaptureMode(&b);
-        m = (int)d;
-    } else if (!driver && shim_real.cudaThreadExchangeStreamCaptureMode) {
-        enum cudaStreamCaptureMode r = cudaStreamCaptureModeRelaxed, b;
-        shim_real.cudaThreadExchangeStreamCaptureMode(&r);
-        b = r;
-        shim_real.cudaThreadExchangeStreamCaptureMode(&b);
-        m = (int)r;
-    } else {
-        m = cudaStreamCaptureModeGlobal; /* cannot tell: assume CUDA's default */
-    }
-    shim_inside--;
+    if (!exchange_mode(driver, &m))
+        return cudaStreamCaptureModeGlobal;
+    int back = m;
+    exchange_mode(driver, &back);
     return m;
 }
 

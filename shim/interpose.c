@@ -81,6 +81,17 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
     return err;
 }
 
+int shim_serve_error(int err)
+{
+    _Static_assert((int)cudaErrorMemoryAllocation == (int)CUDA_ERROR_OUT_OF_MEMORY &&
+                   (int)cudaErrorUnknown == (int)CUDA_ERROR_UNKNOWN,
+                   "the runtime's and the driver's codes agree");
+    if (!err)
+        return cudaSuccess;
+    return err == -ENOMEM || err == -EDQUOT || err == -EOVERFLOW ? cudaErrorMemoryAllocation
+                                                                  : cudaErrorUnknown;
+}
+
 EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
 {
     /* Forbidden by a capture: CUDA's own answer (it also invalidates the
@@ -94,13 +105,9 @@ EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
     int err = dev >= 0 ? shim_serve(dev, size, &a, "cudaMalloc") : -ENODEV;
     if (err == -ENODEV)
         return REAL_OR(cudaMalloc, cudaErrorInitializationError, ptr, size);
-    if (!err) {
+    if (!err)
         *ptr = (void *)a;
-        return cudaSuccess;
-    }
-    if (err == -ENOMEM || err == -EDQUOT || err == -EOVERFLOW)
-        return cudaErrorMemoryAllocation;
-    return cudaErrorUnknown;
+    return (cudaError_t)shim_serve_error(err);
 }
 
 int shim_free_pooled(int dev, void *ptr)

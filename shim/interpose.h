@@ -20,6 +20,11 @@ extern _Thread_local int shim_inside;
  * pool's error after the out-of-memory report. */
 int shim_serve(int dev, size_t size, uintptr_t *a, const char *call);
 
+/* shim_serve's result as the API's code, the same number in the runtime
+ * and the driver: 0, out of memory (the device, the cap, a size too large)
+ * or unknown. */
+int shim_serve_error(int err);
+
 /* Frees ptr in whichever pool owns it, dev's first (dev may be -1):
  * 0, -ENOENT if no pool owns it, or pool_free's error (logged). */
 int shim_free_pooled(int dev, void *ptr);

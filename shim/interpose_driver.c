@@ -77,12 +77,6 @@ static int served_device(void)
 
 /* ---- memory the pool serves --------------------------------------------------- */
 
-static CUresult pool_error(int err)
-{
-    return err == -ENOMEM || err == -EDQUOT || err == -EOVERFLOW ? CUDA_ERROR_OUT_OF_MEMORY
-                                                                  : CUDA_ERROR_UNKNOWN;
-}
-
 /* An allocation passed on, counted against the cap of the current
  * context's device. */
 #define PASSED_ALLOC(call, dptr, size, ...)                                   \
@@ -110,10 +104,9 @@ CUresult shim_hook_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
     shim_via_driver = false;
     if (err == -ENODEV)
         PASSED_ALLOC(cuMemAlloc_v2, dptr, size, dptr, size);
-    if (err)
-        return pool_error(err);
-    *dptr = (CUdeviceptr)a;
-    return CUDA_SUCCESS;
+    if (!err)
+        *dptr = (CUdeviceptr)a;
+    return (CUresult)shim_serve_error(err);
 }
 
 /* A free no pool owned: no longer counted if it was passed on. */
