@@ -36,17 +36,18 @@ static int check_block(const pool *p, const pool_segment *s,
     if (b->next && b->next->prev != b)
         return fail(why, len, "block %#lx: broken back link", a);
     if (b->free) {
-        if (b->next && b->next->free && b->next->dirty == b->dirty)
+        if (b->next && b->next->free && b->next->dirty == b->dirty &&
+            (!b->dirty || b->next->epoch == b->epoch))
             return fail(why, len, "free neighbours of one state at %#lx", a);
         if (b->requested)
             return fail(why, len, "free block %#lx has a requested size", a);
-        if (b->dirty ? !pool_dirty_contains(&p->dirty[s->kind], b)
-                     : !pool_bins_contains(&p->clean[s->kind], b))
-            return fail(why, len, "free block %#lx not in its index", a);
         if (b->epoch > p->epoch)
             return fail(why, len, "block %#lx from a future epoch", a);
-        /* Dirty exactly when freed in this epoch with fences on. */
-        if (b->dirty != (p->be.fence && b->epoch == p->epoch))
+        if (b->dirty ? !pool_dirty_contains(&p->gens[b->epoch % p->ngens][s->kind], b)
+                     : !pool_bins_contains(&p->clean[s->kind], b))
+            return fail(why, len, "free block %#lx not in its index", a);
+        /* Dirty exactly when freed in an epoch not yet clean, fences on. */
+        if (b->dirty != (p->be.fence && b->epoch > p->clean_upto))
             return fail(why, len, "block %#lx: dirty flag disagrees with its "
                         "epoch", a);
         t->free[b->dirty][s->kind]++;
@@ -133,18 +134,32 @@ static int check_locked(const pool *p, char *why, size_t len)
         if (err)
             return err;
     }
-    for (int d = 0; d < 2; d++) {
-        for (int k = 0; k < POOL_KINDS; k++) {
-            size_t n;
-            int err = d ? pool_dirty_check(&p->dirty[k], &n, why, len)
-                        : pool_bins_check(&p->clean[k], &n, why, len);
-            if (err)
+    for (int k = 0; k < POOL_KINDS; k++) {
+        size_t n, dirty = 0;
+        int err = pool_bins_check(&p->clean[k], &n, why, len);
+        if (err)
+            return err;
+        if (n != t.free[0][k])
+            return fail(why, len, "clean index %d holds %zu, walked %zu", k, n,
+                        t.free[0][k]);
+        for (unsigned g = 0; g < p->ngens; g++) {
+            if ((err = pool_dirty_check(&p->gens[g][k], &n, why, len)) != 0)
                 return err;
-            if (n != t.free[d][k])
-                return fail(why, len, "%s index %d holds %zu, walked %zu",
-                            d ? "dirty" : "clean", k, n, t.free[d][k]);
+            dirty += n;
         }
+        if (dirty != t.free[1][k])
+            return fail(why, len, "dirty index %d holds %zu, walked %zu", k,
+                        dirty, t.free[1][k]);
     }
+    if (p->clean_upto >= p->epoch || p->epoch - p->clean_upto > p->ngens)
+        return fail(why, len, "epochs %lu..%lu not yet clean: more than %u",
+                    (unsigned long)p->clean_upto + 1, (unsigned long)p->epoch,
+                    p->ngens);
+    for (unsigned i = 0; i < p->ninflight; i++)
+        if (p->inflight[i].epoch <= p->clean_upto || p->inflight[i].epoch >= p->epoch ||
+            (i && (p->inflight[i].epoch <= p->inflight[i - 1].epoch ||
+                   p->inflight[i].ticket <= p->inflight[i - 1].ticket)))
+            return fail(why, len, "fence in flight %u out of order", i);
     return check_counters(p, &t, why, len);
 }
 

@@ -128,12 +128,32 @@ static void cached_update(pool *p)
 
 static enum pool_kind kind_of(const pool_block *b) { return b->seg->kind; }
 
+/* The dirty blocks of kind freed in epoch e. */
+static pool_dirty *gen_of(pool *p, uint64_t e, enum pool_kind kind)
+{
+    return &p->gens[e % p->ngens][kind];
+}
+
+/* Dirty blocks of kind, every epoch. */
+static size_t dirty_count(const pool *p, enum pool_kind kind)
+{
+    size_t n = 0;
+    for (unsigned g = 0; g < p->ngens; g++)
+        n += p->gens[g][kind].count;
+    return n;
+}
+
+static bool any_dirty(const pool *p)
+{
+    return dirty_count(p, POOL_SMALL) + dirty_count(p, POOL_LARGE) != 0;
+}
+
 /* Puts free block b into the index its dirty flag names. */
 static void index_add(pool *p, pool_block *b)
 {
     b->free = true;
     if (b->dirty) {
-        pool_dirty_insert(&p->dirty[kind_of(b)], b);
+        pool_dirty_insert(gen_of(p, b->epoch, kind_of(b)), b);
     } else {
         pool_bins_insert(&p->clean[kind_of(b)], b);
         if (b->size > b->seg->max_clean)
@@ -144,7 +164,7 @@ static void index_add(pool *p, pool_block *b)
 static void index_del(pool *p, pool_block *b)
 {
     if (b->dirty)
-        pool_dirty_remove(&p->dirty[kind_of(b)], b);
+        pool_dirty_remove(gen_of(p, b->epoch, kind_of(b)), b);
     else
         pool_bins_remove(&p->clean[kind_of(b)], b);
     b->free = false;
@@ -355,7 +375,7 @@ static size_t trim_free(pool *p, size_t need)
 {
     if (!p->be.trim)
         return 0;
-    if (p->dirty[POOL_SMALL].count + p->dirty[POOL_LARGE].count)
+    if (any_dirty(p))
         pool_fence(p);
     /* Candidates as (span, address) pairs: blocks move while segments are
      * cut, so each is found again by address. */
@@ -536,6 +556,12 @@ static int block_grow(pool *p, enum pool_kind kind, size_t size,
     if (p->cfg.max_reserved && seg > p->cfg.max_reserved)
         return -EDQUOT;
     int err = segment_grow(p, kind, seg, out);
+    if ((err == -EDQUOT || err == -ENOMEM) && p->be.fence_begin && any_dirty(p)) {
+        /* Asynchronous fences left blocks waiting: order them all now. */
+        p->st.fence_forced++;
+        if (pool_fence(p) == 0 && (*out = find_fit(p, kind, size)) != NULL)
+            return 0;
+    }
     if (err == -EDQUOT || err == -ENOMEM) {
         size_t back = release_idle(p, 0);
         if (back < seg)
@@ -561,42 +587,105 @@ static pool_block *block_merge(pool *p, pool_block *a, pool_block *b)
     return a;
 }
 
+/* True if free blocks a and b may merge: both clean, or both dirty from
+ * one epoch (a block freed later must not hold back an earlier one). */
+static bool mergeable(const pool_block *a, const pool_block *b)
+{
+    return a->dirty == b->dirty && (!a->dirty || a->epoch == b->epoch);
+}
+
 /* Merges block b (free, in no index) with each free neighbour of its own
- * state, clean or dirty; returns the merged block, in no index. */
+ * state; returns the merged block, in no index. */
 static pool_block *block_coalesce(pool *p, pool_block *b)
 {
-    if (b->prev && b->prev->free && b->prev->dirty == b->dirty) {
+    if (b->prev && b->prev->free && mergeable(b->prev, b)) {
         index_del(p, b->prev);
         b = block_merge(p, b->prev, b);
     }
-    if (b->next && b->next->free && b->next->dirty == b->dirty) {
+    if (b->next && b->next->free && mergeable(b->next, b)) {
         index_del(p, b->next);
         b = block_merge(p, b, b->next);
     }
     return b;
 }
 
-/* Issues the backend's fence. On success every dirty block becomes clean
- * and merges with its free neighbours; returns 0, or the fence's error
- * (-EAGAIN: no fence possible now) with nothing changed. */
+static int fence_failed(pool *p, int err)
+{
+    p->st.fence_failures += err != -EAGAIN;
+    p->st.fence_deferrals += err == -EAGAIN;
+    return err;
+}
+
+/* Makes the blocks freed in every epoch up to upto clean, merging each with
+ * its clean neighbours. */
+static void clean_upto(pool *p, uint64_t upto)
+{
+    for (uint64_t e = p->clean_upto + 1; e <= upto; e++) {
+        for (int k = 0; k < POOL_KINDS; k++) {
+            pool_block *d;
+            while ((d = pool_dirty_any(gen_of(p, e, k)))) {
+                index_del(p, d);
+                d->dirty = false;
+                index_add(p, block_coalesce(p, d));
+            }
+        }
+    }
+    if (upto > p->clean_upto)
+        p->clean_upto = upto;
+}
+
+/* Issues the backend's fence, which orders everything at once. On success
+ * every dirty block becomes clean and merges with its free neighbours;
+ * returns 0, or the fence's error (-EAGAIN: no fence possible now) with
+ * nothing changed. */
 static int pool_fence(pool *p)
 {
     int err = p->be.fence(p->be.ctx);
-    if (err) {
-        p->st.fence_failures += err != -EAGAIN;
-        p->st.fence_deferrals += err == -EAGAIN;
-        return err;
-    }
+    if (err)
+        return fence_failed(p, err);
     p->st.fences++;
-    p->epoch++;
+    p->ninflight = 0; /* this fence orders what theirs would */
     p->allocs_since_fence = 0;
-    for (int k = 0; k < POOL_KINDS; k++) {
-        pool_block *d;
-        while ((d = pool_dirty_any(&p->dirty[k]))) {
-            index_del(p, d);
-            d->dirty = false;
-            index_add(p, block_coalesce(p, d));
+    clean_upto(p, p->epoch++);
+    return 0;
+}
+
+/* Asynchronous fences: asks the backend which are done (need: the pool
+ * would grow otherwise) and cleans their epochs; then begins one over the
+ * blocks freed since the last, if there are any and room for one. Returns
+ * 0 or the backend's error (not -EAGAIN). */
+static int fence_async(pool *p, bool need)
+{
+    uint64_t done = 0;
+    int err = 0;
+    for (int round = 0; round < 2; round++) {
+        if (p->ninflight) {
+            if ((err = p->be.fence_poll(p->be.ctx, need, &done)) != 0)
+                return fence_failed(p, err);
+            unsigned n = 0;
+            while (n < p->ninflight && p->inflight[n].ticket <= done)
+                n++;
+            if (n) {
+                clean_upto(p, p->inflight[n - 1].epoch);
+                p->ninflight -= n;
+                memmove(p->inflight, p->inflight + n,
+                        p->ninflight * sizeof(p->inflight[0]));
+            }
         }
+        bool open = gen_of(p, p->epoch, POOL_SMALL)->count +
+                    gen_of(p, p->epoch, POOL_LARGE)->count != 0;
+        if (round || !open || p->ninflight == POOL_FENCES_MAX)
+            break;
+        uint64_t ticket = 0;
+        if ((err = p->be.fence_begin(p->be.ctx, &ticket)) != 0) {
+            fence_failed(p, err);
+            return err == -EAGAIN ? 0 : err;
+        }
+        p->st.fences++;
+        p->allocs_since_fence = 0;
+        p->inflight[p->ninflight].epoch = p->epoch++;
+        p->inflight[p->ninflight++].ticket = ticket;
+        /* Round two: a fence with nothing to wait for is done at once. */
     }
     return 0;
 }
@@ -614,7 +703,8 @@ static int pool_fence(pool *p)
 static bool fence_wanted(pool *p, enum pool_kind kind, size_t size,
                          const pool_block *c)
 {
-    if (!p->dirty[kind].count)
+    size_t dirty = dirty_count(p, kind);
+    if (!dirty)
         return false;
     if (!c)
         return true;
@@ -623,9 +713,12 @@ static bool fence_wanted(pool *p, enum pool_kind kind, size_t size,
     size_t interval = kind == POOL_LARGE ? 1 : p->cfg.fence_interval;
     if (p->allocs_since_fence < interval)
         return false;
-    if (p->dirty[kind].count > 4 * p->cfg.fence_interval)
+    if (dirty > 4 * p->cfg.fence_interval)
         return true;
-    return pool_dirty_fits_below(&p->dirty[kind], size, pool_bin_of(c->size));
+    for (unsigned g = 0; g < p->ngens; g++)
+        if (pool_dirty_fits_below(&p->gens[g][kind], size, pool_bin_of(c->size)))
+            return true;
+    return false;
 }
 
 /* Finds a clean block for the request, fencing first when fence_wanted
@@ -636,6 +729,12 @@ static int block_find(pool *p, enum pool_kind kind, size_t size,
     *b = find_fit(p, kind, size);
     if (!fence_wanted(p, kind, size, *b))
         return 0;
+    if (p->be.fence_begin) {
+        int err = fence_async(p, !*b);
+        if (!err)
+            *b = find_fit(p, kind, size);
+        return err;
+    }
     int err = pool_fence(p);
     if (err == -EAGAIN) /* no fence now: fresh memory is safe */
         return 0;
@@ -811,12 +910,14 @@ void pool_stats_get(pool *p, pool_stats *out)
     out->largest_free = 0;
     for (int k = 0; k < POOL_KINDS; k++) {
         pool_block *m = pool_bins_max(&p->clean[k]);
-        size_t dm = pool_dirty_max(&p->dirty[k]);
         if (m && m->size > out->largest_free)
             out->largest_free = m->size;
-        if (dm > out->largest_free)
-            out->largest_free = dm;
-        out->free_blocks += p->clean[k].count + p->dirty[k].count;
+        for (unsigned g = 0; g < p->ngens; g++) {
+            size_t dm = pool_dirty_max(&p->gens[g][k]);
+            if (dm > out->largest_free)
+                out->largest_free = dm;
+        }
+        out->free_blocks += p->clean[k].count + dirty_count(p, k);
     }
     pthread_mutex_unlock(&p->lock);
 }
@@ -832,6 +933,9 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
     }
     if (!be || !be->reserve || !be->release || pool_config_validate(cfg))
         return -EINVAL;
+    if ((be->fence_begin || be->fence_poll) &&
+        !(be->fence && be->fence_begin && be->fence_poll))
+        return -EINVAL;
     if (be->trim && (be->trim_unit < POOL_ALIGN ||
                      (be->trim_unit & (be->trim_unit - 1))))
         return -EINVAL;
@@ -841,6 +945,8 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
     p->cfg = *cfg;
     p->be = *be;
     p->epoch = 1;
+    p->ngens = be->fence_begin ? POOL_FENCES_MAX + 1 : 1;
+    p->gens = calloc(p->ngens, sizeof(*p->gens));
     /* Critical sections are short (tens of ns): spin briefly before
      * sleeping, where the C library offers it. */
     pthread_mutexattr_t attr;
@@ -850,8 +956,9 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
 #endif
     int lock_err = pthread_mutex_init(&p->lock, &attr);
     pthread_mutexattr_destroy(&attr);
-    if (pool_addrmap_init(&p->live) || lock_err) {
+    if (!p->gens || pool_addrmap_init(&p->live) || lock_err) {
         pool_addrmap_fini(&p->live);
+        free(p->gens);
         free(p);
         return -ENOMEM;
     }
@@ -873,6 +980,7 @@ void pool_destroy(pool *p)
     free(p->segs);
     pool_addrmap_fini(&p->live);
     pthread_mutex_destroy(&p->lock);
+    free(p->gens);
     free(p);
 }
 
@@ -903,7 +1011,9 @@ void pool_forget(pool *p)
     p->nslabs = 0;
     p->spare = NULL;
     memset(p->clean, 0, sizeof(p->clean));
-    memset(p->dirty, 0, sizeof(p->dirty));
+    memset(p->gens, 0, p->ngens * sizeof(*p->gens));
+    p->ninflight = 0;
+    p->clean_upto = p->epoch++;
     pool_addrmap_clear(&p->live);
     p->st.requested = p->st.allocated = p->st.reserved = p->st.cached = 0;
     p->idle_bytes = 0;

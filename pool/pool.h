@@ -23,8 +23,9 @@
  *     trim, the whole trim units under free blocks, largest first, until a
  *     segment's worth is back) and retry once.
  *
- * Stream safety: a freed block is "dirty" until the backend's next fence,
- * and is never handed out before it. Allocation takes the best clean fit.
+ * Stream safety: a freed block is "dirty" until the backend's next fence
+ * (or, with asynchronous fences, until the next fence begun after its free
+ * is done), and is never handed out before it. Allocation takes the best clean fit.
  * It fences first when nothing clean fits but dirty blocks exist, or when
  * a dirty block would fit clearly better (a smaller size bin) and at least
  * fence_interval allocations have passed since the last fence (for large
@@ -60,6 +61,20 @@ typedef struct pool_backend {
      * needs none), or another negative errno, with which the allocation
      * that asked for it fails. */
     int (*fence)(void *ctx);
+    /* Optional, with fence: fences that make no stream wait for another.
+     * fence_begin starts one and stores its ticket in *ticket (tickets
+     * grow; 0 is never one): every block freed before the call may be
+     * reused once fence_poll reports the ticket done. Returns 0, -EAGAIN
+     * (none possible now) or another negative errno. fence_poll must not
+     * wait on the host: it stores in *done the largest ticket T such that
+     * every fence up to T is done, and returns 0 or a negative errno. need
+     * says the pool would otherwise grow: the backend may then finish
+     * fences sooner with cheap GPU-side ordering. With these, the pool
+     * takes new memory rather than a block whose fence is not done, and
+     * calls fence (which must order everything at once) only when it
+     * cannot grow, and before a trim. */
+    int (*fence_begin)(void *ctx, uint64_t *ticket);
+    int (*fence_poll)(void *ctx, bool need, uint64_t *done);
     /* Optional: told of every allocation and of every free of an address
      * inside the pool, with the lock held, so calls come in the order the
      * lock served them (a block's free always before its reuse). ev is
@@ -132,6 +147,7 @@ typedef struct pool_config {
     X(fences, "fences issued")                                               \
     X(fence_failures, "fences that failed")                                  \
     X(fence_deferrals, "fences not possible now; fresh memory used")         \
+    X(fence_forced, "full fences because growth failed (asynchronous mode)") \
     X(retries, "allocations retried after releasing free segments")          \
     X(flushes, "pool_flush calls")                                           \
     X(trims, "free ranges inside segments given back to the backend")        \

@@ -5,10 +5,11 @@
  * form a doubly linked list in address order. Free blocks also sit in a
  * free index ordered by (size, address): size bins, each an AVL tree. There
  * are two indexes per kind (small, large): clean blocks, safe to hand out,
- * and dirty ones, freed since the last fence (unordered lists per bin: they
- * are never handed out, so they need no order). A dirty block merges only with
- * dirty neighbours; the fence turns every dirty block clean and merges it
- * with its free neighbours. The best fit for n bytes is the clean index's
+ * and dirty ones, freed since the last fence (unordered lists per bin, one
+ * set per epoch not yet clean: they are never handed out, so they need no
+ * order). A dirty block merges only with dirty neighbours of its epoch; a
+ * fence done turns the dirty blocks of its epoch and older clean and merges
+ * them with their clean neighbours. The best fit for n bytes is the clean index's
  * lower bound of (n, 0). Live blocks sit in a hash
  * map keyed by address, so a free finds its block in O(1). Segments sit in
  * an array sorted by base, for pool_owns and bad-free diagnosis.
@@ -23,6 +24,8 @@
 
 enum pool_kind { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KINDS = 2 };
 
+enum { POOL_FENCES_MAX = 3 };   /* asynchronous fences in flight, at most */
+
 typedef struct pool_segment pool_segment;
 
 typedef struct pool_block {
@@ -34,8 +37,8 @@ typedef struct pool_block {
     struct pool_block *parent;
     int height;
     bool free;
-    bool dirty;                /* free since the last fence: in the dirty
-                                  index, not to be handed out before one */
+    bool dirty;                /* freed in an epoch not yet clean: in the
+                                  dirty index, not to be handed out */
     size_t requested;          /* 0 while free */
     uint64_t epoch;            /* epoch of the last free; 0 = never used */
     pool_segment *seg;
@@ -146,11 +149,23 @@ struct pool {
     pool_backend be;
     pool_stats st;               /* gauges and counters; derived fields are
                                     filled by pool_stats_get */
-    uint64_t epoch;              /* current epoch, starts at 1 */
+    uint64_t epoch;              /* current epoch, starts at 1: a free
+                                    stamps it on its block; each fence (or
+                                    fence begun) moves on to the next */
+    uint64_t clean_upto;         /* every block freed in an epoch up to this
+                                    one is clean */
     size_t allocs_since_fence;
     size_t idle_bytes;           /* bytes of segments with no live block */
     pool_bins clean[POOL_KINDS];  /* free blocks safe to hand out now */
-    pool_dirty dirty[POOL_KINDS]; /* freed since the last fence */
+    /* Dirty blocks, one generation per epoch not yet clean: epoch e's in
+     * gens[e % ngens]. Synchronous fences need one generation; asynchronous
+     * ones POOL_FENCES_MAX + 1 (the epochs in flight and the open one). */
+    pool_dirty (*gens)[POOL_KINDS];
+    unsigned ngens;
+    /* Asynchronous fences in flight, oldest first: each makes the blocks of
+     * its epoch and older clean once the backend reports its ticket done. */
+    struct { uint64_t epoch, ticket; } inflight[POOL_FENCES_MAX];
+    unsigned ninflight;
     pool_addrmap live;
     pool_segment **segs;         /* sorted by base */
     size_t nsegs, segs_cap;

@@ -55,6 +55,8 @@ void stats_device_from_pool(stats_device *d, int device, const pool_stats *p)
     d->trims = p->trims;
     d->fences = p->fences;
     d->fence_deferrals = p->fence_deferrals;
+    d->fence_failures = p->fence_failures;
+    d->fence_forced = p->fence_forced;
     d->flushes = p->flushes;
     d->retries = p->retries;
     d->oom_failures = p->failures;

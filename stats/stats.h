@@ -52,6 +52,10 @@
     X(fences, COUNT, COUNTER, "fences before reuse (fences_skipped of them "  \
       "needed no CUDA call)")                                                 \
     X(fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)")   \
+    X(fence_failures, COUNT, COUNTER, "fences CUDA refused (the allocation "  \
+      "that asked for one failed)")                                           \
+    X(fence_forced, COUNT, COUNTER, "full fences because the pool could not " \
+      "grow (CUPOOL_FENCE=poll)")                                             \
     X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
     X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "   \
       "GPU work since the last (CUPOOL_CUPTI)")                               \

@@ -91,6 +91,36 @@ static int sim_fence(void *ctx)
     return 0;
 }
 
+static int sim_fence_begin(void *ctx, uint64_t *ticket)
+{
+    sim_backend *s = ctx;
+    if (s->fence_error)
+        return s->fence_error;
+    s->begins++;
+    *ticket = ++s->tickets;
+    return 0;
+}
+
+static int sim_fence_poll(void *ctx, bool need, uint64_t *done)
+{
+    sim_backend *s = ctx;
+    if (s->fence_error && s->fence_error != -EAGAIN)
+        return s->fence_error;
+    s->polls++;
+    s->need_polls += need;
+    if (need && s->done_on_need)
+        s->done = s->tickets;
+    *done = s->done;
+    return 0;
+}
+
+void sim_backend_enable_async(sim_backend *sim, pool_backend *be)
+{
+    (void)sim;
+    be->fence_begin = sim_fence_begin;
+    be->fence_poll = sim_fence_poll;
+}
+
 void sim_backend_init(sim_backend *sim, size_t capacity, pool_backend *be)
 {
     memset(sim, 0, sizeof(*sim));

@@ -31,6 +31,11 @@ typedef struct sim_backend {
     size_t trim_unit;       /* 0: trim off */
     sim_segment *segs;
     size_t nsegs, cap;
+    /* Asynchronous fences (sim_backend_enable_async): the last ticket
+     * begun, the last one done (the test moves it), and the calls seen. */
+    uint64_t tickets, done;
+    unsigned long begins, polls, need_polls;
+    bool done_on_need;      /* a poll with need finishes every fence begun */
 } sim_backend;
 
 /* Initialises sim with a capacity (0 = unlimited) and fills *be with
@@ -40,5 +45,9 @@ void sim_backend_fini(sim_backend *sim);
 /* Lets the pool trim in units of unit bytes (a power of two): segment bases
  * become multiples of it. Call before pool_create. */
 void sim_backend_enable_trim(sim_backend *sim, pool_backend *be, size_t unit);
+/* Gives the pool asynchronous fences: a fence begun is done once the test
+ * raises sim->done to its ticket (or, with done_on_need, at a poll with
+ * need). fence_error fails begins and polls too. Call before pool_create. */
+void sim_backend_enable_async(sim_backend *sim, pool_backend *be);
 
 #endif

@@ -885,6 +885,161 @@ static void test_trim_needs_clean_blocks(void **state)
     assert_int_equal(stats(fx).reserved, 0);
 }
 
+/* ---- asynchronous fences -------------------------------------------------- */
+
+static void fx_open_async(fixture *fx, size_t capacity)
+{
+    sim_backend_init(&fx->sim, capacity, &fx->be);
+    sim_backend_enable_async(&fx->sim, &fx->be);
+    test_config(&fx->cfg);
+    assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+    checked(fx->p);
+}
+
+/* A block whose fence is not done is not handed out: the pool grows, and
+ * takes the block once the fence is done. */
+static void test_async_fence_prefers_growth(void **state)
+{
+    fixture *fx = *state;
+    fx_open_async(fx, 0);
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
+    xfree(fx, a);
+    uintptr_t b = xalloc(fx, 4 * KIB);
+    assert_true(b != a);
+    assert_int_equal(fx->sim.begins, 1);
+    assert_int_equal(fx->sim.fences, 0);
+    assert_int_equal(stats(fx).seg_reserves, 2);
+    fx->sim.done = fx->sim.tickets;
+    fill_small_tail(fx); /* the new segment's tail: clean, no fence needed */
+    assert_int_equal(xalloc(fx, 4 * KIB), a);
+    assert_int_equal(fx->sim.begins, 1);
+    assert_int_equal(fx->sim.fences, 0);
+    assert_int_equal(stats(fx).fence_forced, 0);
+}
+
+/* When the pool cannot grow, one full fence makes every block clean. */
+static void test_async_fence_forced_when_full(void **state)
+{
+    fixture *fx = *state;
+    fx_open_async(fx, 2 * MIB); /* one small segment */
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
+    xfree(fx, a);
+    assert_int_equal(xalloc(fx, 4 * KIB), a);
+    assert_int_equal(fx->sim.begins, 1);
+    assert_int_equal(fx->sim.fences, 1);
+    assert_int_equal(stats(fx).fence_forced, 1);
+    assert_int_equal(stats(fx).failures, 0);
+}
+
+/* A fence covers the blocks freed before it began, not those freed after:
+ * and those of two epochs do not merge until both are clean. */
+static void test_async_fence_covers_only_earlier_frees(void **state)
+{
+    fixture *fx = *state;
+    fx_open_async(fx, 0);
+    uintptr_t a = xalloc(fx, 4 * KIB), b = xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
+    xfree(fx, a);
+    uintptr_t g1 = xalloc(fx, 4 * KIB); /* begins fence 1 over a; grows */
+    assert_int_equal(fx->sim.begins, 1);
+    xfree(fx, b); /* after fence 1 began: not covered by it */
+    assert_int_equal(stats(fx).free_blocks, 3); /* a, b apart; g1's tail */
+    fx->sim.done = 1;
+    fill_small_tail(fx);
+    /* Fence 1 done: a is clean, b (its neighbour) is not. */
+    assert_int_equal(xalloc(fx, 8 * KIB) == a, 0);
+    assert_int_equal(fx->sim.begins, 2); /* the miss began fence 2 over b */
+    assert_int_equal(xalloc(fx, 4 * KIB), a);
+    fx->sim.done = 2;
+    fill_small_tail(fx);
+    assert_int_equal(xalloc(fx, 4 * KIB), b);
+    xfree(fx, g1);
+}
+
+/* At most POOL_FENCES_MAX fences are in flight; a free in between still
+ * waits for a fence begun after it. */
+static void test_async_fences_in_flight_are_bounded(void **state)
+{
+    fixture *fx = *state;
+    fx_open_async(fx, 0);
+    uintptr_t held[8];
+    for (int i = 0; i < 8; i++)
+        held[i] = xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
+    for (int i = 0; i < 8; i++) {
+        xfree(fx, held[i]);
+        fill_small_tail(fx);
+        uintptr_t x = xalloc(fx, 4 * KIB); /* a miss: begins a fence, grows */
+        assert_true(x != held[i]);
+    }
+    assert_int_equal(fx->sim.begins, 3);
+    assert_true(fx->sim.polls > 3);
+    /* All done: every block freed before the third fence is clean; the
+     * rest wait for a fourth. */
+    fx->sim.done = fx->sim.tickets;
+    fill_small_tail(fx);
+    assert_int_equal(xalloc(fx, 12 * KIB), held[0]); /* 0..2 clean, merged */
+    assert_int_equal(fx->sim.begins, 4);
+    fill_small_tail(fx);
+    uintptr_t y = xalloc(fx, 4 * KIB); /* 3..7 wait for fence 4: grows */
+    assert_true(y < held[3] || y > held[7]);
+}
+
+/* need reaches the backend when the pool would grow, and a backend that
+ * finishes fences then (GPU-side ordering) spares the growth. */
+static void test_async_need_spares_growth(void **state)
+{
+    fixture *fx = *state;
+    fx_open_async(fx, 0);
+    fx->sim.done_on_need = true;
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
+    xfree(fx, a);
+    assert_int_equal(xalloc(fx, 4 * KIB), a);
+    assert_int_equal(fx->sim.need_polls, 1);
+    assert_int_equal(stats(fx).seg_reserves, 1);
+}
+
+/* A begin that fails other than -EAGAIN fails the allocation that needed
+ * it, changing nothing; -EAGAIN (a capture) uses fresh memory. */
+static void test_async_fence_errors(void **state)
+{
+    fixture *fx = *state;
+    fx_open_async(fx, 0);
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
+    xfree(fx, a);
+    fx->sim.fence_error = -EIO;
+    uintptr_t got = 9;
+    assert_int_equal(pool_alloc(fx->p, 4 * KIB, &got), -EIO);
+    assert_int_equal(got, 9);
+    checked(fx->p);
+    assert_int_equal(stats(fx).fence_failures, 1);
+    fx->sim.fence_error = -EAGAIN;
+    assert_true(xalloc(fx, 4 * KIB) != a);
+    assert_int_equal(stats(fx).fence_deferrals, 1);
+    fx->sim.fence_error = 0;
+}
+
+/* A backend must give both asynchronous calls, and a full fence with them. */
+static void test_async_needs_all_three(void **state)
+{
+    (void)state;
+    sim_backend sim;
+    pool_backend be;
+    pool *p = NULL;
+    sim_backend_init(&sim, 0, &be);
+    sim_backend_enable_async(&sim, &be);
+    be.fence_poll = NULL;
+    assert_int_equal(pool_create(NULL, &be, &p), -EINVAL);
+    sim_backend_enable_async(&sim, &be);
+    be.fence = NULL;
+    assert_int_equal(pool_create(NULL, &be, &p), -EINVAL);
+    sim_backend_fini(&sim);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 /* ---- observer ----------------------------------------------------------- */
@@ -1004,6 +1159,13 @@ int main(void)
         T(test_trim_on_cap),
         T(test_trim_splits_segments),
         T(test_trim_needs_clean_blocks),
+        T(test_async_fence_prefers_growth),
+        T(test_async_fence_forced_when_full),
+        T(test_async_fence_covers_only_earlier_frees),
+        T(test_async_fences_in_flight_are_bounded),
+        T(test_async_need_spares_growth),
+        T(test_async_fence_errors),
+        cmocka_unit_test(test_async_needs_all_three),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

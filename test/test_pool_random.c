@@ -14,7 +14,8 @@
  * whole segments only, with a backend that can trim (give back the
  * 2 MiB units under free blocks inside segments), whose held ranges must
  * match the pool's segments exactly after every cut, and with trimming
- * under first fit (a quarter of the operations).
+ * under first fit (a quarter of the operations), and with asynchronous
+ * fences that the walk declares done at random (half the operations).
  *
  * Usage: test_pool_random [OPS [SEED]]  (default 1000000, seed 0x5eed)
  */
@@ -30,6 +31,11 @@ enum { MAX_LIVE = 4000, CHECK_EVERY = 1024 };
 
 typedef struct live { uintptr_t addr; size_t size; } live;
 
+/* A range freed and not yet known safe: safe once a full fence came after
+ * its free (fences > full) or a fence begun after it is done (done >
+ * ticket). */
+typedef struct unsafe { uintptr_t addr; size_t size; unsigned long full; uint64_t ticket; } unsafe;
+
 typedef struct walk {
     fixture fx;
     uint64_t rng;
@@ -38,10 +44,10 @@ typedef struct walk {
     uint64_t requested;
     size_t cap;
     unsigned long failures, ops;
-    live *dirty;           /* ranges freed since the last fence */
+    unsafe *dirty;         /* ranges freed and not yet known safe */
     size_t ndirty, dirty_cap;
-    unsigned long fences_seen;
     bool trim;
+    bool async;            /* asynchronous fences, done at random */
     bool first;            /* first fit (with trimming): its segment bounds
                               are checked by pool_check as the walk goes */
 } walk;
@@ -88,25 +94,26 @@ static void verify(walk *w)
     assert_int_equal(s.requested, w->requested);
     assert_int_equal(s.reserved, fx->sim.used);
     assert_int_equal(s.segments, fx->sim.nsegs);
-    assert_int_equal(s.fences, fx->sim.fences);
+    assert_int_equal(s.fences, fx->sim.fences + fx->sim.begins);
     assert_int_equal(fx->sim.bad_releases, 0);
     assert_int_equal(fx->sim.bad_trims, 0);
     assert_int_equal(s.trims, fx->sim.trims);
 }
 
-/* Fails if [a, a+size) overlaps a range freed after the last fence. */
+/* Fails if [a, a+size) overlaps a range freed and not yet fenced. */
 static void check_fenced(walk *w, uintptr_t a, size_t size)
 {
-    if (w->fx.sim.fences != w->fences_seen) {
-        w->fences_seen = w->fx.sim.fences;
-        w->ndirty = 0;
-    }
-    for (size_t i = 0; i < w->ndirty; i++) {
-        const live *d = &w->dirty[i];
+    for (size_t i = 0; i < w->ndirty;) {
+        const unsafe *d = &w->dirty[i];
+        if (w->fx.sim.fences > d->full || w->fx.sim.done > d->ticket) {
+            w->dirty[i] = w->dirty[--w->ndirty];
+            continue;
+        }
         if (a < d->addr + d->size && d->addr < a + size)
             fail_msg("block %#lx handed out while %#lx, freed after the last "
                      "fence, may still be in use", (unsigned long)a,
                      (unsigned long)d->addr);
+        i++;
     }
 }
 
@@ -117,7 +124,8 @@ static void mark_dirty(walk *w, live l)
         w->dirty = realloc(w->dirty, w->dirty_cap * sizeof(*w->dirty));
         assert_non_null(w->dirty);
     }
-    w->dirty[w->ndirty++] = (live){l.addr, rounded(l.size)};
+    w->dirty[w->ndirty++] = (unsafe){l.addr, rounded(l.size), w->fx.sim.fences,
+                                    w->fx.sim.tickets};
 }
 
 static void step_alloc(walk *w)
@@ -171,6 +179,10 @@ static void step_control(walk *w, unsigned long op)
     }
     if (rng_next(&w->rng) % 1000 == 0)
         fx->sim.fail_reserves = 1;
+    /* The GPU catches up with the fences begun, now and then. */
+    if (w->async && fx->sim.done < fx->sim.tickets && rng_next(&w->rng) % 8 == 0)
+        fx->sim.done += 1 + rng_next(&w->rng) % (fx->sim.tickets - fx->sim.done);
+    fx->sim.done_on_need = w->async && rng_next(&w->rng) % 4 == 0;
     /* Now and then the backend cannot trim. */
     fx->sim.trim_error = w->trim && rng_next(&w->rng) % 100 == 0 ? -EAGAIN : 0;
 }
@@ -209,7 +221,12 @@ static int setup(void **state)
 {
     walk *w = *state;
     w->lv = calloc(MAX_LIVE, sizeof(*w->lv));
-    if (!w->trim) {
+    if (w->async) {
+        sim_backend_init(&w->fx.sim, 4096 * MIB, &w->fx.be);
+        sim_backend_enable_async(&w->fx.sim, &w->fx.be);
+        test_config(&w->fx.cfg);
+        assert_int_equal(pool_create(&w->fx.cfg, &w->fx.be, &w->fx.p), 0);
+    } else if (!w->trim) {
         fx_open(&w->fx, 4096 * MIB, NULL);
     } else {
         sim_backend_init(&w->fx.sim, 4096 * MIB, &w->fx.be);
@@ -233,7 +250,7 @@ static int teardown(void **state)
 
 int main(int argc, char **argv)
 {
-    static walk w, t, f;
+    static walk w, t, f, a;
     w.ops = argc > 1 ? strtoul(argv[1], NULL, 0) : 1000000;
     w.rng = argc > 2 ? strtoull(argv[2], NULL, 0) : 0x5eed;
     printf("seed %#lx\n", (unsigned long)w.rng);
@@ -242,10 +259,14 @@ int main(int argc, char **argv)
     f = t;
     f.first = true;
     f.ops = w.ops / 4;
+    a = w;
+    a.async = true;
+    a.ops = w.ops / 2;
     const struct CMUnitTest tests[] = {
         {"random_walk_whole_segments", random_walk, setup, teardown, &w},
         {"random_walk_trimming", random_walk, setup, teardown, &t},
         {"random_walk_first_fit_trimming", random_walk, setup, teardown, &f},
+        {"random_walk_async_fences", random_walk, setup, teardown, &a},
     };
     return cmocka_run_group_tests_name("pool_random", tests, NULL, NULL);
 }
