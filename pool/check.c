@@ -158,7 +158,7 @@ static int check_locked(const pool *p, char *why, size_t len)
     for (unsigned i = 0; i < p->ninflight; i++)
         if (p->inflight[i].epoch <= p->clean_upto || p->inflight[i].epoch >= p->epoch ||
             (i && (p->inflight[i].epoch <= p->inflight[i - 1].epoch ||
-                   p->inflight[i].ticket <= p->inflight[i - 1].ticket)))
+                   p->inflight[i].ticket < p->inflight[i - 1].ticket)))
             return fail(why, len, "fence in flight %u out of order", i);
     return check_counters(p, &t, why, len);
 }

@@ -63,7 +63,8 @@ typedef struct pool_backend {
     int (*fence)(void *ctx);
     /* Optional, with fence: fences that make no stream wait for another.
      * fence_begin starts one and stores its ticket in *ticket (tickets
-     * grow; 0 is never one): every block freed before the call may be
+     * never decrease, and 0 is never one; an earlier fence's ticket may
+     * be answered when it covers everything): every block freed before the call may be
      * reused once fence_poll reports the ticket done. Returns 0, -EAGAIN
      * (none possible now) or another negative errno. fence_poll must not
      * wait on the host: it stores in *done the largest ticket T such that

@@ -40,7 +40,7 @@ static const option options[] = {
      "unlimited", "idle cached bytes kept per device; fully free segments "
      "above it go back to the driver"},
     {"CUPOOL_FENCE", OPT_FENCE, F(fence), "barrier",
-     "stream safety on reuse: barrier, sync or none"},
+     "stream safety on reuse: barrier, poll, sync or none"},
     {"CUPOOL_FENCE_INTERVAL", OPT_COUNT, F(pool.fence_interval), "64",
      "at most one fence per this many allocations to reach a better-fitting "
      "block freed since the last fence (1 = always take the best fit)"},
@@ -90,7 +90,7 @@ static const option options[] = {
 
 enum { NOPTIONS = sizeof(options) / sizeof(options[0]) };
 
-static const char *const fence_names[] = {"barrier", "sync", "none", NULL};
+static const char *const fence_names[] = {"barrier", "sync", "none", "poll", NULL};
 static const char *const log_names[] = {"off", "error", "warn", "info",
                                         "debug", NULL};
 static const char *const format_names[] = {"table", "json", NULL};

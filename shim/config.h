@@ -19,7 +19,7 @@
 #define SHIM_PATH_MAX 512
 
 typedef enum shim_fence_mode {
-    SHIM_FENCE_BARRIER, SHIM_FENCE_SYNC, SHIM_FENCE_NONE
+    SHIM_FENCE_BARRIER, SHIM_FENCE_SYNC, SHIM_FENCE_NONE, SHIM_FENCE_POLL
 } shim_fence_mode;
 
 typedef enum shim_log_level {

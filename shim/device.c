@@ -2,12 +2,19 @@
  * device.c - per-device pools and the CUDA backend.
  *
  * Backend: reserve is the real cudaMalloc, release the real cudaFree, and
- * the fence one of three modes (DESIGN.md, "Stream safety"):
+ * the fence one of four modes (DESIGN.md, "Stream safety"):
  *   barrier  GPU-side, the host never waits: each tracked non-blocking
  *            stream records an event the legacy stream waits on; the legacy
  *            stream records one event every non-blocking stream waits on.
  *            Blocking streams and per-thread default streams are ordered by
  *            the legacy stream itself.
+ *   poll     no stream waits for another: a fence records an event on the
+ *            legacy stream and on each tracked non-blocking stream, and the
+ *            blocks freed before it are reused once those have completed
+ *            (event queries, the host never waits). When the pool would
+ *            otherwise grow and only the legacy event is still running, the
+ *            non-blocking streams are made to wait for it instead (ordered).
+ *            When the pool cannot grow at all, a barrier.
  *   sync     cudaDeviceSynchronize, as the real cudaFree would have done,
  *            but only when a block freed since the last fence is reused.
  *   none     no fence (only for programs known to use one stream).
@@ -148,6 +155,18 @@ static int cu_record(const shim_device *d, cudaEvent_t e, cudaStream_t s)
 {
     return drv(d) ? (int)shim_drv.cuEventRecord((CUevent)e, (CUstream)s)
                      : RT(shim_real.cudaEventRecord(e, s));
+}
+
+/* 0 once the work before e's record has completed, cudaErrorNotReady
+ * (the driver's CUDA_ERROR_NOT_READY, the same number) until then. The
+ * driver's call when there is one: it leaves no error in the runtime, and
+ * the runtime's events are the driver's. */
+static int cu_query(const shim_device *d, cudaEvent_t e)
+{
+    if (shim_drv.cuEventQuery)
+        return (int)shim_drv.cuEventQuery((CUevent)e);
+    int r = drv(d) ? -1 : (int)shim_real.cudaEventQuery(e);
+    return r < 0 ? cudaErrorNotReady : r;
 }
 
 static int cu_wait(const shim_device *d, cudaStream_t s, cudaEvent_t e)
@@ -490,6 +509,117 @@ bool shim_capture_refuses(const char *call, bool driver)
     return true;
 }
 
+/* ---- the poll fence ------------------------------------------------------ */
+
+/* An event from the device's spare ones, or a new one. Needs d->lock. */
+static int event_take(shim_device *d, cudaEvent_t *e)
+{
+    if (d->nspare) {
+        *e = d->spare_events[--d->nspare];
+        return 0;
+    }
+    return cu_event_create(d, e);
+}
+
+static void event_give(shim_device *d, cudaEvent_t e)
+{
+    if (!e)
+        return;
+    if (shim_grow((void **)&d->spare_events, &d->spare_cap, d->nspare, sizeof(e)))
+        d->spare_events[d->nspare++] = e;
+    else
+        cu_event_destroy(d, e);
+}
+
+/* Retires the oldest poll fence, done. Needs d->lock. */
+static void fence_retire(shim_device *d)
+{
+    shim_fence *f = &d->fences[0];
+    d->tickets_done = f->ticket;
+    for (size_t i = 0; i < f->nevents; i++)
+        event_give(d, f->events[i]);
+    event_give(d, f->legacy);
+    free(f->events);
+    memmove(d->fences, d->fences + 1, --d->nfences * sizeof(*d->fences));
+}
+
+/* Begins a poll fence: events recorded, no stream made to wait. Needs
+ * d->lock. 0, -ENOMEM or -EIO. */
+static int poll_begin_locked(shim_device *d, uint64_t *ticket)
+{
+    if (!shim_grow((void **)&d->fences, &d->fences_cap, d->nfences, sizeof(*d->fences)))
+        return -ENOMEM;
+    shim_fence f = {0};
+    size_t nb = 0;
+    for (size_t i = 0; i < d->nstreams; i++)
+        nb += d->streams[i].nonblocking;
+    if (nb && !(f.events = calloc(nb, sizeof(*f.events))))
+        return -ENOMEM;
+    int e = 0;
+    for (size_t i = 0; !e && i < d->nstreams; i++) {
+        if (!d->streams[i].nonblocking)
+            continue;
+        e = event_take(d, &f.events[f.nevents]);
+        if (!e && (e = cu_record(d, f.events[f.nevents], d->streams[i].stream)) != 0)
+            event_give(d, f.events[f.nevents]);
+        f.nevents += !e;
+    }
+    if (!e && (e = event_take(d, &f.legacy)) == 0 &&
+        (e = cu_record(d, f.legacy, cudaStreamLegacy)) != 0) {
+        event_give(d, f.legacy);
+        f.legacy = NULL;
+    }
+    if (e) {
+        for (size_t i = 0; i < f.nevents; i++)
+            event_give(d, f.events[i]);
+        free(f.events);
+        shim_log(SHIM_LOG_ERROR, "device %d: fence failed: %s", d->id,
+                 cu_strerror(d, e));
+        return -EIO;
+    }
+    f.ticket = *ticket = ++d->tickets;
+    d->fences[d->nfences++] = f;
+    return 0;
+}
+
+/* Retires the poll fences that are done, oldest first. With order, one
+ * whose non-blocking events have completed but whose legacy event has not
+ * is made done by making every non-blocking stream wait for that event.
+ * Needs d->lock. 0, or -EIO if a query or a wait failed. */
+static int poll_locked(shim_device *d, bool order)
+{
+    while (d->nfences) {
+        shim_fence *f = &d->fences[0];
+        int e = 0;
+        while (f->ndone < f->nevents && (e = cu_query(d, f->events[f->ndone])) == 0)
+            f->ndone++;
+        if (!e)
+            e = cu_query(d, f->legacy);
+        if (e == cudaErrorNotReady && order && f->ndone == f->nevents) {
+            e = 0;
+            for (size_t i = 0; !e && i < d->nstreams; i++)
+                if (d->streams[i].nonblocking)
+                    e = cu_wait(d, d->streams[i].stream, f->legacy);
+            if (!e) {
+                /* Streams made later wait for it too (track_stream). */
+                event_give(d, d->order_event);
+                d->order_event = f->legacy;
+                f->legacy = NULL;
+                atomic_fetch_add_explicit(&d->fence_orders, 1, memory_order_relaxed);
+            }
+        }
+        if (e == cudaErrorNotReady)
+            return 0;
+        if (e) {
+            shim_log(SHIM_LOG_ERROR, "device %d: fence failed: %s", d->id,
+                     cu_strerror(d, e));
+            return -EIO;
+        }
+        fence_retire(d);
+    }
+    return 0;
+}
+
 /* The fence proper, ordering all work counted up to work (CUPOOL_CUPTI).
  * Needs d->lock. */
 static int fence_locked(shim_device *d, uint64_t work)
@@ -507,43 +637,111 @@ static int fence_locked(shim_device *d, uint64_t work)
     return err;
 }
 
-static int be_fence(void *ctx)
+enum fence_op { FENCE_FULL, FENCE_BEGIN, FENCE_POLL, FENCE_POLL_ORDER };
+
+/* One fence operation, with d->lock held. FENCE_BEGIN stores the new
+ * fence's ticket in *ticket, the polls the last ticket done. */
+static int fence_op_locked(shim_device *d, enum fence_op op, uint64_t work,
+                           uint64_t *ticket)
 {
-    shim_shard *sh = ctx;
-    shim_device *d = sh->dev;
-    int err = -EAGAIN;
-    /* Read before the fence's calls: all work counted so far is queued
-     * before them, so the fence orders it. */
-    uint64_t work = SHIM_WORK_NEVER;
-    if (shim_work_watching()) {
-        work = shim_work_count();
-        if (work == atomic_load_explicit(&d->fenced_work, memory_order_relaxed)) {
-            atomic_fetch_add_explicit(&d->fences_skipped, 1, memory_order_relaxed);
-            shim_trace_put(sh->ring, false, TRACE_FENCE, TRACE_R_OK, d->id, 0, 0);
-            return 0;
-        }
+    int err;
+    switch (op) {
+    case FENCE_FULL:
+        return fence_locked(d, work);
+    case FENCE_BEGIN:
+        if ((err = poll_begin_locked(d, ticket)) == 0)
+            atomic_store_explicit(&d->fenced_work, work, memory_order_relaxed);
+        return err;
+    default:
+        err = poll_locked(d, op == FENCE_POLL_ORDER);
+        *ticket = d->tickets_done;
+        return err;
     }
+}
+
+/* Runs a fence operation where it cannot break a graph capture: at once
+ * while none is counted (holding d->lock until its calls are in, see
+ * shim_capture_begin); else in relaxed capture mode, so that its calls
+ * cannot break a capture on any thread, and, when it would touch streams,
+ * only if none of the device's is capturing: -EAGAIN otherwise (a poll then
+ * only queries). */
+static int fence_run(shim_device *d, enum fence_op op, uint64_t work, uint64_t *ticket)
+{
+    int err = -EAGAIN;
     pthread_mutex_lock(&d->lock);
-    bool fast = atomic_load(&captures) == 0;
+    bool fast = atomic_load(&captures) == 0 || (op >= FENCE_POLL && !d->nfences);
     if (fast)
-        err = fence_locked(d, work);
+        err = fence_op_locked(d, op, work, ticket);
     pthread_mutex_unlock(&d->lock);
     if (!fast) {
-        /* A capture may be going on, on this thread or another: check
-         * every stream, in relaxed mode so that the checks themselves
-         * cannot break it. */
         int mode = cudaStreamCaptureModeRelaxed;
         cu_exchange_mode(d, &mode);
         pthread_mutex_lock(&d->lock);
-        if (!any_capture(d))
-            err = fence_locked(d, work);
+        if (op == FENCE_POLL || !any_capture(d))
+            err = fence_op_locked(d, op, work, ticket);
+        else if (op == FENCE_POLL_ORDER)
+            err = fence_op_locked(d, FENCE_POLL, work, ticket);
         pthread_mutex_unlock(&d->lock);
         cu_exchange_mode(d, &mode);
     }
+    return err;
+}
+
+/* The work count (CUPOOL_CUPTI) to read before a fence's calls: all work
+ * counted so far is queued before them, so the fence orders it. True if
+ * none came since the device's last fence: this one needs no CUDA call. */
+static bool no_new_work(shim_device *d, uint64_t *work)
+{
+    *work = SHIM_WORK_NEVER;
+    if (!shim_work_watching())
+        return false;
+    *work = shim_work_count();
+    if (*work != atomic_load_explicit(&d->fenced_work, memory_order_relaxed))
+        return false;
+    atomic_fetch_add_explicit(&d->fences_skipped, 1, memory_order_relaxed);
+    return true;
+}
+
+static void trace_fence(shim_shard *sh, int err)
+{
     shim_trace_put(sh->ring, false, TRACE_FENCE,
                    !err ? TRACE_R_OK : err == -EAGAIN ? TRACE_R_DEFERRED : TRACE_R_ERROR,
-                   d->id, 0, 0);
+                   sh->id, 0, 0);
+}
+
+static int be_fence(void *ctx)
+{
+    shim_shard *sh = ctx;
+    uint64_t work, none = 0;
+    int err = no_new_work(sh->dev, &work) ? 0 : fence_run(sh->dev, FENCE_FULL, work, &none);
+    trace_fence(sh, err);
     return err;
+}
+
+static int be_fence_begin(void *ctx, uint64_t *ticket)
+{
+    shim_shard *sh = ctx;
+    shim_device *d = sh->dev;
+    uint64_t work;
+    int err = -EAGAIN;
+    if (no_new_work(d, &work)) {
+        /* The last fence begun covers everything: answer its ticket. */
+        pthread_mutex_lock(&d->lock);
+        *ticket = d->tickets;
+        pthread_mutex_unlock(&d->lock);
+        if (*ticket)
+            err = 0;
+    }
+    if (err)
+        err = fence_run(d, FENCE_BEGIN, work, ticket);
+    trace_fence(sh, err);
+    return err;
+}
+
+static int be_fence_poll(void *ctx, bool need, uint64_t *done)
+{
+    shim_shard *sh = ctx;
+    return fence_run(sh->dev, need ? FENCE_POLL_ORDER : FENCE_POLL, 0, done);
 }
 
 /* The pool's observer: its allocations and frees, in lock order. */
@@ -663,8 +861,11 @@ static pool *create_locked(shim_device *d, int shard)
     bool tracing = shim_tracing();
     if (tracing && !sh->ring)
         sh->ring = shim_trace_ring_new(shard_hold, sh);
+    bool poll = shim_cfg.fence == SHIM_FENCE_POLL;
     pool_backend be = {.reserve = be_reserve, .release = be_release,
                        .fence = shim_cfg.fence == SHIM_FENCE_NONE ? NULL : be_fence,
+                       .fence_begin = poll ? be_fence_begin : NULL,
+                       .fence_poll = poll ? be_fence_poll : NULL,
                        .observe = tracing ? be_observe : NULL,
                        .trim = d->vmm ? be_trim : NULL,
                        .trim_unit = d->vmm ? shim_vmm_unit(d->vmm) : 0, .ctx = sh};
@@ -681,6 +882,7 @@ static pool *create_locked(shim_device *d, int shard)
                  "%zu shards, %s segments", d->id,
                  d->cap ? stats_fmt_bytes(d->cap, c, sizeof(c)) : "none",
                  shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
+                 : shim_cfg.fence == SHIM_FENCE_POLL ? "poll"
                  : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",
                  shim_work_watching() ? " (skipped while CUPTI sees no new work)" : "",
                  shim_cfg.shards, d->vmm ? "VMM" : drv(d) ? "cuMemAlloc'd"
@@ -799,6 +1001,12 @@ void shim_device_abandon(int dev)
     /* The reset destroyed the device's streams and events too. */
     d->nstreams = 0;
     d->legacy_event = NULL;
+    for (size_t i = 0; i < d->nfences; i++)
+        free(d->fences[i].events);
+    d->nfences = 0;
+    d->nspare = 0;
+    d->order_event = NULL;
+    d->tickets_done = d->tickets;
     pthread_mutex_unlock(&d->lock);
 }
 
@@ -834,6 +1042,13 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
     pthread_mutex_lock(&d->lock);
     if (shim_grow((void **)&d->streams, &d->streams_cap, d->nstreams, sizeof(*d->streams)))
         d->streams[d->nstreams++] = (shim_stream){s, ev, nb};
+    /* A block a fence made clean by ordering the non-blocking streams after
+     * the legacy stream's work may still be in use by that work: a new
+     * non-blocking stream is ordered after it too. */
+    if (nb && d->legacy_event)
+        cu_wait(d, s, d->legacy_event);
+    if (nb && d->order_event)
+        cu_wait(d, s, d->order_event);
     pthread_mutex_unlock(&d->lock);
 }
 

@@ -21,6 +21,19 @@ typedef struct shim_stream {
     bool nonblocking;
 } shim_stream;
 
+/* A poll fence begun and not yet done (CUPOOL_FENCE=poll): an event on the
+ * legacy stream, and one on each non-blocking stream tracked when it
+ * began. It is done once those on the non-blocking streams have completed
+ * and either the legacy one has, or every non-blocking stream was made to
+ * wait for it (ordered). */
+typedef struct shim_fence {
+    uint64_t ticket;
+    cudaEvent_t legacy;
+    cudaEvent_t *events;   /* on the non-blocking streams; NULL once done */
+    size_t nevents, ndone; /* the first ndone have completed */
+    size_t events_cap;
+} shim_fence;
+
 struct shim_device;
 struct shim_trace_ring;
 
@@ -43,6 +56,17 @@ typedef struct shim_device {
     shim_stream *streams;
     size_t nstreams, streams_cap;
     cudaEvent_t legacy_event;
+    /* Poll fences (CUPOOL_FENCE=poll), oldest first, and events to reuse. */
+    shim_fence *fences;
+    size_t nfences, fences_cap;
+    cudaEvent_t *spare_events;
+    size_t nspare, spare_cap;
+    uint64_t tickets;          /* the last ticket handed out */
+    uint64_t tickets_done;     /* every fence up to this ticket is done */
+    cudaEvent_t order_event;   /* the legacy event non-blocking streams
+                                  last waited for: a new one waits too */
+    atomic_ulong fence_orders; /* poll fences finished by making streams
+                                  wait, rather than by completion */
     atomic_ulong syncs;        /* device synchronizations by the fence */
     atomic_ulong fences_skipped; /* fences that needed no CUDA call */
     _Atomic uint64_t fenced_work; /* CUPOOL_CUPTI: the work count read

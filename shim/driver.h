@@ -39,6 +39,7 @@
     X(cuEventCreate, (CUevent *, unsigned int))                               \
     X(cuEventDestroy_v2, (CUevent))                                           \
     X(cuEventRecord, (CUevent, CUstream))                                     \
+    X(cuEventQuery, (CUevent))                                                \
     X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                   \
     X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))               \
     X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *))             \

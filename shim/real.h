@@ -98,6 +98,7 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fn,
       (cudaEvent_t *event, unsigned int flags))                               \
     X(cudaError_t, cudaEventDestroy, (cudaEvent_t event))                     \
     X(cudaError_t, cudaEventRecord, (cudaEvent_t event, cudaStream_t stream)) \
+    X(cudaError_t, cudaEventQuery, (cudaEvent_t event))                       \
     X(cudaError_t, cudaStreamWaitEvent,                                       \
       (cudaStream_t stream, cudaEvent_t event, unsigned int flags))           \
     X(cudaError_t, cudaStreamIsCapturing,                                     \

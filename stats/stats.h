@@ -57,6 +57,8 @@
     X(fence_forced, COUNT, COUNTER, "full fences because the pool could not " \
       "grow (CUPOOL_FENCE=poll)")                                             \
     X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
+    X(fence_orders, COUNT, COUNTER, "poll fences finished by making the "     \
+      "non-blocking streams wait rather than by completion (CUPOOL_FENCE=poll)") \
     X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "   \
       "GPU work since the last (CUPOOL_CUPTI)")                               \
     X(flushes, COUNT, COUNTER, "flushes of the cache")                        \

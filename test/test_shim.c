@@ -254,6 +254,12 @@ static void wait_for_file(const char *path)
 static void test_pairs_hit_the_cache(void **s) { (void)s; PASSES("pairs"); }
 static void test_fence_barrier(void **s) { (void)s; PASSES("fence"); }
 static void test_fence_sync(void **s) { (void)s; PASSES("fence_sync", "CUPOOL_FENCE=sync"); }
+static void test_fence_poll(void **s) { (void)s; PASSES("fence_poll", "CUPOOL_FENCE=poll"); }
+static void test_fence_poll_cap(void **s)
+{
+    (void)s;
+    PASSES("fence_poll_cap", "CUPOOL_FENCE=poll", "CUPOOL_MAX_RESERVED=2M");
+}
 static void test_capture_defers_fence(void **s) { (void)s; PASSES("capture"); }
 static void test_flush_signal(void **s) { (void)s; PASSES("flush"); }
 static void test_foreign_pointer(void **s) { (void)s; PASSES("foreign"); }
@@ -1399,6 +1405,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pairs_hit_the_cache),
         cmocka_unit_test(test_fence_barrier),
         cmocka_unit_test(test_fence_sync),
+        cmocka_unit_test(test_fence_poll),
+        cmocka_unit_test(test_fence_poll_cap),
         cmocka_unit_test(test_capture_defers_fence),
         cmocka_unit_test(test_flush_signal),
         cmocka_unit_test(test_stats_signal),

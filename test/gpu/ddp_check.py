@@ -1,7 +1,8 @@
 """A small DistributedDataParallel loop over NCCL (run with torchrun, two
 ranks): NCCL's own allocations (cuMemCreate, cuMemMap) go through cupool's
-driver entry points. Rank 0 prints one JSON line: median step time and the
-final loss."""
+driver entry points. Rank 0 prints one JSON line: median step time, the final loss, and its
+peak reserved memory (PyTorch's, and cupool's when CUPOOL_STATS_FILE is
+set)."""
 import json
 import os
 import time
@@ -9,6 +10,8 @@ import time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from cupool_self import own_stats
 
 
 def main():
@@ -37,9 +40,18 @@ def main():
     dist.all_reduce(lt)
     if rank == 0:
         t = sorted(times[5:])
-        print(json.dumps({"ms_per_step": 1e3 * t[len(t) // 2],
-                          "loss": float(lt) / dist.get_world_size(),
-                          "torch_cache": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") is None}))
+        out = {"ms_per_step": round(1e3 * t[len(t) // 2], 3),
+               "loss": float(lt) / dist.get_world_size(),
+               "torch_cache": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") is None,
+               "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
+        stats = own_stats()
+        if stats:
+            dev = stats["devices"][0]
+            out["cupool_peak_reserved_mib"] = dev["reserved_peak"] >> 20
+            out["cupool_fences"] = dev["fences"]
+            out["cupool_fence_orders"] = dev.get("fence_orders", 0)
+            out["cupool_fence_forced"] = dev.get("fence_forced", 0)
+        print(json.dumps(out))
     dist.destroy_process_group()
 
 

@@ -7,8 +7,12 @@
 // a corruption. Real cudaFree would have waited for A; cupool's fence must
 // order B after A without the host waiting.
 //
+// In the pairs marked busy, a third (non-blocking) stream runs a long
+// kernel through the whole trial, as an all-reduce in flight would: a fence
+// must still order B after A, whether it waits for the busy stream or not.
+//
 // Usage: race [TRIALS]. Prints one line per (A, B) stream pair:
-//   race A=<kind> B=<kind> trials=N reused=R corrupted=C
+//   race A=<kind> B=<kind>[ busy] trials=N reused=R corrupted=C
 // Built with -cudart shared so that LD_PRELOAD reaches its cudaMalloc.
 #include <cstdio>
 #include <cstdlib>
@@ -54,16 +58,25 @@ int main(int argc, char **argv)
     const int n = 1024 * 1024;
     const long long spin = 4000000; // about 2 ms at 1.98 GHz
     std::vector<int> host(n);
-    struct { kind a, b; } pairs[] = {
-        {NONBLOCKING, BLOCKING}, {NONBLOCKING, NONBLOCKING},
-        {NONBLOCKING, PER_THREAD}, {NONBLOCKING, LEGACY},
-        {BLOCKING, NONBLOCKING}, {BLOCKING, BLOCKING},
+    struct { kind a, b; bool busy; } pairs[] = {
+        {NONBLOCKING, BLOCKING, false}, {NONBLOCKING, NONBLOCKING, false},
+        {NONBLOCKING, PER_THREAD, false}, {NONBLOCKING, LEGACY, false},
+        {BLOCKING, NONBLOCKING, false}, {BLOCKING, BLOCKING, false},
+        {LEGACY, NONBLOCKING, false}, {PER_THREAD, NONBLOCKING, false},
+        {LEGACY, NONBLOCKING, true}, {NONBLOCKING, LEGACY, true},
+        {NONBLOCKING, NONBLOCKING, true},
     };
+    cudaStream_t busy;
+    CK(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking));
+    int *scratch;
+    CK(cudaMalloc(&scratch, 256 * sizeof(int)));
     for (auto &pr : pairs) {
         cudaStream_t a = make(pr.a), b = make(pr.b);
         int reused = 0, corrupted = 0;
         for (int t = 0; t < trials; t++) {
             int *p, *q;
+            if (pr.busy) // one wave, three times as long as A's kernel
+                slow_write<<<1, 256, 0, busy>>>(scratch, 256, 3, 3 * spin);
             CK(cudaMalloc(&p, n * sizeof(int)));
             slow_write<<<(n + 255) / 256, 256, 0, a>>>(p, n, 1, spin);
             CK(cudaGetLastError());
@@ -79,10 +92,13 @@ int main(int argc, char **argv)
             corrupted += bad > 0;
             CK(cudaFree(q));
         }
-        printf("race A=%s B=%s trials=%d reused=%d corrupted=%d\n",
-               kind_name[pr.a], kind_name[pr.b], trials, reused, corrupted);
+        printf("race A=%s B=%s%s trials=%d reused=%d corrupted=%d\n",
+               kind_name[pr.a], kind_name[pr.b], pr.busy ? " busy" : "", trials,
+               reused, corrupted);
         if (pr.a == BLOCKING || pr.a == NONBLOCKING) CK(cudaStreamDestroy(a));
         if (pr.b == BLOCKING || pr.b == NONBLOCKING) CK(cudaStreamDestroy(b));
     }
+    CK(cudaFree(scratch));
+    CK(cudaStreamDestroy(busy));
     return 0;
 }

@@ -43,6 +43,24 @@ static bool capture_invalid[MAX_STREAMS];
 static _Thread_local enum cudaStreamCaptureMode thread_mode; /* global: 0 */
 static _Thread_local int current;
 static bool work_pending[MAX_DEV]; /* recorded since the last sync */
+/* Streams running long work (simcuda_set_busy): an event recorded on one
+ * is not ready until its work ends; gen counts the ends. */
+static struct { cudaStream_t s; unsigned long gen; bool busy; } busy_streams[MAX_STREAMS];
+typedef struct sim_event { cudaStream_t s; unsigned long gen; bool pending; } sim_event;
+
+/* The stream's entry in busy_streams, made if missing; needs lock. */
+static int busy_slot(cudaStream_t s)
+{
+    int free_slot = -1;
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (busy_streams[i].s == s && (busy_streams[i].busy || busy_streams[i].gen))
+            return i;
+        if (free_slot < 0 && !busy_streams[i].busy && !busy_streams[i].gen)
+            free_slot = i;
+    }
+    busy_streams[free_slot].s = s;
+    return free_slot;
+}
 static _Thread_local cudaError_t last_error;
 
 static void setup(void)
@@ -138,6 +156,17 @@ void simcuda_get_stats(int dev, simcuda_stats *out)
     pthread_mutex_lock(&lock);
     setup();
     *out = st[dev];
+    pthread_mutex_unlock(&lock);
+}
+
+void simcuda_set_busy(cudaStream_t s, int on) EXPORT;
+void simcuda_set_busy(cudaStream_t s, int on)
+{
+    pthread_mutex_lock(&lock);
+    int i = busy_slot(s);
+    if (busy_streams[i].busy && !on)
+        busy_streams[i].gen++;
+    busy_streams[i].busy = on;
     pthread_mutex_unlock(&lock);
 }
 
@@ -358,6 +387,10 @@ EXPORT cudaError_t simrt_cudaDeviceSynchronize(void)
     pthread_mutex_lock(&lock);
     st[current].syncs++;
     work_pending[current] = false;
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        busy_streams[i].gen += busy_streams[i].busy;
+        busy_streams[i].busy = false;
+    }
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
@@ -366,7 +399,7 @@ EXPORT cudaError_t simrt_cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventCreate);
     (void)f;
-    *e = (cudaEvent_t)malloc(16);
+    *e = (cudaEvent_t)calloc(1, sizeof(sim_event));
     return cudaSuccess;
 }
 
@@ -379,13 +412,31 @@ EXPORT cudaError_t simrt_cudaEventDestroy(cudaEvent_t e)
 EXPORT cudaError_t simrt_cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventRecord);
-    (void)e;
+    sim_event *ev = (sim_event *)e;
     pthread_mutex_lock(&lock);
+    int b = busy_slot(s);
+    *ev = (sim_event){s, busy_streams[b].gen, busy_streams[b].busy};
     st[current].event_records++;
     st[current].legacy_records += s == cudaStreamLegacy;
     work_pending[current] = true;
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
+}
+
+/* Ready unless recorded on a stream whose long work has not ended. */
+EXPORT cudaError_t simrt_cudaEventQuery(cudaEvent_t e)
+{
+    drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventQuery);
+    const sim_event *ev = (const sim_event *)e;
+    pthread_mutex_lock(&lock);
+    st[current].event_queries++;
+    bool ready = true;
+    if (ev->pending) {
+        int b = busy_slot(ev->s);
+        ready = busy_streams[b].gen != ev->gen;
+    }
+    pthread_mutex_unlock(&lock);
+    return ready ? cudaSuccess : cudaErrorNotReady;
 }
 
 EXPORT cudaError_t simrt_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f)
@@ -816,6 +867,7 @@ static CUresult from_rt(cudaError_t e)
            : e == cudaErrorIllegalState ? CUDA_ERROR_ILLEGAL_STATE
            : e == cudaErrorStreamCaptureUnsupported ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
            : e == cudaErrorStreamCaptureInvalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+           : e == cudaErrorNotReady ? CUDA_ERROR_NOT_READY
            : CUDA_ERROR_UNKNOWN;
 }
 
@@ -1023,6 +1075,7 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned int f)
     return from_rt(simrt_cudaEventCreateWithFlags((cudaEvent_t *)e, f));
 }
 EXPORT CUresult cuEventDestroy_v2(CUevent e) { return from_rt(simrt_cudaEventDestroy((cudaEvent_t)e)); }
+EXPORT CUresult cuEventQuery(CUevent e) { return from_rt(simrt_cudaEventQuery((cudaEvent_t)e)); }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 {
     return from_rt(simrt_cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s));
@@ -1140,6 +1193,7 @@ static const struct entry {
     {"cuStreamDestroy", 4000, false, (void *)cuStreamDestroy_v2},
     {"cuEventCreate", 2000, false, (void *)cuEventCreate},
     {"cuEventDestroy", 4000, false, (void *)cuEventDestroy_v2},
+    {"cuEventQuery", 2000, false, (void *)cuEventQuery},
     {"cuEventRecord", 2000, false, (void *)cuEventRecord},
     {"cuStreamWaitEvent", 3020, false, (void *)cuStreamWaitEvent},
     {"cuStreamBeginCapture", 10000, false, (void *)cuStreamBeginCapture},

@@ -14,7 +14,7 @@
 
 typedef struct simcuda_stats {
     unsigned long mallocs, frees, bad_frees, syncs;
-    unsigned long event_records, legacy_records, stream_waits;
+    unsigned long event_records, legacy_records, stream_waits, event_queries;
     unsigned long capture_queries;  /* cudaStreamIsCapturing calls */
     /* The driver's virtual memory calls (reached through
      * cudaGetDriverEntryPointByVersion): granules created and mapped,
@@ -31,5 +31,9 @@ void simcuda_get_stats(int dev, simcuda_stats *out);
  * behind the interposed runtime's back (as the driver API would). The
  * runtime's own cudaStreamBeginCapture / EndCapture do the same. */
 void simcuda_set_capturing(cudaStream_t s, int on);
+/* Marks a stream as running long work, or not: an event recorded on it
+ * meanwhile is not ready (cudaEventQuery: cudaErrorNotReady) until the work
+ * ends or the device is synchronized. */
+void simcuda_set_busy(cudaStream_t s, int on);
 
 #endif

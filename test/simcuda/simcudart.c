@@ -32,6 +32,7 @@ cudaError_t simrt_cudaGetLastError(void);
 cudaError_t simrt_cudaDeviceSynchronize(void);
 cudaError_t simrt_cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f);
 cudaError_t simrt_cudaEventDestroy(cudaEvent_t e);
+cudaError_t simrt_cudaEventQuery(cudaEvent_t e);
 cudaError_t simrt_cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t simrt_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f);
 cudaError_t simrt_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s);
@@ -205,6 +206,11 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
 EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f)
 {
     return simrt_cudaEventCreateWithFlags(e, f);
+}
+
+EXPORT cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    return simrt_cudaEventQuery(e);
 }
 
 EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e)

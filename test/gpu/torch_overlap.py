@@ -1,0 +1,85 @@
+"""A one-GPU stand-in for DistributedDataParallel's overlap of compute and
+communication. The transformer of transformer.py (fixed length, TOKENS a
+step) trains on the default stream; gradient hooks hand the gradients, in
+25 MiB buckets as DDP does, to a second (non-blocking) stream as soon as
+they are ready, where a kernel runs about as long as a two-GPU all-reduce of
+the bucket would (COMM_GBPS, default 100 GB/s) and then rewrites each
+gradient. The default stream waits for that stream before the optimizer
+step, and the loop logs loss.item() once a step. Prints one JSON line:
+median step time (steps after the first 10) and peak reserved memory, as
+PyTorch sees it or as cupool's statistics say (under cupool, with
+CUPOOL_STATS_FILE set)."""
+import json
+import os
+import time
+
+import torch
+
+from cupool_self import own_stats
+
+TOKENS = int(os.environ.get("TOKENS", "8192"))
+STEPS = int(os.environ.get("STEPS", "40"))
+GBPS = float(os.environ.get("COMM_GBPS", "100"))
+BUCKET = 25 << 20
+CLOCK_HZ = 1.98e9  # H100/H200 SXM boost clock: torch.cuda._sleep counts cycles
+
+torch.manual_seed(0)
+layer = torch.nn.TransformerEncoderLayer(1024, 16, dim_feedforward=4096,
+                                         dropout=0.0, batch_first=True)
+model = torch.nn.TransformerEncoder(layer, 8, enable_nested_tensor=False).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+params = [p for p in model.parameters() if p.requires_grad]
+comm = torch.cuda.Stream()
+bucket, bucket_bytes, ready = [], 0, 0
+
+
+def launch(grads):
+    nbytes = sum(g.numel() * g.element_size() for g in grads)
+    comm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(comm):
+        torch.cuda._sleep(int(nbytes / (GBPS * 1e9) * CLOCK_HZ))
+        for g in grads:
+            g.mul_(0.5)  # the all-reduce's average writes the gradient
+
+
+def hook(p):
+    global bucket, bucket_bytes, ready
+    bucket.append(p.grad)
+    bucket_bytes += p.grad.numel() * p.grad.element_size()
+    ready += 1
+    if bucket_bytes >= BUCKET or ready == len(params):
+        launch(bucket)
+        bucket, bucket_bytes = [], 0
+    if ready == len(params):
+        ready = 0
+
+
+for p in params:
+    p.register_post_accumulate_grad_hook(hook)
+
+L = 1024
+B = max(1, TOKENS // L)
+times = []
+for step in range(STEPS):
+    x = torch.randn(B, L, 1024, device="cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    loss = model(x).float().pow(2).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.cuda.current_stream().wait_stream(comm)
+    opt.step()
+    loss.item()
+    torch.cuda.synchronize()
+    times.append(time.perf_counter() - t0)
+out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
+       "steps": STEPS, "tokens": TOKENS, "loss": round(loss.item(), 6),
+       "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
+stats = own_stats()
+if stats:
+    dev = stats["devices"][0]
+    out["cupool_peak_reserved_mib"] = dev["reserved_peak"] >> 20
+    out["cupool_fences"] = dev["fences"]
+    out["cupool_fence_orders"] = dev.get("fence_orders", 0)
+    out["cupool_fence_forced"] = dev.get("fence_forced", 0)
+print(json.dumps(out))
