@@ -650,44 +650,69 @@ static int pool_fence(pool *p)
     return 0;
 }
 
-/* Asynchronous fences: asks the backend which are done (need: the pool
- * would grow otherwise) and cleans their epochs; then begins one over the
- * blocks freed since the last, if there are any and room for one. Returns
- * 0 or the backend's error (not -EAGAIN). */
-static int fence_async(pool *p, bool need)
+/* Asks the backend which asynchronous fences are done (with force, after
+ * it made the oldest one done) and cleans their epochs. 0 or the backend's
+ * error. */
+static int poll_async(pool *p, bool force)
 {
     uint64_t done = 0;
-    int err = 0;
-    for (int round = 0; round < 2; round++) {
-        if (p->ninflight) {
-            if ((err = p->be.fence_poll(p->be.ctx, need, &done)) != 0)
-                return fence_failed(p, err);
-            unsigned n = 0;
-            while (n < p->ninflight && p->inflight[n].ticket <= done)
-                n++;
-            if (n) {
-                clean_upto(p, p->inflight[n - 1].epoch);
-                p->ninflight -= n;
-                memmove(p->inflight, p->inflight + n,
-                        p->ninflight * sizeof(p->inflight[0]));
-            }
-        }
-        bool open = gen_of(p, p->epoch, POOL_SMALL)->count +
-                    gen_of(p, p->epoch, POOL_LARGE)->count != 0;
-        if (round || !open || p->ninflight == POOL_FENCES_MAX)
-            break;
-        uint64_t ticket = 0;
-        if ((err = p->be.fence_begin(p->be.ctx, &ticket)) != 0) {
-            fence_failed(p, err);
-            return err == -EAGAIN ? 0 : err;
-        }
-        p->st.fences++;
-        p->allocs_since_fence = 0;
-        p->inflight[p->ninflight].epoch = p->epoch++;
-        p->inflight[p->ninflight++].ticket = ticket;
-        /* Round two: a fence with nothing to wait for is done at once. */
+    int err = p->be.fence_poll(p->be.ctx, force, &done);
+    if (err)
+        return fence_failed(p, err);
+    unsigned n = 0;
+    while (n < p->ninflight && p->inflight[n].ticket <= done)
+        n++;
+    if (n) {
+        clean_upto(p, p->inflight[n - 1].epoch);
+        p->ninflight -= n;
+        memmove(p->inflight, p->inflight + n, p->ninflight * sizeof(p->inflight[0]));
     }
     return 0;
+}
+
+/* Begins an asynchronous fence over the blocks freed since the last one,
+ * if there are any and room for one, and polls again: a fence with nothing
+ * to wait for is done at once. 0 or the backend's error (not -EAGAIN: no
+ * fence now leaves the blocks dirty). */
+static int begin_async(pool *p)
+{
+    if (gen_of(p, p->epoch, POOL_SMALL)->count + gen_of(p, p->epoch, POOL_LARGE)->count == 0 ||
+        p->ninflight == POOL_FENCES_MAX)
+        return 0;
+    uint64_t ticket = 0;
+    int err = p->be.fence_begin(p->be.ctx, &ticket);
+    if (err) {
+        fence_failed(p, err);
+        return err == -EAGAIN ? 0 : err;
+    }
+    p->st.fences++;
+    p->allocs_since_fence = 0;
+    p->inflight[p->ninflight].epoch = p->epoch++;
+    p->inflight[p->ninflight++].ticket = ticket;
+    return poll_async(p, false);
+}
+
+/* Finds a clean block with asynchronous fences: retires those done, begins
+ * one over the blocks freed since the last, and looks. If nothing fits
+ * (need), forces the fences in flight done, oldest first, one at a time,
+ * before the pool grows: the backend orders the streams on the GPU, which
+ * costs less than the memory the blocks waiting for them would take. */
+static int find_async(pool *p, enum pool_kind kind, size_t size, bool need,
+                      pool_block **b)
+{
+    int err = poll_async(p, false);
+    if (!err)
+        err = begin_async(p);
+    *b = find_fit(p, kind, size);
+    while (!err && need && !*b && p->ninflight) {
+        unsigned before = p->ninflight;
+        if ((err = poll_async(p, true)) != 0 || p->ninflight == before)
+            break; /* it could not force one now */
+        p->st.fence_forced++;
+        err = begin_async(p);
+        *b = find_fit(p, kind, size);
+    }
+    return err;
 }
 
 /* Whether to fence before serving a request whose best clean fit is c.
@@ -729,12 +754,8 @@ static int block_find(pool *p, enum pool_kind kind, size_t size,
     *b = find_fit(p, kind, size);
     if (!fence_wanted(p, kind, size, *b))
         return 0;
-    if (p->be.fence_begin) {
-        int err = fence_async(p, !*b);
-        if (!err)
-            *b = find_fit(p, kind, size);
-        return err;
-    }
+    if (p->be.fence_begin)
+        return find_async(p, kind, size, !*b, b);
     int err = pool_fence(p);
     if (err == -EAGAIN) /* no fence now: fresh memory is safe */
         return 0;

@@ -61,21 +61,21 @@ typedef struct pool_backend {
      * needs none), or another negative errno, with which the allocation
      * that asked for it fails. */
     int (*fence)(void *ctx);
-    /* Optional, with fence: fences that make no stream wait for another.
-     * fence_begin starts one and stores its ticket in *ticket (tickets
-     * never decrease, and 0 is never one; an earlier fence's ticket may
-     * be answered when it covers everything): every block freed before the call may be
-     * reused once fence_poll reports the ticket done. Returns 0, -EAGAIN
-     * (none possible now) or another negative errno. fence_poll must not
-     * wait on the host: it stores in *done the largest ticket T such that
-     * every fence up to T is done, and returns 0 or a negative errno. need
-     * says the pool would otherwise grow: the backend may then finish
-     * fences sooner with cheap GPU-side ordering. With these, the pool
-     * takes new memory rather than a block whose fence is not done, and
-     * calls fence (which must order everything at once) only when it
-     * cannot grow, and before a trim. */
+    /* Optional, with fence: asynchronous fences. fence_begin starts one
+     * and stores its ticket in *ticket (tickets never decrease, and 0 is
+     * never one; an earlier fence's ticket may be answered when it covers
+     * everything): every block freed before the call may be reused once
+     * fence_poll reports the ticket done. Returns 0, -EAGAIN (none possible
+     * now) or another negative errno. fence_poll must not wait on the
+     * host: it stores in *done the largest ticket T such that every fence
+     * up to T is done, and returns 0 or a negative errno. With force, it
+     * first makes the oldest fence not yet done done, by ordering work on
+     * the GPU (the pool asks before it grows while fences are in flight);
+     * if it cannot now, *done stays as it was. With these, the pool calls
+     * fence (which must order everything at once) only when it cannot
+     * grow, and before a trim. */
     int (*fence_begin)(void *ctx, uint64_t *ticket);
-    int (*fence_poll)(void *ctx, bool need, uint64_t *done);
+    int (*fence_poll)(void *ctx, bool force, uint64_t *done);
     /* Optional: told of every allocation and of every free of an address
      * inside the pool, with the lock held, so calls come in the order the
      * lock served them (a block's free always before its reuse). ev is
@@ -148,7 +148,8 @@ typedef struct pool_config {
     X(fences, "fences issued")                                               \
     X(fence_failures, "fences that failed")                                  \
     X(fence_deferrals, "fences not possible now; fresh memory used")         \
-    X(fence_forced, "full fences because growth failed (asynchronous mode)") \
+    X(fence_forced, "asynchronous fences forced done before growing, and "   \
+      "full fences because growth failed")                                   \
     X(retries, "allocations retried after releasing free segments")          \
     X(flushes, "pool_flush calls")                                           \
     X(trims, "free ranges inside segments given back to the backend")        \

@@ -8,13 +8,16 @@
  *            stream records one event every non-blocking stream waits on.
  *            Blocking streams and per-thread default streams are ordered by
  *            the legacy stream itself.
- *   poll     no stream waits for another: a fence records an event on the
- *            legacy stream and on each tracked non-blocking stream, and the
+ *   poll     a fence records an event on the legacy stream and on each
+ *            tracked non-blocking stream, and makes no stream wait: the
  *            blocks freed before it are reused once those have completed
- *            (event queries, the host never waits). When the pool would
- *            otherwise grow and only the legacy event is still running, the
- *            non-blocking streams are made to wait for it instead (ordered).
- *            When the pool cannot grow at all, a barrier.
+ *            (event queries; the host never waits), or, when only the
+ *            legacy event is still running, once the non-blocking streams
+ *            were made to wait for it (ordered). Before the pool grows, the
+ *            oldest fence is forced done: the legacy stream waits for that
+ *            fence's events, not for work queued since, and the
+ *            non-blocking streams for the legacy stream. When the pool
+ *            cannot grow at all, a barrier.
  *   sync     cudaDeviceSynchronize, as the real cudaFree would have done,
  *            but only when a block freed since the last fence is reused.
  *   none     no fence (only for programs known to use one stream).
@@ -582,12 +585,49 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
     return 0;
 }
 
-/* Retires the poll fences that are done, oldest first. With order, one
- * whose non-blocking events have completed but whose legacy event has not
- * is made done by making every non-blocking stream wait for that event.
- * Needs d->lock. 0, or -EIO if a query or a wait failed. */
-static int poll_locked(shim_device *d, bool order)
+/* How far a poll may go to finish poll fences. */
+enum poll_level {
+    POLL_QUERY,  /* event queries only (a capture is going on) */
+    POLL_ORDER,  /* also make the non-blocking streams wait for a fence's
+                    legacy event once its own events have completed */
+    POLL_FORCE   /* also make the oldest fence done: the legacy stream waits
+                    for its events still running, and every non-blocking
+                    stream for the legacy stream (a barrier on the events
+                    of that fence, not on work queued since) */
+};
+
+/* Makes every non-blocking stream wait for e, a legacy-stream event; 0 or
+ * the first error. Needs d->lock. */
+static int order_after(shim_device *d, cudaEvent_t e)
 {
+    int err = 0;
+    for (size_t i = 0; !err && i < d->nstreams; i++)
+        if (d->streams[i].nonblocking)
+            err = cu_wait(d, d->streams[i].stream, e);
+    return err;
+}
+
+/* Forces fence f done: the legacy stream waits for its events still
+ * running, then records an event every non-blocking stream waits for
+ * (streams made later wait for it too: track_stream). Needs d->lock. */
+static int force_locked(shim_device *d, shim_fence *f)
+{
+    int e = 0;
+    if (!d->legacy_event)
+        e = cu_event_create(d, &d->legacy_event);
+    for (size_t i = f->ndone; !e && i < f->nevents; i++)
+        if ((e = cu_query(d, f->events[i])) == cudaErrorNotReady)
+            e = cu_wait(d, cudaStreamLegacy, f->events[i]);
+    if (!e)
+        e = cu_record(d, d->legacy_event, cudaStreamLegacy);
+    return e ? e : order_after(d, d->legacy_event);
+}
+
+/* Retires the poll fences that are done, oldest first, going as far as
+ * level allows. Needs d->lock. 0, or -EIO if a call failed. */
+static int poll_locked(shim_device *d, enum poll_level level)
+{
+    bool forced = false;
     while (d->nfences) {
         shim_fence *f = &d->fences[0];
         int e = 0;
@@ -595,18 +635,17 @@ static int poll_locked(shim_device *d, bool order)
             f->ndone++;
         if (!e)
             e = cu_query(d, f->legacy);
-        if (e == cudaErrorNotReady && order && f->ndone == f->nevents) {
-            e = 0;
-            for (size_t i = 0; !e && i < d->nstreams; i++)
-                if (d->streams[i].nonblocking)
-                    e = cu_wait(d, d->streams[i].stream, f->legacy);
-            if (!e) {
+        if (e == cudaErrorNotReady && level >= POLL_ORDER && f->ndone == f->nevents) {
+            if ((e = order_after(d, f->legacy)) == 0) {
                 /* Streams made later wait for it too (track_stream). */
                 event_give(d, d->order_event);
                 d->order_event = f->legacy;
                 f->legacy = NULL;
                 atomic_fetch_add_explicit(&d->fence_orders, 1, memory_order_relaxed);
             }
+        } else if (e == cudaErrorNotReady && level == POLL_FORCE && !forced) {
+            forced = true;
+            e = force_locked(d, f);
         }
         if (e == cudaErrorNotReady)
             return 0;
@@ -637,12 +676,13 @@ static int fence_locked(shim_device *d, uint64_t work)
     return err;
 }
 
-enum fence_op { FENCE_FULL, FENCE_BEGIN, FENCE_POLL, FENCE_POLL_ORDER };
+enum fence_op { FENCE_FULL, FENCE_BEGIN, FENCE_POLL, FENCE_POLL_FORCE };
 
-/* One fence operation, with d->lock held. FENCE_BEGIN stores the new
- * fence's ticket in *ticket, the polls the last ticket done. */
-static int fence_op_locked(shim_device *d, enum fence_op op, uint64_t work,
-                           uint64_t *ticket)
+/* One fence operation, with d->lock held; quiet: no stream may be touched
+ * (a capture is going on). FENCE_BEGIN stores the new fence's ticket in
+ * *ticket, the polls the last ticket done. */
+static int fence_op_locked(shim_device *d, enum fence_op op, bool quiet,
+                           uint64_t work, uint64_t *ticket)
 {
     int err;
     switch (op) {
@@ -653,7 +693,8 @@ static int fence_op_locked(shim_device *d, enum fence_op op, uint64_t work,
             atomic_store_explicit(&d->fenced_work, work, memory_order_relaxed);
         return err;
     default:
-        err = poll_locked(d, op == FENCE_POLL_ORDER);
+        err = poll_locked(d, quiet ? POLL_QUERY
+                             : op == FENCE_POLL_FORCE ? POLL_FORCE : POLL_ORDER);
         *ticket = d->tickets_done;
         return err;
     }
@@ -662,25 +703,24 @@ static int fence_op_locked(shim_device *d, enum fence_op op, uint64_t work,
 /* Runs a fence operation where it cannot break a graph capture: at once
  * while none is counted (holding d->lock until its calls are in, see
  * shim_capture_begin); else in relaxed capture mode, so that its calls
- * cannot break a capture on any thread, and, when it would touch streams,
- * only if none of the device's is capturing: -EAGAIN otherwise (a poll then
- * only queries). */
+ * cannot break a capture on any thread, and, if one of the device's
+ * streams is capturing, without touching any stream: a begin or a full
+ * fence answers -EAGAIN, a poll only queries. */
 static int fence_run(shim_device *d, enum fence_op op, uint64_t work, uint64_t *ticket)
 {
     int err = -EAGAIN;
     pthread_mutex_lock(&d->lock);
     bool fast = atomic_load(&captures) == 0 || (op >= FENCE_POLL && !d->nfences);
     if (fast)
-        err = fence_op_locked(d, op, work, ticket);
+        err = fence_op_locked(d, op, false, work, ticket);
     pthread_mutex_unlock(&d->lock);
     if (!fast) {
         int mode = cudaStreamCaptureModeRelaxed;
         cu_exchange_mode(d, &mode);
         pthread_mutex_lock(&d->lock);
-        if (op == FENCE_POLL || !any_capture(d))
-            err = fence_op_locked(d, op, work, ticket);
-        else if (op == FENCE_POLL_ORDER)
-            err = fence_op_locked(d, FENCE_POLL, work, ticket);
+        bool quiet = any_capture(d);
+        if (!quiet || op >= FENCE_POLL)
+            err = fence_op_locked(d, op, quiet, work, ticket);
         pthread_mutex_unlock(&d->lock);
         cu_exchange_mode(d, &mode);
     }
@@ -738,10 +778,10 @@ static int be_fence_begin(void *ctx, uint64_t *ticket)
     return err;
 }
 
-static int be_fence_poll(void *ctx, bool need, uint64_t *done)
+static int be_fence_poll(void *ctx, bool force, uint64_t *done)
 {
     shim_shard *sh = ctx;
-    return fence_run(sh->dev, need ? FENCE_POLL_ORDER : FENCE_POLL, 0, done);
+    return fence_run(sh->dev, force ? FENCE_POLL_FORCE : FENCE_POLL, 0, done);
 }
 
 /* The pool's observer: its allocations and frees, in lock order. */

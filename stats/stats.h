@@ -54,11 +54,13 @@
     X(fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)")   \
     X(fence_failures, COUNT, COUNTER, "fences CUDA refused (the allocation "  \
       "that asked for one failed)")                                           \
-    X(fence_forced, COUNT, COUNTER, "full fences because the pool could not " \
-      "grow (CUPOOL_FENCE=poll)")                                             \
+    X(fence_forced, COUNT, COUNTER, "poll fences forced done by ordering the " \
+      "streams rather than grow, and barriers when it could not grow "       \
+      "(CUPOOL_FENCE=poll)")                                                  \
     X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
-    X(fence_orders, COUNT, COUNTER, "poll fences finished by making the "     \
-      "non-blocking streams wait rather than by completion (CUPOOL_FENCE=poll)") \
+    X(fence_orders, COUNT, COUNTER, "poll fences done by making the non-"    \
+      "blocking streams wait for the legacy stream's work, not by completion " \
+      "(CUPOOL_FENCE=poll)")                                                  \
     X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "   \
       "GPU work since the last (CUPOOL_CUPTI)")                               \
     X(flushes, COUNT, COUNTER, "flushes of the cache")                        \

@@ -113,52 +113,56 @@ static int fence(void)
     return 0;
 }
 
-/* CUPOOL_FENCE=poll: while a non-blocking stream is busy (an all-reduce
- * in flight), no stream is made to wait for another; the block freed waits
- * for its fence and fresh memory serves meanwhile. Once the work is done,
- * the block is reused. */
+/* CUPOOL_FENCE=poll: a block is reused with no stream waiting once the
+ * work before its fence has completed; with only the legacy stream still
+ * busy, by making the non-blocking streams wait for it; with a non-blocking
+ * stream busy (an all-reduce in flight), rather than grow, by making the
+ * legacy stream wait for that stream's work before the fence only. */
 static int fence_poll(void)
 {
     cudaStream_t nb, nb2;
     OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
-    void *a, *b, *c, *d, *e, *f;
+    void *a, *b, *c, *d, *e;
     fill_segment(&a, &b);
     simcuda_set_busy(nb, 1);
-    simcuda_stats s0 = sim(0);
     OK(cudaFree(a));
-    OK(cudaMalloc(&c, MIB)); /* a's fence is not done: a new segment */
-    CHECK(c != a);
-    simcuda_stats s1 = sim(0);
-    CHECK(s1.stream_waits == s0.stream_waits);
-    CHECK(s1.event_records - s0.event_records == 2); /* nb's and legacy's */
-    CHECK(s1.legacy_records - s0.legacy_records == 1);
-    CHECK(s1.mallocs == s0.mallocs + 1);
-    OK(cudaMalloc(&d, MIB)); /* the rest of c's segment */
-    simcuda_set_busy(nb, 0); /* the all-reduce ends */
-    OK(cudaMalloc(&e, MIB)); /* a's fence is done now */
-    CHECK(e == a);
+    simcuda_set_busy(nb, 0); /* done before the pool looks */
+    simcuda_stats s0 = sim(0);
+    OK(cudaMalloc(&c, MIB));
+    CHECK(c == a);
     CHECK(sim(0).stream_waits == s0.stream_waits);
-    CHECK(sim(0).mallocs == s1.mallocs);
-    /* Only the legacy stream busy: rather than grow, the non-blocking
-     * stream is made to wait for the legacy stream's work so far. */
+    CHECK(sim(0).event_records - s0.event_records == 2); /* nb's and legacy's */
+    CHECK(sim(0).mallocs == s0.mallocs);
+    /* Only the legacy stream busy: the non-blocking stream waits for it. */
     simcuda_set_busy(cudaStreamLegacy, 1);
-    OK(cudaFree(e));
-    simcuda_stats s2 = sim(0);
-    OK(cudaMalloc(&f, MIB));
-    CHECK(f == e);
-    CHECK(sim(0).stream_waits == s2.stream_waits + 1);
-    CHECK(sim(0).mallocs == s2.mallocs);
+    OK(cudaFree(c));
+    simcuda_stats s1 = sim(0);
+    OK(cudaMalloc(&d, MIB));
+    CHECK(d == a);
+    CHECK(sim(0).stream_waits == s1.stream_waits + 1);
+    CHECK(sim(0).mallocs == s1.mallocs);
     /* A non-blocking stream made now is ordered after that work too. */
     OK(cudaStreamCreateWithFlags(&nb2, cudaStreamNonBlocking));
-    CHECK(sim(0).stream_waits == s2.stream_waits + 2);
+    CHECK(sim(0).stream_waits == s1.stream_waits + 2);
     simcuda_set_busy(cudaStreamLegacy, 0);
+    /* nb busy: forced. The legacy stream waits for nb's event (nb2's has
+     * completed), records one, and both non-blocking streams wait for it. */
+    simcuda_set_busy(nb, 1);
+    OK(cudaFree(d));
+    simcuda_stats s2 = sim(0);
+    OK(cudaMalloc(&e, MIB));
+    CHECK(e == a);
+    CHECK(sim(0).stream_waits == s2.stream_waits + 3);
+    CHECK(sim(0).mallocs == s2.mallocs);
+    simcuda_set_busy(nb, 0);
     OK(cudaStreamDestroy(nb));
     OK(cudaStreamDestroy(nb2));
     return 0;
 }
 
-/* CUPOOL_FENCE=poll under a cap of one segment: the pool cannot grow, so a
- * barrier orders the busy stream's work instead. */
+/* CUPOOL_FENCE=poll under a cap of one segment: the pool cannot grow, and
+ * the fence is forced: the legacy stream waits for the busy stream, the
+ * busy stream for the legacy stream. */
 static int fence_poll_cap(void)
 {
     cudaStream_t nb;

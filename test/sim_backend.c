@@ -101,15 +101,16 @@ static int sim_fence_begin(void *ctx, uint64_t *ticket)
     return 0;
 }
 
-static int sim_fence_poll(void *ctx, bool need, uint64_t *done)
+static int sim_fence_poll(void *ctx, bool force, uint64_t *done)
 {
     sim_backend *s = ctx;
     if (s->fence_error && s->fence_error != -EAGAIN)
         return s->fence_error;
     s->polls++;
-    s->need_polls += need;
-    if (need && s->done_on_need)
-        s->done = s->tickets;
+    if (force && !s->no_force && s->done < s->tickets) {
+        s->forces++;
+        s->done++;
+    }
     *done = s->done;
     return 0;
 }

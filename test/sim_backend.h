@@ -34,8 +34,8 @@ typedef struct sim_backend {
     /* Asynchronous fences (sim_backend_enable_async): the last ticket
      * begun, the last one done (the test moves it), and the calls seen. */
     uint64_t tickets, done;
-    unsigned long begins, polls, need_polls;
-    bool done_on_need;      /* a poll with need finishes every fence begun */
+    unsigned long begins, polls, forces;
+    bool no_force;          /* a poll with force cannot make one done */
 } sim_backend;
 
 /* Initialises sim with a capacity (0 = unlimited) and fills *be with
@@ -46,8 +46,9 @@ void sim_backend_fini(sim_backend *sim);
  * become multiples of it. Call before pool_create. */
 void sim_backend_enable_trim(sim_backend *sim, pool_backend *be, size_t unit);
 /* Gives the pool asynchronous fences: a fence begun is done once the test
- * raises sim->done to its ticket (or, with done_on_need, at a poll with
- * need). fence_error fails begins and polls too. Call before pool_create. */
+ * raises sim->done to its ticket, or a poll with force (unless no_force)
+ * makes the oldest done. fence_error fails begins and polls too. Call
+ * before pool_create. */
 void sim_backend_enable_async(sim_backend *sim, pool_backend *be);
 
 #endif

@@ -896,12 +896,29 @@ static void fx_open_async(fixture *fx, size_t capacity)
     checked(fx->p);
 }
 
-/* A block whose fence is not done is not handed out: the pool grows, and
- * takes the block once the fence is done. */
-static void test_async_fence_prefers_growth(void **state)
+/* Before the pool grows, the fence over the block freed is forced done. */
+static void test_async_fence_forced_before_growth(void **state)
 {
     fixture *fx = *state;
     fx_open_async(fx, 0);
+    uintptr_t a = xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
+    xfree(fx, a);
+    assert_int_equal(xalloc(fx, 4 * KIB), a);
+    assert_int_equal(fx->sim.begins, 1);
+    assert_int_equal(fx->sim.forces, 1);
+    assert_int_equal(fx->sim.fences, 0);
+    assert_int_equal(stats(fx).seg_reserves, 1);
+    assert_int_equal(stats(fx).fence_forced, 1);
+}
+
+/* A block whose fence is not done, and cannot be forced now, is not handed
+ * out: the pool grows, and takes the block once the fence is done. */
+static void test_async_fence_not_done_grows(void **state)
+{
+    fixture *fx = *state;
+    fx_open_async(fx, 0);
+    fx->sim.no_force = true;
     uintptr_t a = xalloc(fx, 4 * KIB);
     fill_small_tail(fx);
     xfree(fx, a);
@@ -918,11 +935,13 @@ static void test_async_fence_prefers_growth(void **state)
     assert_int_equal(stats(fx).fence_forced, 0);
 }
 
-/* When the pool cannot grow, one full fence makes every block clean. */
-static void test_async_fence_forced_when_full(void **state)
+/* When the pool cannot grow and no fence can be forced, one full fence
+ * makes every block clean. */
+static void test_async_fence_full_when_full(void **state)
 {
     fixture *fx = *state;
     fx_open_async(fx, 2 * MIB); /* one small segment */
+    fx->sim.no_force = true;
     uintptr_t a = xalloc(fx, 4 * KIB);
     fill_small_tail(fx);
     xfree(fx, a);
@@ -939,6 +958,7 @@ static void test_async_fence_covers_only_earlier_frees(void **state)
 {
     fixture *fx = *state;
     fx_open_async(fx, 0);
+    fx->sim.no_force = true;
     uintptr_t a = xalloc(fx, 4 * KIB), b = xalloc(fx, 4 * KIB);
     fill_small_tail(fx);
     xfree(fx, a);
@@ -959,11 +979,13 @@ static void test_async_fence_covers_only_earlier_frees(void **state)
 }
 
 /* At most POOL_FENCES_MAX fences are in flight; a free in between still
- * waits for a fence begun after it. */
+ * waits for a fence begun after it. Forcing goes oldest first, one at a
+ * time, only as far as the request needs. */
 static void test_async_fences_in_flight_are_bounded(void **state)
 {
     fixture *fx = *state;
     fx_open_async(fx, 0);
+    fx->sim.no_force = true;
     uintptr_t held[8];
     for (int i = 0; i < 8; i++)
         held[i] = xalloc(fx, 4 * KIB);
@@ -976,30 +998,16 @@ static void test_async_fences_in_flight_are_bounded(void **state)
     }
     assert_int_equal(fx->sim.begins, 3);
     assert_true(fx->sim.polls > 3);
-    /* All done: every block freed before the third fence is clean; the
-     * rest wait for a fourth. */
-    fx->sim.done = fx->sim.tickets;
+    fx->sim.no_force = false;
     fill_small_tail(fx);
-    assert_int_equal(xalloc(fx, 12 * KIB), held[0]); /* 0..2 clean, merged */
+    assert_int_equal(xalloc(fx, 4 * KIB), held[0]); /* fence 1 forced */
+    assert_int_equal(fx->sim.forces, 1);
+    /* That request began a fourth fence over 3..7. All done: 1..7 are
+     * clean and merged, the best fit for 28 KiB. */
     assert_int_equal(fx->sim.begins, 4);
-    fill_small_tail(fx);
-    uintptr_t y = xalloc(fx, 4 * KIB); /* 3..7 wait for fence 4: grows */
-    assert_true(y < held[3] || y > held[7]);
-}
-
-/* need reaches the backend when the pool would grow, and a backend that
- * finishes fences then (GPU-side ordering) spares the growth. */
-static void test_async_need_spares_growth(void **state)
-{
-    fixture *fx = *state;
-    fx_open_async(fx, 0);
-    fx->sim.done_on_need = true;
-    uintptr_t a = xalloc(fx, 4 * KIB);
-    fill_small_tail(fx);
-    xfree(fx, a);
-    assert_int_equal(xalloc(fx, 4 * KIB), a);
-    assert_int_equal(fx->sim.need_polls, 1);
-    assert_int_equal(stats(fx).seg_reserves, 1);
+    fx->sim.done = fx->sim.tickets;
+    assert_int_equal(xalloc(fx, 28 * KIB), held[1]);
+    assert_int_equal(fx->sim.begins, 4);
 }
 
 /* A begin that fails other than -EAGAIN fails the allocation that needed
@@ -1159,11 +1167,11 @@ int main(void)
         T(test_trim_on_cap),
         T(test_trim_splits_segments),
         T(test_trim_needs_clean_blocks),
-        T(test_async_fence_prefers_growth),
-        T(test_async_fence_forced_when_full),
+        T(test_async_fence_forced_before_growth),
+        T(test_async_fence_not_done_grows),
+        T(test_async_fence_full_when_full),
         T(test_async_fence_covers_only_earlier_frees),
         T(test_async_fences_in_flight_are_bounded),
-        T(test_async_need_spares_growth),
         T(test_async_fence_errors),
         cmocka_unit_test(test_async_needs_all_three),
     };

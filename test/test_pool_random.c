@@ -182,7 +182,7 @@ static void step_control(walk *w, unsigned long op)
     /* The GPU catches up with the fences begun, now and then. */
     if (w->async && fx->sim.done < fx->sim.tickets && rng_next(&w->rng) % 8 == 0)
         fx->sim.done += 1 + rng_next(&w->rng) % (fx->sim.tickets - fx->sim.done);
-    fx->sim.done_on_need = w->async && rng_next(&w->rng) % 4 == 0;
+    fx->sim.no_force = w->async && rng_next(&w->rng) % 4 != 0;
     /* Now and then the backend cannot trim. */
     fx->sim.trim_error = w->trim && rng_next(&w->rng) % 100 == 0 ? -EAGAIN : 0;
 }
