@@ -28,6 +28,7 @@ void pool_config_default(pool_config *cfg)
     cfg->max_reserved = 0;
     cfg->release_threshold = SIZE_MAX;
     cfg->fence_interval = 64;
+    cfg->fence_slack = 0;
     cfg->fit = POOL_FIT_BEST;
 }
 
@@ -38,7 +39,8 @@ int pool_config_validate(const pool_config *c)
     if (c->small_segment % POOL_ALIGN || c->large_round % POOL_ALIGN ||
         c->small_max % POOL_ALIGN || c->max_split % POOL_ALIGN)
         return -EINVAL;
-    if (c->small_max > c->small_segment || c->fence_interval == 0)
+    if (c->small_max > c->small_segment || c->fence_interval == 0 ||
+        c->fence_slack > 100000)
         return -EINVAL;
     if (c->fit != POOL_FIT_BEST && c->fit != POOL_FIT_FIRST &&
         c->fit != POOL_FIT_NOSPLIT)
@@ -692,19 +694,38 @@ static int begin_async(pool *p)
     return poll_async(p, false);
 }
 
-/* Finds a clean block with asynchronous fences: retires those done, begins
- * one over the blocks freed since the last, and looks. If nothing fits
- * (need), forces the fences in flight done, oldest first, one at a time,
- * before the pool grows: the backend orders the streams on the GPU, which
- * costs less than the memory the blocks waiting for them would take. */
-static int find_async(pool *p, enum pool_kind kind, size_t size, bool need,
-                      pool_block **b)
+/* True if a dirty block freed before epoch upto fits a request of size
+ * bytes better than c (in a smaller size bin) and c is more than
+ * fence_slack percent larger than the request; or fits at all if c is
+ * NULL. */
+static bool dirty_fits_before(const pool *p, enum pool_kind kind, size_t size,
+                              const pool_block *c, uint64_t upto)
 {
+    size_t slack = p->cfg.fence_slack;
+    if (c && c->size - size <= size / 100 * slack + size % 100 * slack / 100)
+        return false;
+    unsigned limit = c ? pool_bin_of(c->size) : POOL_BINS;
+    for (uint64_t e = p->clean_upto + 1; e < upto; e++)
+        if (pool_dirty_fits_below(&p->gens[e % p->ngens][kind], size, limit))
+            return true;
+    return false;
+}
+
+/* Finds a clean block with asynchronous fences: retires those done, begins
+ * one over the blocks freed since the last, and looks. Then, before it
+ * grows or takes a worse fit than a block freed before this call would be
+ * (a block freed since then waits for the next call instead), it forces
+ * fences done, oldest first, one at a time: the backend orders the streams
+ * on the GPU, which costs less than the memory the blocks would take. */
+static int find_async(pool *p, enum pool_kind kind, size_t size, pool_block **b)
+{
+    uint64_t entry = p->epoch;
     int err = poll_async(p, false);
     if (!err)
         err = begin_async(p);
     *b = find_fit(p, kind, size);
-    while (!err && need && !*b && p->ninflight) {
+    while (!err && p->ninflight &&
+           dirty_fits_before(p, kind, size, *b, *b ? entry : p->epoch + 1)) {
         unsigned before = p->ninflight;
         if ((err = poll_async(p, true)) != 0 || p->ninflight == before)
             break; /* it could not force one now */
@@ -755,7 +776,7 @@ static int block_find(pool *p, enum pool_kind kind, size_t size,
     if (!fence_wanted(p, kind, size, *b))
         return 0;
     if (p->be.fence_begin)
-        return find_async(p, kind, size, !*b, b);
+        return find_async(p, kind, size, b);
     int err = pool_fence(p);
     if (err == -EAGAIN) /* no fence now: fresh memory is safe */
         return 0;

@@ -126,6 +126,10 @@ typedef struct pool_config {
                                  this many allocations to reach a better-
                                  fitting dirty block (large requests: 1,
                                  always); 1 = always: 64 */
+    size_t fence_slack;       /* asynchronous fences: a request may take
+                                 a clean block up to this many percent
+                                 larger than itself rather than force a
+                                 fence for a better fit: 0 */
     pool_fit fit;             /* POOL_FIT_BEST */
 } pool_config;
 
@@ -177,7 +181,8 @@ typedef struct pool pool;
 void pool_config_default(pool_config *cfg);
 
 /* Checks a configuration: sizes POOL_ALIGN multiples, small_max <=
- * small_segment, nonzero segment sizes. Returns 0 or -EINVAL. */
+ * small_segment, nonzero segment sizes, fence_slack at most 100000 (%).
+ * Returns 0 or -EINVAL. */
 int pool_config_validate(const pool_config *cfg);
 
 /* Creates a pool. cfg NULL means the defaults; the backend is copied and

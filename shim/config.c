@@ -16,7 +16,7 @@
 #include "config.h"
 
 enum opt_kind {
-    OPT_BOOL, OPT_FORMAT, OPT_COUNT, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
+    OPT_BOOL, OPT_FORMAT, OPT_COUNT, OPT_PERCENT, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
     OPT_PATH, OPT_LOG
 };
 
@@ -44,6 +44,10 @@ static const option options[] = {
     {"CUPOOL_FENCE_INTERVAL", OPT_COUNT, F(pool.fence_interval), "64",
      "at most one fence per this many allocations to reach a better-fitting "
      "block freed since the last fence (1 = always take the best fit)"},
+    {"CUPOOL_FENCE_SLACK", OPT_PERCENT, F(pool.fence_slack), "0",
+     "CUPOOL_FENCE=poll: rather than make a stream wait for another's work "
+     "to reuse a better-fitting block, take a free block up to this many "
+     "percent larger than the request (more overlap, more memory)"},
     {"CUPOOL_SHARDS", OPT_COUNT, F(shards), "16",
      "pools per device for small requests, one per thread round robin, so "
      "threads do not queue on one lock (1 to 64; 1 = one pool)"},
@@ -100,13 +104,14 @@ static const char *expected(enum opt_kind kind)
     switch (kind) {
     case OPT_BOOL: return "1, 0, true, false, on, off, yes or no";
     case OPT_COUNT: return "a whole number from 1 up";
+    case OPT_PERCENT: return "a whole number of percent from 0 up, e.g. 0 or 100";
     case OPT_FORMAT: return "table or json";
     case OPT_SIZE: return "bytes with an optional K, M, G or T suffix "
                           "(KiB, MB... all binary), e.g. 512M or 20GiB";
     case OPT_CAP: return "none, a size such as 20G or 512MiB, or a "
                          "percentage of device memory such as 50%";
     case OPT_THRESHOLD: return "unlimited or a size such as 2G";
-    case OPT_FENCE: return "barrier, sync or none";
+    case OPT_FENCE: return "barrier, poll, sync or none";
     case OPT_SIGNAL: return "none, HUP, USR1, USR2, WINCH or RTMIN+N";
     case OPT_PATH: return "a path shorter than 512 bytes";
     case OPT_LOG: return "off, error, warn, info or debug";
@@ -274,10 +279,11 @@ static int parse_option(const option *o, const char *s, shim_config *c)
             *(bool *)field = i == 1;
         return err;
     case OPT_COUNT:
+    case OPT_PERCENT:
         for (const char *d = s; *d; d++)
             if (!isdigit((unsigned char)*d))
                 return -EINVAL;
-        if ((err = shim_parse_size(s, &v)) == 0 && v == 0)
+        if ((err = shim_parse_size(s, &v)) == 0 && v == 0 && o->kind == OPT_COUNT)
             err = -EINVAL;
         if (!err)
             *(size_t *)field = (size_t)v;
@@ -392,6 +398,16 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
     if (c->shards > SHIM_SHARDS_MAX) {
         warn("CUPOOL_SHARDS is above 64; using 16");
         c->shards = 16;
+        bad++;
+    }
+    if (c->pool.fence_slack > 1000) {
+        warn("CUPOOL_FENCE_SLACK is above 1000 percent; using 1000");
+        c->pool.fence_slack = 1000;
+        bad++;
+    }
+    if (c->pool.fence_slack && c->fence != SHIM_FENCE_POLL) {
+        warn("CUPOOL_FENCE_SLACK applies to CUPOOL_FENCE=poll only; ignored");
+        c->pool.fence_slack = 0;
         bad++;
     }
     if (c->cupti && c->fence == SHIM_FENCE_NONE) {

@@ -193,7 +193,7 @@ static void test_invalid_values_warn_and_keep_default(void **state)
     assert_non_null(strstr(w, "using none"));
     w = warning_with("CUPOOL_FENCE=bogus is invalid");
     assert_non_null(w);
-    assert_non_null(strstr(w, "barrier, sync or none"));
+    assert_non_null(strstr(w, "barrier, poll, sync or none"));
     assert_non_null(strstr(w, "using barrier"));
     assert_non_null(warning_with("CUPOOL_MAX_RESERVED_3=200% is invalid"));
     assert_non_null(warning_with("CUPOOL_DISABLE=maybe is invalid"));
@@ -220,6 +220,22 @@ static void test_cross_checks(void **state)
     static const char *const cupti_sync[] = {"CUPOOL_CUPTI=1", "CUPOOL_FENCE=sync", NULL};
     assert_int_equal(load(cupti_sync, &c), 0);
     assert_true(c.cupti);
+    /* The slack is the poll fence's: a percentage, 0 up, 1000 at most. */
+    static const char *const poll[] = {"CUPOOL_FENCE=poll", "CUPOOL_FENCE_SLACK=100", NULL};
+    assert_int_equal(load(poll, &c), 0);
+    assert_int_equal(c.fence, SHIM_FENCE_POLL);
+    assert_int_equal(c.pool.fence_slack, 100);
+    static const char *const big[] = {"CUPOOL_FENCE=poll", "CUPOOL_FENCE_SLACK=5000", NULL};
+    assert_int_equal(load(big, &c), 1);
+    assert_int_equal(c.pool.fence_slack, 1000);
+    assert_non_null(warning_with("CUPOOL_FENCE_SLACK is above 1000 percent"));
+    static const char *const barrier[] = {"CUPOOL_FENCE_SLACK=50", NULL};
+    assert_int_equal(load(barrier, &c), 1);
+    assert_int_equal(c.pool.fence_slack, 0);
+    assert_non_null(warning_with("applies to CUPOOL_FENCE=poll only"));
+    static const char *const neg[] = {"CUPOOL_FENCE=poll", "CUPOOL_FENCE_SLACK=-5", NULL};
+    assert_int_equal(load(neg, &c), 1);
+    assert_non_null(warning_with("CUPOOL_FENCE_SLACK=-5 is invalid (expected a whole number of percent"));
 }
 
 int main(void)

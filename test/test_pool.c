@@ -614,6 +614,9 @@ static void test_config_validation(void **state)
     c.small_max = c.small_segment + POOL_ALIGN;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
     test_config(&c);
+    c.fence_slack = 100001;
+    assert_int_equal(pool_config_validate(&c), -EINVAL);
+    test_config(&c);
     c.large_round = 1000;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
     test_config(&c);
@@ -1010,6 +1013,42 @@ static void test_async_fences_in_flight_are_bounded(void **state)
     assert_int_equal(fx->sim.begins, 4);
 }
 
+/* A clean block at most fence_slack percent larger than the request is
+ * taken rather than forcing a fence for a better fit; a larger one is not. */
+static void test_async_fence_slack(void **state)
+{
+    fixture *fx = *state;
+    for (int slack = 49; slack <= 50; slack++) {
+        sim_backend_init(&fx->sim, 0, &fx->be);
+        sim_backend_enable_async(&fx->sim, &fx->be);
+        test_config(&fx->cfg);
+        fx->cfg.fence_slack = (size_t)slack;
+        assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+        fx->sim.no_force = true;
+        uintptr_t b = xalloc(fx, 4 * MIB), d = xalloc(fx, 6 * MIB);
+        uintptr_t e = xalloc(fx, 10 * MIB);
+        xfree(fx, d);
+        xfree(fx, e);
+        uintptr_t g1 = xalloc(fx, 20 * MIB); /* fence 1 over d and e; grows */
+        fx->sim.done = 1;
+        xfree(fx, b);
+        uintptr_t g2 = xalloc(fx, 30 * MIB); /* d, e clean; fence 2 over b */
+        assert_int_equal(fx->sim.begins, 2);
+        fx->sim.no_force = false;
+        /* 4 MiB: d is the best clean fit, 50% larger; b, pending, fits. */
+        uintptr_t got = xalloc(fx, 4 * MIB);
+        assert_int_equal(got, slack == 50 ? d : b);
+        assert_int_equal(fx->sim.forces, slack == 50 ? 0 : 1);
+        xfree(fx, got);
+        xfree(fx, g1);
+        xfree(fx, g2);
+        if (slack == 49) {
+            pool_destroy(fx->p);
+            sim_backend_fini(&fx->sim);
+        }
+    }
+}
+
 /* A begin that fails other than -EAGAIN fails the allocation that needed
  * it, changing nothing; -EAGAIN (a capture) uses fresh memory. */
 static void test_async_fence_errors(void **state)
@@ -1173,6 +1212,7 @@ int main(void)
         T(test_async_fence_covers_only_earlier_frees),
         T(test_async_fences_in_flight_are_bounded),
         T(test_async_fence_errors),
+        T(test_async_fence_slack),
         cmocka_unit_test(test_async_needs_all_three),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
