@@ -39,7 +39,7 @@ static const option options[] = {
     {"CUPOOL_RELEASE_THRESHOLD", OPT_THRESHOLD, F(release_threshold),
      "unlimited", "idle cached bytes kept per device; fully free segments "
      "above it go back to the driver"},
-    {"CUPOOL_FENCE", OPT_FENCE, F(fence), "barrier",
+    {"CUPOOL_FENCE", OPT_FENCE, F(fence), "poll",
      "stream safety on reuse: barrier, poll, sync or none"},
     {"CUPOOL_FENCE_INTERVAL", OPT_COUNT, F(pool.fence_interval), "64",
      "at most one fence per this many allocations to reach a better-fitting "

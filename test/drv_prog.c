@@ -312,10 +312,10 @@ static int streams(void)
     CHECK(drv.alloc(&a, MiB) == CUDA_SUCCESS);
     CHECK(drv.alloc(&b, MiB) == CUDA_SUCCESS);
     CHECK(drv.free(a) == CUDA_SUCCESS);
-    unsigned long waits = sim().stream_waits;
+    unsigned long records = sim().event_records;
     CHECK(drv.alloc(&c, MiB) == CUDA_SUCCESS && c == a);
-    printf("stream waits by the fence: %lu\n", sim().stream_waits - waits);
-    CHECK(sim().stream_waits - waits == 2); /* legacy on s, s on legacy */
+    printf("events recorded by the fence: %lu\n", sim().event_records - records);
+    CHECK(sim().event_records - records == 2); /* on s and on legacy */
     CHECK(drv.free(b) == CUDA_SUCCESS && drv.free(c) == CUDA_SUCCESS);
     CHECK(drv.stream_destroy(s) == CUDA_SUCCESS);
     return 0;

@@ -125,7 +125,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.max_reserved.bytes, 0);
     assert_int_equal(c.max_reserved.percent, 0);
     assert_int_equal(c.release_threshold, UINT64_MAX);
-    assert_int_equal(c.fence, SHIM_FENCE_BARRIER);
+    assert_int_equal(c.fence, SHIM_FENCE_POLL);
     assert_int_equal(c.flush_signal, SIGUSR1);
     assert_int_equal(c.stats_signal, SIGUSR2);
     assert_string_equal(c.stats_file, "");
@@ -181,7 +181,7 @@ static void test_invalid_values_warn_and_keep_default(void **state)
     assert_int_equal(nwarned, 6);
     assert_int_equal(c.pool.fence_interval, 64);
     assert_non_null(warning_with("CUPOOL_FENCE_INTERVAL=0 is invalid (expected a whole number from 1 up); using 64"));
-    assert_int_equal(c.fence, SHIM_FENCE_BARRIER);
+    assert_int_equal(c.fence, SHIM_FENCE_POLL);
     assert_int_equal(c.max_reserved.bytes, 0);
     assert_false(c.has_dev_cap[3]);
     assert_false(c.disable);
@@ -194,7 +194,7 @@ static void test_invalid_values_warn_and_keep_default(void **state)
     w = warning_with("CUPOOL_FENCE=bogus is invalid");
     assert_non_null(w);
     assert_non_null(strstr(w, "barrier, poll, sync or none"));
-    assert_non_null(strstr(w, "using barrier"));
+    assert_non_null(strstr(w, "using poll"));
     assert_non_null(warning_with("CUPOOL_MAX_RESERVED_3=200% is invalid"));
     assert_non_null(warning_with("CUPOOL_DISABLE=maybe is invalid"));
     for (int i = 0; i < nwarned; i++)
@@ -229,7 +229,7 @@ static void test_cross_checks(void **state)
     assert_int_equal(load(big, &c), 1);
     assert_int_equal(c.pool.fence_slack, 1000);
     assert_non_null(warning_with("CUPOOL_FENCE_SLACK is above 1000 percent"));
-    static const char *const barrier[] = {"CUPOOL_FENCE_SLACK=50", NULL};
+    static const char *const barrier[] = {"CUPOOL_FENCE=barrier", "CUPOOL_FENCE_SLACK=50", NULL};
     assert_int_equal(load(barrier, &c), 1);
     assert_int_equal(c.pool.fence_slack, 0);
     assert_non_null(warning_with("applies to CUPOOL_FENCE=poll only"));

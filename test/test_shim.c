@@ -252,7 +252,7 @@ static void wait_for_file(const char *path)
 #define PASSES(...) assert_int_equal(run(__VA_ARGS__, NULL)->status, 0)
 
 static void test_pairs_hit_the_cache(void **s) { (void)s; PASSES("pairs"); }
-static void test_fence_barrier(void **s) { (void)s; PASSES("fence"); }
+static void test_fence_barrier(void **s) { (void)s; PASSES("fence", "CUPOOL_FENCE=barrier"); }
 static void test_fence_sync(void **s) { (void)s; PASSES("fence_sync", "CUPOOL_FENCE=sync"); }
 static void test_fence_poll(void **s) { (void)s; PASSES("fence_poll", "CUPOOL_FENCE=poll"); }
 static void test_fence_poll_cap(void **s)
@@ -685,7 +685,7 @@ static void test_one_device(void **s)
     (void)s;
     /* One device: the shim skips cudaGetDevice; device 0 is the only one. */
     PASSES("pairs", "SIMCUDA_DEVICES=1");
-    PASSES("fence", "SIMCUDA_DEVICES=1");
+    PASSES("fence", "SIMCUDA_DEVICES=1", "CUPOOL_FENCE=barrier");
     PASSES("reset", "SIMCUDA_DEVICES=1");
     PASSES("badfree", "SIMCUDA_DEVICES=1");
 }
@@ -1010,7 +1010,7 @@ static void test_bad_config_keeps_default(void **s)
     result *r = run("pairs", "CUPOOL_FENCE=bogus", "CUPOOL_MAX_RESERVED=lots", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->err, "cupool: CUPOOL_FENCE=bogus is invalid "
-                                   "(expected barrier, sync or none); using barrier\n"));
+                                   "(expected barrier, poll, sync or none); using poll\n"));
     assert_non_null(strstr(r->err, "cupool: CUPOOL_MAX_RESERVED=lots is invalid"));
 }
 
