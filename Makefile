@@ -28,7 +28,7 @@ STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c \
             shim/vmm.c shim/cupti.c shim/signals.c shim/driver.c \
-            shim/interpose_driver.c shim/passed.c shim/ipc.c $(STATS_SRC)
+            shim/interpose_driver.c shim/passed.c shim/ipc.c shim/owner.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 
@@ -131,6 +131,10 @@ $(BUILD)/asan/test_config: test/test_config.c shim/config.c $(POOL_SRC) $(SHIM_H
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Ishim $< shim/config.c $(POOL_SRC) \
 	    -lcmocka -lpthread -o $@
 
+$(BUILD)/tsan/test_owner: test/test_owner.c shim/owner.c shim/owner.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(TSAN) -Ipool -Ishim $< shim/owner.c -lcmocka -lpthread -o $@
+
 $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' \
 	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
@@ -171,7 +175,7 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/recorder.c stats/trace.c 
 	    stats/trace.c -lcmocka -lpthread -o $@
 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
-             $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder)
+             $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner)
 
 # Every test program, each one's output shown, then one line counting every
 # test they ran: "N passed, N failed, N skipped".

@@ -47,6 +47,7 @@
 #include "grow.h"
 #include "interpose.h"
 #include "log.h"
+#include "owner.h"
 #include "recorder.h"
 #include "stats.h"
 
@@ -289,6 +290,7 @@ static int be_reserve(void *ctx, size_t size, uintptr_t *base)
             ;
         /* Stamped after the driver handed it out (see recorder.c). */
         shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_OK, d->id, *base, size);
+        shim_owner_set(*base, size, d->id, (int)(sh - d->shards));
         return 0;
     }
     atomic_fetch_sub(&d->reserved, size);
@@ -326,6 +328,7 @@ static void be_release(void *ctx, uintptr_t base, size_t size)
     shim_shard *sh = ctx;
     shim_device *d = sh->dev;
     atomic_fetch_sub(&d->reserved, size);
+    shim_owner_clear(base, size, d->id, (int)(sh - d->shards));
     /* Stamped before the driver may hand the range out again. */
     shim_trace_put(sh->ring, true, TRACE_RELEASE, TRACE_R_OK, d->id, base, size);
     if (d->vmm) {
@@ -348,6 +351,7 @@ static int be_trim(void *ctx, uintptr_t addr, size_t size)
     if (!vmm_settle(d))
         return -EAGAIN;
     atomic_fetch_sub(&d->reserved, size);
+    shim_owner_clear(addr, size, d->id, (int)(sh - d->shards));
     shim_trace_put(sh->ring, true, TRACE_RELEASE, TRACE_R_OK, d->id, addr, size);
     shim_vmm_unmap(d->vmm, addr, size);
     return 0;
@@ -961,15 +965,38 @@ pool *shim_device_pool_for(int dev, size_t size)
     return shim_device_shard(dev, size <= shim_cfg.pool.small_max ? thread_shard() : 0);
 }
 
-int shim_device_free(int dev, uintptr_t addr)
+/* pool_free in the shard the owner hint names, if any: -ENOENT if there
+ * is none or it does not own addr. */
+static int free_hinted(uintptr_t addr, int *dev, int *shard)
+{
+    if (shim_owner_hint(addr, dev, shard) != 0)
+        return -ENOENT;
+    pool *p = shim_device_shard_if_any(*dev, *shard);
+    return p ? pool_free(p, addr) : -ENOENT;
+}
+
+/* pool_free in each shard of dev but skip, the calling thread's first. */
+static int free_probing(int dev, uintptr_t addr, int skip)
 {
     int mine = thread_shard(), err = -ENOENT;
     for (size_t k = 0; err == -ENOENT && k < shim_cfg.shards; k++) {
         int s = k == 0 ? mine : (int)k == mine ? 0 : (int)k;
-        pool *p = shim_device_shard_if_any(dev, s);
+        pool *p = s == skip ? NULL : shim_device_shard_if_any(dev, s);
         if (p)
             err = pool_free(p, addr);
     }
+    return err;
+}
+
+int shim_device_free(int guess, uintptr_t addr)
+{
+    int hd = -1, hs = -1;
+    int err = free_hinted(addr, &hd, &hs);
+    if (err == -ENOENT && guess >= 0)
+        err = free_probing(guess, addr, hd == guess ? hs : -1);
+    for (int i = 0; err == -ENOENT && i < SHIM_MAX_DEVICES; i++)
+        if (i != guess && shim_device_shard_if_any(i, 0))
+            err = free_probing(i, addr, hd == i ? hs : -1);
     return err;
 }
 
@@ -1112,6 +1139,12 @@ void shim_device_untrack_stream(cudaStream_t s)
 
 bool shim_device_owns(void *ptr)
 {
+    int hd, hs;
+    if (shim_owner_hint((uintptr_t)ptr, &hd, &hs) == 0) {
+        pool *p = shim_device_shard_if_any(hd, hs);
+        if (p && pool_owns(p, (uintptr_t)ptr) == 1)
+            return true;
+    }
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
         if (!shim_device_shard_if_any(i, 0))
             continue;

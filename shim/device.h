@@ -116,9 +116,11 @@ static inline pool *shim_device_shard_if_any(int dev, int s)
 /* The pool that serves a request of size bytes from the calling thread. */
 pool *shim_device_pool_for(int dev, size_t size);
 
-/* Frees addr in whichever shard owns it (the calling thread's first):
- * 0, or pool_free's error (-ENOENT: no shard of this device owns it). */
-int shim_device_free(int dev, uintptr_t addr);
+/* Frees addr in whichever shard of whichever device owns it: the one the
+ * owner hint names first, then device guess's (-1: none; the calling
+ * thread's shard first), then the other devices'. 0, or pool_free's error
+ * (-ENOENT: no pool owns it). */
+int shim_device_free(int guess, uintptr_t addr);
 
 /* True if ptr lies inside a segment of any device's pool (a free of it is
  * the pool's). */

@@ -113,10 +113,7 @@ EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
 int shim_free_pooled(int dev, void *ptr)
 {
     inside++;
-    int err = dev >= 0 ? shim_device_free(dev, (uintptr_t)ptr) : -ENOENT;
-    for (int i = 0; err == -ENOENT && i < SHIM_MAX_DEVICES; i++)
-        if (i != dev && shim_device_shard_if_any(i, 0))
-            err = shim_device_free(i, (uintptr_t)ptr);
+    int err = shim_device_free(dev, (uintptr_t)ptr);
     inside--;
     if (err == -EINVAL || err == -EALREADY)
         shim_log(SHIM_LOG_WARN, "free of %p: %s; nothing was freed", ptr,

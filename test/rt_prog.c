@@ -856,16 +856,32 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static void *one_pair(void *arg)
+{
+    (void)arg;
+    void *p;
+    OK(cudaMalloc(&p, 4096));
+    OK(cudaFree(p));
+    return NULL;
+}
+
+/* The median cost of a cudaMalloc+cudaFree pair of PAIR_BYTES (4096), from
+ * a thread that took its shard after PAIR_AFTER_THREADS (0) other threads
+ * took theirs. */
 static int pairbench(void)
 {
     enum { N = 200000 };
+    const char *b = getenv("PAIR_BYTES"), *t = getenv("PAIR_AFTER_THREADS");
+    size_t bytes = b ? strtoul(b, NULL, 0) : 4096;
+    for (int i = 0, n = t ? atoi(t) : 0; i < n; i++)
+        in_thread(one_pair, NULL);
     double v[9];
     void *p;
     for (int r = -1; r < 9; r++) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int i = 0; i < N; i++) {
-            OK(cudaMalloc(&p, 4096));
+            OK(cudaMalloc(&p, bytes));
             OK(cudaFree(p));
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from cupool_self import own_stats
+from cupool_self import with_own_stats
 
 
 def main():
@@ -44,14 +44,7 @@ def main():
                "loss": float(lt) / dist.get_world_size(),
                "torch_cache": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") is None,
                "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
-        stats = own_stats()
-        if stats:
-            dev = stats["devices"][0]
-            out["cupool_peak_reserved_mib"] = dev["reserved_peak"] >> 20
-            out["cupool_fences"] = dev["fences"]
-            out["cupool_fence_orders"] = dev.get("fence_orders", 0)
-            out["cupool_fence_forced"] = dev.get("fence_forced", 0)
-        print(json.dumps(out))
+        print(json.dumps(with_own_stats(out)))
     dist.destroy_process_group()
 
 

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from cupool_self import own_stats
+from cupool_self import with_own_stats
 
 TOKENS = int(os.environ.get("TOKENS", "8192"))
 STEPS = int(os.environ.get("STEPS", "40"))
@@ -75,11 +75,4 @@ for step in range(STEPS):
 out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
        "steps": STEPS, "tokens": TOKENS, "loss": round(loss.item(), 6),
        "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
-stats = own_stats()
-if stats:
-    dev = stats["devices"][0]
-    out["cupool_peak_reserved_mib"] = dev["reserved_peak"] >> 20
-    out["cupool_fences"] = dev["fences"]
-    out["cupool_fence_orders"] = dev.get("fence_orders", 0)
-    out["cupool_fence_forced"] = dev.get("fence_forced", 0)
-print(json.dumps(out))
+print(json.dumps(with_own_stats(out)))

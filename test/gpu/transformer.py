@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from cupool_self import own_stats
+from cupool_self import with_own_stats
 
 TOKENS = int(os.environ.get("TOKENS", "16384"))
 if os.environ.get("CAP_FRACTION"):  # the native allocator's cap
@@ -44,9 +44,4 @@ except torch.OutOfMemoryError:
 out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
        "steps": STEPS, "tokens": TOKENS,
        "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
-stats = own_stats()
-if stats:
-    dev = stats["devices"][0]
-    out["cupool_peak_reserved_mib"] = dev["reserved_peak"] >> 20
-    out["cupool_fences"] = dev["fences"]
-print(json.dumps(out))
+print(json.dumps(with_own_stats(out)))
