@@ -291,7 +291,9 @@ enum { PUBLISH_MS = 100, NVML_EVERY = 10 };
 static void terminate_drained(int sig)
 {
     shim_trace_finish();
-    signal(sig, SIG_DFL);
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
     kill(getpid(), sig); /* process-directed: a thread that does not block
                             it takes it */
 }
