@@ -57,6 +57,14 @@ static void fill_segment(void **a, void **b)
     CHECK((char *)*b == (char *)*a + MIB);
 }
 
+/* Runs fn in a second thread (which gets its own shard) and waits. */
+static void in_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, fn, arg) == 0);
+    pthread_join(t, NULL);
+}
+
 #ifdef SIMCUDA
 static simcuda_stats sim(int dev)
 {
@@ -239,13 +247,6 @@ static int capture(void)
     return 0;
 }
 
-/* Runs fn in a second thread (which gets its own shard) and waits. */
-static void in_thread(void *(*fn)(void *), void *arg)
-{
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, fn, arg) == 0);
-    pthread_join(t, NULL);
-}
 
 typedef struct job { size_t size; void *p; cudaError_t err; } job;
 
@@ -855,6 +856,7 @@ static int cmp_double(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+
 
 static void *one_pair(void *arg)
 {
