@@ -601,13 +601,17 @@ enum poll_level {
 };
 
 /* Makes every non-blocking stream wait for e, a legacy-stream event; 0 or
- * the first error. Needs d->lock. */
-static int order_after(shim_device *d, cudaEvent_t e)
+ * the first error. *waits counts the streams made to wait (may be NULL).
+ * Needs d->lock. */
+static int order_after(shim_device *d, cudaEvent_t e, size_t *waits)
 {
     int err = 0;
+    size_t n = 0;
     for (size_t i = 0; !err && i < d->nstreams; i++)
-        if (d->streams[i].nonblocking)
-            err = cu_wait(d, d->streams[i].stream, e);
+        if (d->streams[i].nonblocking && (err = cu_wait(d, d->streams[i].stream, e)) == 0)
+            n++;
+    if (waits)
+        *waits = n;
     return err;
 }
 
@@ -624,7 +628,7 @@ static int force_locked(shim_device *d, shim_fence *f)
             e = cu_wait(d, cudaStreamLegacy, f->events[i]);
     if (!e)
         e = cu_record(d, d->legacy_event, cudaStreamLegacy);
-    return e ? e : order_after(d, d->legacy_event);
+    return e ? e : order_after(d, d->legacy_event, NULL);
 }
 
 /* Retires the poll fences that are done, oldest first, going as far as
@@ -640,12 +644,15 @@ static int poll_locked(shim_device *d, enum poll_level level)
         if (!e)
             e = cu_query(d, f->legacy);
         if (e == cudaErrorNotReady && level >= POLL_ORDER && f->ndone == f->nevents) {
-            if ((e = order_after(d, f->legacy)) == 0) {
-                /* Streams made later wait for it too (track_stream). */
+            size_t waits = 0;
+            if ((e = order_after(d, f->legacy, &waits)) == 0) {
+                /* Streams made later wait for it too (track_stream), even
+                 * when there is none now. */
                 event_give(d, d->order_event);
                 d->order_event = f->legacy;
                 f->legacy = NULL;
-                atomic_fetch_add_explicit(&d->fence_orders, 1, memory_order_relaxed);
+                if (waits)
+                    atomic_fetch_add_explicit(&d->fence_orders, 1, memory_order_relaxed);
             }
         } else if (e == cudaErrorNotReady && level == POLL_FORCE && !forced) {
             forced = true;

@@ -58,7 +58,7 @@
       "streams rather than grow, and barriers when it could not grow "       \
       "(CUPOOL_FENCE=poll)")                                                  \
     X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
-    X(fence_orders, COUNT, COUNTER, "poll fences done by making the non-"    \
+    X(fence_orders, COUNT, COUNTER, "poll fences done by making one or more non-" \
       "blocking streams wait for the legacy stream's work, not by completion " \
       "(CUPOOL_FENCE=poll)")                                                  \
     X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "   \

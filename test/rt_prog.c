@@ -129,11 +129,21 @@ static int fence(void)
 static int fence_poll(void)
 {
     cudaStream_t nb, nb2;
-    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
     void *a, *b, *c, *d, *e;
     fill_segment(&a, &b);
-    simcuda_set_busy(nb, 1);
+    /* No non-blocking stream yet and the legacy stream busy: reused with
+     * nothing to wait; a non-blocking stream made next waits for that work. */
+    simcuda_set_busy(cudaStreamLegacy, 1);
     OK(cudaFree(a));
+    simcuda_stats s00 = sim(0);
+    OK(cudaMalloc(&c, MIB));
+    CHECK(c == a);
+    CHECK(sim(0).stream_waits == s00.stream_waits);
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    CHECK(sim(0).stream_waits == s00.stream_waits + 1);
+    simcuda_set_busy(cudaStreamLegacy, 0);
+    simcuda_set_busy(nb, 1);
+    OK(cudaFree(c));
     simcuda_set_busy(nb, 0); /* done before the pool looks */
     simcuda_stats s0 = sim(0);
     OK(cudaMalloc(&c, MIB));
