@@ -967,9 +967,18 @@ static int thread_shard(void)
     return my_shard;
 }
 
-pool *shim_device_pool_for(int dev, size_t size)
+int shim_device_alloc(int dev, size_t size, uintptr_t *addr)
 {
-    return shim_device_shard(dev, size <= shim_cfg.pool.small_max ? thread_shard() : 0);
+    pool *p = shim_device_shard(dev, size <= shim_cfg.pool.small_max ? thread_shard() : 0);
+    if (!p)
+        return -ENODEV;
+    /* The pool retries once after releasing its own idle segments; the
+     * device's cap covers every shard, so the other shards' go too. */
+    int err = pool_alloc(p, size, addr);
+    if ((err == -EDQUOT || err == -ENOMEM) && shim_cfg.shards > 1 &&
+        shim_device_flush(dev) > 0)
+        err = pool_alloc(p, size, addr);
+    return err;
 }
 
 /* pool_free in the shard the owner hint names, if any: -ENOENT if there

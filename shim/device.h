@@ -113,8 +113,11 @@ static inline pool *shim_device_shard_if_any(int dev, int s)
     return atomic_load_explicit(&shim_devices[dev].pools[s], memory_order_acquire);
 }
 
-/* The pool that serves a request of size bytes from the calling thread. */
-pool *shim_device_pool_for(int dev, size_t size);
+/* Allocates size bytes from the pool that serves the calling thread (its
+ * shard, or shard 0 for a large request), releasing every shard's idle
+ * segments and retrying once if the cap or the device says no. 0, -ENODEV
+ * (no pool: the caller passes the call on) or pool_alloc's error. */
+int shim_device_alloc(int dev, size_t size, uintptr_t *addr);
 
 /* Frees addr in whichever shard of whichever device owns it: the one the
  * owner hint names first, then device guess's (-1: none; the calling

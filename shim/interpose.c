@@ -67,15 +67,11 @@ static _Thread_local cudaError_t real_ret;
 
 int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
 {
-    pool *p = shim_device_pool_for(dev, size);
-    if (!p)
-        return -ENODEV;
     inside++;
-    int err = pool_alloc(p, size, a);
-    if ((err == -EDQUOT || err == -ENOMEM) && shim_cfg.shards > 1 &&
-        shim_device_flush(dev) > 0) /* other shards' idle segments */
-        err = pool_alloc(p, size, a);
+    int err = shim_device_alloc(dev, size, a);
     inside--;
+    if (err == -ENODEV)
+        return err;
     if (err)
         shim_report_alloc_failure(dev, size, err, call);
     return err;
