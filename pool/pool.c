@@ -694,6 +694,17 @@ static int begin_async(pool *p)
     return poll_async(p, false);
 }
 
+/* True if a dirty block of kind freed in an epoch before upto fits a
+ * request of size bytes in a size bin below limit (pool_dirty_fits_below). */
+static bool dirty_fits(const pool *p, enum pool_kind kind, size_t size,
+                       unsigned limit, uint64_t upto)
+{
+    for (uint64_t e = p->clean_upto + 1; e < upto; e++)
+        if (pool_dirty_fits_below(&p->gens[e % p->ngens][kind], size, limit))
+            return true;
+    return false;
+}
+
 /* True if a dirty block freed before epoch upto fits a request of size
  * bytes better than c (in a smaller size bin) and c is more than
  * fence_slack percent larger than the request; or fits at all if c is
@@ -704,11 +715,7 @@ static bool dirty_fits_before(const pool *p, enum pool_kind kind, size_t size,
     size_t slack = p->cfg.fence_slack;
     if (c && c->size - size <= size / 100 * slack + size % 100 * slack / 100)
         return false;
-    unsigned limit = c ? pool_bin_of(c->size) : POOL_BINS;
-    for (uint64_t e = p->clean_upto + 1; e < upto; e++)
-        if (pool_dirty_fits_below(&p->gens[e % p->ngens][kind], size, limit))
-            return true;
-    return false;
+    return dirty_fits(p, kind, size, c ? pool_bin_of(c->size) : POOL_BINS, upto);
 }
 
 /* Finds a clean block with asynchronous fences: retires those done, begins
@@ -761,10 +768,7 @@ static bool fence_wanted(pool *p, enum pool_kind kind, size_t size,
         return false;
     if (dirty > 4 * p->cfg.fence_interval)
         return true;
-    for (unsigned g = 0; g < p->ngens; g++)
-        if (pool_dirty_fits_below(&p->gens[g][kind], size, pool_bin_of(c->size)))
-            return true;
-    return false;
+    return dirty_fits(p, kind, size, pool_bin_of(c->size), p->epoch + 1);
 }
 
 /* Finds a clean block for the request, fencing first when fence_wanted

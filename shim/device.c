@@ -740,17 +740,20 @@ static int fence_run(shim_device *d, enum fence_op op, uint64_t work, uint64_t *
 
 /* The work count (CUPOOL_CUPTI) to read before a fence's calls: all work
  * counted so far is queued before them, so the fence orders it. True if
- * none came since the device's last fence: this one needs no CUDA call. */
+ * none came since the device's last fence: this one needs no CUDA call
+ * (the caller counts it in fences_skipped if it skips). */
 static bool no_new_work(shim_device *d, uint64_t *work)
 {
     *work = SHIM_WORK_NEVER;
     if (!shim_work_watching())
         return false;
     *work = shim_work_count();
-    if (*work != atomic_load_explicit(&d->fenced_work, memory_order_relaxed))
-        return false;
+    return *work == atomic_load_explicit(&d->fenced_work, memory_order_relaxed);
+}
+
+static void count_skip(shim_device *d)
+{
     atomic_fetch_add_explicit(&d->fences_skipped, 1, memory_order_relaxed);
-    return true;
 }
 
 static void trace_fence(shim_shard *sh, int err)
@@ -764,7 +767,11 @@ static int be_fence(void *ctx)
 {
     shim_shard *sh = ctx;
     uint64_t work, none = 0;
-    int err = no_new_work(sh->dev, &work) ? 0 : fence_run(sh->dev, FENCE_FULL, work, &none);
+    int err = 0;
+    if (no_new_work(sh->dev, &work))
+        count_skip(sh->dev);
+    else
+        err = fence_run(sh->dev, FENCE_FULL, work, &none);
     trace_fence(sh, err);
     return err;
 }
@@ -780,8 +787,10 @@ static int be_fence_begin(void *ctx, uint64_t *ticket)
         pthread_mutex_lock(&d->lock);
         *ticket = d->tickets;
         pthread_mutex_unlock(&d->lock);
-        if (*ticket)
+        if (*ticket) {
+            count_skip(d);
             err = 0;
+        }
     }
     if (err)
         err = fence_run(d, FENCE_BEGIN, work, ticket);
