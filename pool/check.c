@@ -12,6 +12,7 @@
 typedef struct totals {
     uint64_t requested, allocated, reserved, idle;
     size_t live, free[2][POOL_KINDS];   /* [dirty][kind] */
+    size_t lent, parts, stitched;       /* blocks lent, parts named, stitched segments */
 } totals;
 
 static int fail(char *why, size_t len, const char *fmt, ...)
@@ -53,6 +54,19 @@ static int check_block(const pool *p, const pool_segment *s,
         t->free[b->dirty][s->kind]++;
         return 0;
     }
+    if (b->lent) {
+        if (!b->lent->parts || b->lent == s || b->requested ||
+            pool_addrmap_get(&p->live, b->addr))
+            return fail(why, len, "block %#lx: a bad stitched part", a);
+        size_t k = 0;
+        while (k < b->lent->nparts && b->lent->parts[k] != b)
+            k++;
+        if (k == b->lent->nparts)
+            return fail(why, len, "part %#lx not named by its stitched segment", a);
+        t->lent++;
+        t->live++; /* its segment counts it as in use */
+        return 0;
+    }
     if (b->requested == 0 || b->requested > b->size)
         return fail(why, len, "live block %#lx: bad requested size", a);
     if (pool_addrmap_get(&p->live, b->addr) != b)
@@ -90,10 +104,25 @@ static int check_segment(const pool *p, size_t i, totals *t, char *why,
     if (end != s->base + s->size)
         return fail(why, len, "segment %#lx: blocks cover %lu of %zu bytes",
                     base, (unsigned long)(end - s->base), s->size);
-    t->reserved += s->size;
     if (t->live - live_before != s->live)
         return fail(why, len, "segment %#lx counts %zu live blocks, holds %zu",
                     base, s->live, t->live - live_before);
+    if (s->parts) { /* stitched: memory of its parts, none of its own */
+        size_t sum = 0;
+        for (size_t k = 0; k < s->nparts; k++) {
+            if (s->parts[k]->lent != s)
+                return fail(why, len, "stitched segment %#lx: part %zu not lent "
+                            "to it", base, k);
+            sum += s->parts[k]->size;
+        }
+        if (sum != s->size || s->kind != POOL_LARGE)
+            return fail(why, len, "stitched segment %#lx: parts cover %zu of %zu "
+                        "bytes", base, sum, s->size);
+        t->parts += s->nparts;
+        t->stitched++;
+        return 0;
+    }
+    t->reserved += s->size;
     if (s->live == 0)
         t->idle += s->size;
     return 0;
@@ -113,14 +142,18 @@ static int check_counters(const pool *p, const totals *t, char *why,
     if (t->idle != p->idle_bytes)
         return fail(why, len, "idle bytes: counted %zu, walked %lu",
                     p->idle_bytes, (unsigned long)t->idle);
-    if (t->live != p->live.count)
+    if (t->live - t->lent != p->live.count)
         return fail(why, len, "address map holds %zu, walked %zu live",
-                    p->live.count, t->live);
+                    p->live.count, t->live - t->lent);
+    if (t->lent != t->parts || t->stitched != p->stitched_segs)
+        return fail(why, len, "%zu blocks lent, %zu parts named, %zu of %zu "
+                    "stitched segments", t->lent, t->parts, t->stitched,
+                    p->stitched_segs);
     if (st->requested > st->requested_peak || st->allocated > st->allocated_peak ||
         st->reserved > st->reserved_peak || st->cached > st->cached_peak)
         return fail(why, len, "a gauge is above its peak");
     if ((long)(st->seg_reserves - st->seg_releases - p->forgotten_segs) +
-            p->trim_segs != (long)p->nsegs)
+            p->trim_segs + (long)p->stitched_segs != (long)p->nsegs)
         return fail(why, len, "segment counters disagree with %zu segments",
                     p->nsegs);
     return 0;

@@ -174,6 +174,15 @@ static void index_del(pool *p, pool_block *b)
 
 /* ---- segments --------------------------------------------------------- */
 
+static bool stitched(const pool_segment *s) { return s->parts != NULL; }
+
+/* Bytes segment s adds to idle_bytes while it holds no live block: a
+ * stitched segment holds no memory of its own. */
+static size_t idle_size(const pool_segment *s)
+{
+    return stitched(s) ? 0 : s->size;
+}
+
 long pool_segment_find(const pool *p, uintptr_t addr)
 {
     size_t lo = 0, hi = p->nsegs;
@@ -240,14 +249,19 @@ static void segment_release(pool *p, size_t i)
     free(s);
 }
 
-/* Releases segments with no live block until idle bytes are at most keep.
- * Returns the bytes released. */
+/* Unstitches every idle stitched segment, then releases segments with no
+ * live block until idle bytes are at most keep. Returns the bytes
+ * released. */
+static size_t unstitch_idle(pool *p);
+
 static size_t release_idle(pool *p, size_t keep)
 {
     size_t released = 0;
+    if (p->idle_bytes > keep || keep == 0)
+        unstitch_idle(p); /* their parts may leave whole segments idle */
     for (size_t i = p->nsegs; i-- > 0 && p->idle_bytes > keep;) {
         pool_segment *s = p->segs[i];
-        if (s->live == 0) {
+        if (s->live == 0 && !stitched(s)) {
             released += s->size;
             segment_release(p, i);
         }
@@ -363,10 +377,52 @@ static int segment_cut(pool *p, size_t i, pool_block *b, uintptr_t lo,
     return 0;
 }
 
-static int by_span_desc(const void *x, const void *y)
+/* Whole trim units under one clean free block: a candidate to trim, or a
+ * part to stitch. addr is the block's address when collected (blocks move
+ * while segments are cut, so a trim finds each again by it). */
+typedef struct part { pool_block *b; uintptr_t addr, lo; size_t size; } part;
+
+static int by_size(const void *x, const void *y)
 {
-    size_t a = *(const size_t *)x, b = *(const size_t *)y;
-    return (a < b) - (a > b);
+    const part *a = x, *b = y;
+    return (a->size > b->size) - (a->size < b->size);
+}
+
+/* Collects the whole trim units under the clean free blocks into *out
+ * (malloc'd, smallest first): to trim, of plain segments (a stitched
+ * segment's memory is its parts'); to stitch, of large segments, stitched
+ * ones included (a stitch over a stitched segment maps the same memory
+ * again). Returns how many, or -1 (host memory). */
+static long units_collect(pool *p, bool to_stitch, part **out)
+{
+    size_t n = 0, cap = 0;
+    part *c = NULL;
+    for (size_t i = 0; i < p->nsegs; i++) {
+        pool_segment *s = p->segs[i];
+        if (to_stitch ? s->kind != POOL_LARGE : stitched(s))
+            continue;
+        for (pool_block *b = s->first; b; b = b->next) {
+            uintptr_t lo, hi;
+            if (!b->free || b->dirty)
+                continue;
+            trim_span(p, b, &lo, &hi);
+            if (hi == lo)
+                continue;
+            if (n == cap) {
+                part *g = realloc(c, (cap = cap ? 2 * cap : 64) * sizeof(*c));
+                if (!g) {
+                    free(c);
+                    return -1;
+                }
+                c = g;
+            }
+            c[n++] = (part){b, b->addr, lo, hi - lo};
+        }
+    }
+    if (n > 1)
+        qsort(c, n, sizeof(*c), by_size);
+    *out = c;
+    return (long)n;
 }
 
 /* Gives back whole trim units under free blocks, those with the most first,
@@ -379,34 +435,13 @@ static size_t trim_free(pool *p, size_t need)
         return 0;
     if (any_dirty(p))
         pool_fence(p);
-    /* Candidates as (span, address) pairs: blocks move while segments are
-     * cut, so each is found again by address. */
-    size_t n = 0, cap = 0, *c = NULL, got = 0;
-    for (size_t i = 0; i < p->nsegs; i++) {
-        for (pool_block *b = p->segs[i]->first; b; b = b->next) {
-            uintptr_t lo, hi;
-            if (!b->free || b->dirty)
-                continue;
-            trim_span(p, b, &lo, &hi);
-            if (hi == lo)
-                continue;
-            if (n == cap) {
-                size_t *g = realloc(c, (cap = cap ? 2 * cap : 64) * 2 * sizeof(*c));
-                if (!g)
-                    goto out;
-                c = g;
-            }
-            c[2 * n] = hi - lo;
-            c[2 * n + 1] = b->addr;
-            n++;
-        }
-    }
-    if (n > 1)
-        qsort(c, n, 2 * sizeof(*c), by_span_desc);
-    for (size_t k = 0; k < n && got < need; k++) {
-        long i = pool_segment_find(p, c[2 * k + 1]);
+    part *c = NULL;
+    long n = units_collect(p, false, &c);
+    size_t got = 0;
+    for (long k = n - 1; k >= 0 && got < need; k--) {
+        long i = pool_segment_find(p, c[k].addr);
         pool_block *b = p->segs[i]->first;
-        while (b->addr != c[2 * k + 1])
+        while (b->addr != c[k].addr)
             b = b->next;
         uintptr_t lo, hi;
         trim_span(p, b, &lo, &hi);
@@ -414,7 +449,6 @@ static size_t trim_free(pool *p, size_t need)
             break;
         got += hi - lo;
     }
-out:
     free(c);
     return got;
 }
@@ -547,6 +581,21 @@ static size_t segment_size(const pool *p, enum pool_kind kind, size_t size)
                               : round_up(size, p->cfg.large_round);
 }
 
+static int stitch_grow(pool *p, size_t size, pool_block **out);
+
+/* Serves the request from new memory: stitched from free memory where the
+ * backend can, else a new segment of seg bytes. */
+static int grow_once(pool *p, enum pool_kind kind, size_t size, size_t seg,
+                     pool_block **out)
+{
+    if (kind == POOL_LARGE && p->be.stitch && p->cfg.fit != POOL_FIT_NOSPLIT) {
+        int err = stitch_grow(p, size, out);
+        if (err <= 0)
+            return err;
+    }
+    return segment_grow(p, kind, seg, out);
+}
+
 /* Reserves a segment for the request, releasing idle segments and retrying
  * once if the cap or the backend says no. The new block is in *out. */
 static int block_grow(pool *p, enum pool_kind kind, size_t size,
@@ -557,7 +606,7 @@ static int block_grow(pool *p, enum pool_kind kind, size_t size,
         return -EOVERFLOW;
     if (p->cfg.max_reserved && seg > p->cfg.max_reserved)
         return -EDQUOT;
-    int err = segment_grow(p, kind, seg, out);
+    int err = grow_once(p, kind, size, seg, out);
     if ((err == -EDQUOT || err == -ENOMEM) && p->be.fence_begin && any_dirty(p)) {
         /* Asynchronous fences left blocks waiting: order them all now. */
         p->st.fence_forced++;
@@ -571,7 +620,7 @@ static int block_grow(pool *p, enum pool_kind kind, size_t size,
         if (back == 0)
             return err;
         p->st.retries++;
-        err = segment_grow(p, kind, seg, out);
+        err = grow_once(p, kind, size, seg, out);
     }
     return err;
 }
@@ -609,6 +658,145 @@ static pool_block *block_coalesce(pool *p, pool_block *b)
         b = block_merge(p, b, b->next);
     }
     return b;
+}
+
+
+/* ---- stitching ------------------------------------------------------------ */
+
+/* Unstitches segment i (stitched, idle, one clean block): its parts become
+ * free blocks of their own segments again, merged with their neighbours. */
+static void segment_unstitch(pool *p, size_t i)
+{
+    pool_segment *s = p->segs[i];
+    index_del(p, s->first);
+    node_give(p, s->first);
+    p->be.unstitch(p->be.ctx, s->base, s->size);
+    for (size_t k = 0; k < s->nparts; k++) {
+        pool_block *b = s->parts[k];
+        b->lent = NULL;
+        if (--b->seg->live == 0)
+            p->idle_bytes += idle_size(b->seg);
+        index_add(p, block_coalesce(p, b));
+    }
+    memmove(&p->segs[i], &p->segs[i + 1],
+            (p->nsegs - i - 1) * sizeof(*p->segs));
+    p->nsegs--;
+    p->stitched_segs--;
+    free(s->parts);
+    free(s);
+}
+
+/* Unstitches every stitched segment whose blocks are all free and clean.
+ * Returns how many. */
+static size_t unstitch_idle(pool *p)
+{
+    size_t n = 0;
+    for (size_t i = p->nsegs; p->stitched_segs && i-- > 0;) {
+        pool_segment *s = p->segs[i];
+        if (stitched(s) && s->live == 0 && !s->first->next && !s->first->dirty) {
+            segment_unstitch(p, i);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Takes [lo, lo + size) (inside clean free block b) out of use as a part
+ * of stitched segment s, and returns the part's block. Needs two spare
+ * nodes. */
+static pool_block *part_carve(pool *p, pool_block *b, uintptr_t lo,
+                              size_t size, pool_segment *s)
+{
+    index_del(p, b);
+    if (lo > b->addr) { /* b keeps the head */
+        block_split(p, b, lo - b->addr);
+        pool_block *r = b->next;
+        index_del(p, r);
+        index_add(p, b);
+        b = r;
+    }
+    if (b->size > size)
+        block_split(p, b, size);
+    b->lent = s;
+    if (b->seg->live++ == 0)
+        p->idle_bytes -= idle_size(b->seg);
+    return b;
+}
+
+/* Serves a large request of size bytes with a stitched segment, when no
+ * free block fits it. First unstitches idle stitched segments and looks
+ * again (a stitched segment that does not fit is memory in the way). Then
+ * maps the whole trim units under clean free blocks, the smallest first
+ * (fragments nothing else can use), with a fresh segment for what they
+ * lack, into one new segment: the pool grows by the shortfall only.
+ * Returns 0 with the new segment's block in *out, 1 if there is nothing
+ * to stitch (or the backend could not; plain growth follows), or a
+ * negative errno (the fresh segment's). */
+static int stitch_grow(pool *p, size_t size, pool_block **out)
+{
+    if (unstitch_idle(p) && (*out = find_fit(p, POOL_LARGE, size)) != NULL)
+        return 0;
+    size_t u = p->be.trim_unit, want = round_up(size, u);
+    part *c = NULL;
+    long nc = want ? units_collect(p, true, &c) : 0;
+    if (nc <= 0)
+        return 1;
+    size_t n = 0, have = 0;
+    while (n < (size_t)nc && have < want) {
+        if (c[n].size > want - have)
+            c[n].size = want - have;
+        have += c[n++].size;
+    }
+    size_t fresh = want - have, np = n + (fresh != 0);
+    pool_span *sp = malloc(np * sizeof(*sp));
+    pool_segment *s = calloc(1, sizeof(*s));
+    pool_block **parts = malloc(np * sizeof(*parts));
+    int err = !sp || !s || !parts ? -ENOMEM : nodes_reserve(p, (int)(2 * np + 1));
+    pool_block *fb = NULL;
+    if (!err && fresh)
+        err = segment_grow(p, POOL_LARGE, fresh, &fb);
+    if (!err)
+        err = segs_room(p);
+    if (!err) {
+        for (size_t k = 0; k < n; k++)
+            sp[k] = (pool_span){c[k].lo, c[k].size};
+        if (fb)
+            sp[n] = (pool_span){fb->addr, fresh};
+        *s = (pool_segment){.kind = POOL_LARGE, .size = want, .parts = parts,
+                            .nparts = np};
+        int e = p->be.stitch(p->be.ctx, sp, np, &s->base);
+        if (!e && (!s->base || s->base % u)) {
+            p->be.unstitch(p->be.ctx, s->base, want);
+            e = -EFAULT; /* a broken backend: nothing is used */
+        }
+        if (e) { /* plain growth may still serve it */
+            if (fb)
+                segment_release(p, (size_t)pool_segment_find(p, fb->addr));
+            err = 1;
+        }
+    }
+    free(sp);
+    if (err) { /* the fresh segment's error (the cap, the device) stands */
+        free(c);
+        free(parts);
+        free(s);
+        return err;
+    }
+    segs_insert(p, s); /* room was made */
+    for (size_t k = 0; k < n; k++)
+        s->parts[k] = part_carve(p, c[k].b, c[k].lo, c[k].size, s);
+    if (fb)
+        s->parts[n] = part_carve(p, fb, fb->addr, fresh, s);
+    free(c);
+    p->stitched_segs++;
+    p->st.stitches++;
+    p->st.stitched_bytes_total += have;
+    pool_block *b = node_take(p);
+    *b = (pool_block){.addr = s->base, .size = want, .seg = s};
+    s->first = b;
+    index_add(p, b);
+    *out = b;
+    return 0;
 }
 
 static int fence_failed(pool *p, int err)
@@ -812,7 +1000,7 @@ static int alloc_locked(pool *p, size_t size, uintptr_t *addr)
     }
     index_del(p, b);
     if (b->seg->live++ == 0)
-        p->idle_bytes -= b->seg->size;
+        p->idle_bytes -= idle_size(b->seg);
     if (split_worth(p, b, rounded))
         block_split(p, b, rounded);
     b->requested = size;
@@ -852,7 +1040,7 @@ static int diagnose(const pool *p, uintptr_t addr)
     const pool_block *b = p->segs[i]->first;
     while (addr - b->addr >= b->size)
         b = b->next;
-    return b->free ? -EALREADY : -EINVAL;
+    return b->free || b->lent ? -EALREADY : -EINVAL; /* a part was freed */
 }
 
 static int free_locked(pool *p, uintptr_t addr)
@@ -875,7 +1063,7 @@ static int free_locked(pool *p, uintptr_t addr)
     b->epoch = p->epoch;
     b->dirty = p->be.fence != NULL;
     if (--b->seg->live == 0)
-        p->idle_bytes += b->seg->size;
+        p->idle_bytes += idle_size(b->seg);
     index_add(p, block_coalesce(p, b));
     if (p->idle_bytes > p->cfg.release_threshold)
         release_idle(p, p->cfg.release_threshold);
@@ -920,7 +1108,7 @@ int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size)
         const pool_block *b = p->segs[i]->first;
         while (addr - b->addr >= b->size)
             b = b->next;
-        err = b->free ? -EALREADY : 0;
+        err = b->free || b->lent ? -EALREADY : 0;
         *base = p->segs[i]->base;
         *size = p->segs[i]->size;
     }
@@ -931,6 +1119,8 @@ int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size)
 size_t pool_flush(pool *p)
 {
     pthread_mutex_lock(&p->lock);
+    if (p->stitched_segs && any_dirty(p))
+        pool_fence(p); /* a stitched segment unstitches only when clean */
     size_t released = release_idle(p, 0);
     released += trim_free(p, SIZE_MAX);
     p->st.flushes++;
@@ -985,6 +1175,8 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
     if (be->trim && (be->trim_unit < POOL_ALIGN ||
                      (be->trim_unit & (be->trim_unit - 1))))
         return -EINVAL;
+    if ((be->stitch || be->unstitch) && !(be->stitch && be->unstitch && be->trim))
+        return -EINVAL;
     pool *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
@@ -1016,8 +1208,28 @@ void pool_destroy(pool *p)
 {
     if (!p)
         return;
+    /* Stitched segments first (they map the others' memory), each once no
+     * other maps part of it: unstitching frees its parts. */
+    for (size_t left = p->stitched_segs; left;) {
+        for (size_t i = 0; i < p->nsegs; i++) {
+            pool_segment *s = p->segs[i];
+            bool lends = false;
+            for (pool_block *b = s->first; s->parts && !lends && b; b = b->next)
+                lends = b->lent != NULL;
+            if (!s->parts || lends)
+                continue;
+            p->be.unstitch(p->be.ctx, s->base, s->size);
+            for (size_t k = 0; k < s->nparts; k++)
+                s->parts[k]->lent = NULL;
+            free(s->parts);
+            s->parts = NULL;
+            s->size = 0; /* nothing to release below */
+            left--;
+        }
+    }
     for (size_t i = 0; i < p->nsegs; i++) {
-        p->be.release(p->be.ctx, p->segs[i]->base, p->segs[i]->size);
+        if (p->segs[i]->size)
+            p->be.release(p->be.ctx, p->segs[i]->base, p->segs[i]->size);
         free(p->segs[i]);
     }
     for (size_t i = 0; i < p->nslabs; i++)
@@ -1048,10 +1260,13 @@ void pool_let_go(pool *p) { pthread_mutex_unlock(&p->lock); }
 void pool_forget(pool *p)
 {
     pthread_mutex_lock(&p->lock);
-    for (size_t i = 0; i < p->nsegs; i++)
+    for (size_t i = 0; i < p->nsegs; i++) {
+        free(p->segs[i]->parts);
         free(p->segs[i]);
-    p->forgotten_segs += p->nsegs;
+    }
+    p->forgotten_segs += p->nsegs - p->stitched_segs;
     p->nsegs = 0;
+    p->stitched_segs = 0;
     for (size_t i = 0; i < p->nslabs; i++)
         free(p->slabs[i]);
     p->nslabs = 0;

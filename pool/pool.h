@@ -18,6 +18,10 @@
  *     of max_split bytes or more is never split nor given to a request much
  *     smaller than itself;
  *   - free coalesces with both address neighbours in the segment;
+ *   - when nothing fits a large request and the backend can stitch, first
+ *     dissolve the stitched segments with nothing allocated, then map the
+ *     whole trim units under clean free blocks (fragments first), and
+ *     fresh memory for what they lack, into one new segment (below);
  *   - when nothing fits, grow; if the backend fails or the cap would be
  *     exceeded, release every fully free segment (and, if the backend can
  *     trim, the whole trim units under free blocks, largest first, until a
@@ -32,6 +36,13 @@
  * requests, always: they keep strict best fit). One fence
  * makes every earlier free clean and merges it with its free neighbours;
  * until then dirty blocks merge only with dirty neighbours.
+ *
+ * Stitching: a stitched segment is a new address range over memory the
+ * pool already holds (the parts), so it adds nothing to reserved. While it
+ * exists its parts are neither free nor live in their own segments. It is
+ * a segment like any other until every block in it is free and clean and a
+ * large request finds no fit (or a flush, or the cap, asks for memory):
+ * then it is unstitched and its parts are free blocks again.
  *
  * Errors: every function that can fail returns 0 or a negative errno.
  * Thread safety: every function takes the pool's lock; a pool may be shared
@@ -48,6 +59,12 @@
 
 /* Backend: how the pool reaches the device. Called with the pool's lock held;
  * a backend must not call back into the same pool. */
+/* A range of addresses. */
+typedef struct pool_span {
+    uintptr_t addr;
+    size_t size;
+} pool_span;
+
 typedef struct pool_backend {
     /* Reserve a segment of exactly size bytes (a multiple of POOL_ALIGN);
      * store its POOL_ALIGN-aligned base in *base. Returns 0, or a negative
@@ -92,6 +109,18 @@ typedef struct pool_backend {
     int (*trim)(void *ctx, uintptr_t addr, size_t size);
     size_t trim_unit; /* a power of two; with trim, every segment base is
                          a multiple of it */
+    /* Optional, with trim: stitching. Maps the memory behind the n ranges
+     * of parts (trim_unit multiples inside segments, which the pool keeps
+     * out of use under their own addresses until unstitch) one after
+     * another into a new address range of their total size, and stores its
+     * base (a trim_unit multiple) in *base. Returns 0, or a negative errno
+     * with nothing mapped. */
+    int (*stitch)(void *ctx, const pool_span *parts, size_t n, uintptr_t *base);
+    /* Unmaps a range stitch made, once every block in it is free and clean
+     * (so new work is ordered after the old: the old may still run, which
+     * the backend must let finish before the addresses go). The parts'
+     * memory stays the pool's, under their own addresses again. */
+    void (*unstitch)(void *ctx, uintptr_t base, size_t size);
     void *ctx;
 } pool_backend;
 
@@ -157,6 +186,10 @@ typedef struct pool_config {
     X(retries, "allocations retried after releasing free segments")          \
     X(flushes, "pool_flush calls")                                           \
     X(trims, "free ranges inside segments given back to the backend")        \
+    X(stitches, "segments stitched from free memory (and fresh memory for "  \
+      "the rest)")                                                           \
+    X(stitched_bytes_total, "bytes of those segments that were free memory "  \
+      "already held, not fresh")                                             \
     X(failures, "allocations that failed for lack of memory")                \
     X(bad_frees, "frees rejected (interior, double)")
 
@@ -237,16 +270,17 @@ int pool_block_size(pool *p, uintptr_t addr, size_t *size);
  * and returns 0; else -ENOENT/-EALREADY as pool_free would. */
 int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size);
 
-/* Releases every fully free segment to the backend, and, if the backend
- * can trim, the whole trim units under every other free block. Returns the
- * number of bytes released (never negative). */
+/* Unstitches every stitched segment with nothing allocated (fencing first
+ * if any block is dirty), releases every fully free segment to the backend,
+ * and, if the backend can trim, the whole trim units under every other free
+ * block. Returns the number of bytes released (never negative). */
 size_t pool_flush(pool *p);
 
 /* Changes the cap on reserved bytes (0 = none). Takes effect at the next
  * growth; nothing already reserved is released. */
 void pool_set_max_reserved(pool *p, size_t max_reserved);
 
-/* Copies the pool's statistics into *out. */
+/* Copies the pool's statistics into *out. segments counts stitched ones. */
 void pool_stats_get(pool *p, pool_stats *out);
 
 /* Verifies every invariant: blocks tile each segment exactly, no two free

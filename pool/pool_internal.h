@@ -42,6 +42,8 @@ typedef struct pool_block {
     size_t requested;          /* 0 while free */
     uint64_t epoch;            /* epoch of the last free; 0 = never used */
     pool_segment *seg;
+    pool_segment *lent;        /* the stitched segment whose part this is
+                                  (neither free nor live), or NULL */
     struct pool_block *prev;   /* address neighbours inside seg */
     struct pool_block *next;
 } pool_block;
@@ -55,6 +57,9 @@ struct pool_segment {
     size_t max_clean;   /* no clean free block here is larger (an upper
                            bound: raised as blocks join the clean index,
                            made exact by first fit's walks) */
+    pool_block **parts; /* stitched: the blocks of other segments it maps,
+                           in its address order; NULL for a plain segment */
+    size_t nparts;
 };
 
 /* tree.c: AVL tree of free blocks keyed by (size, addr). */
@@ -173,6 +178,7 @@ struct pool {
     long trim_segs;              /* segments trims added (a cut in the
                                     middle) less those they removed (a
                                     whole segment cut away) */
+    size_t stitched_segs;        /* stitched segments held */
     pool_block *spare;           /* free list of block nodes (via next) */
     void **slabs;                /* node slabs, freed at destroy */
     size_t nslabs, slabs_cap;

@@ -53,6 +53,7 @@ void stats_device_from_pool(stats_device *d, int device, const pool_stats *p)
     d->driver_alloc = p->reserved_bytes_total;
     d->driver_free = p->released_bytes_total;
     d->trims = p->trims;
+    d->stitches = p->stitches;
     d->fences = p->fences;
     d->fence_deferrals = p->fence_deferrals;
     d->fence_failures = p->fence_failures;

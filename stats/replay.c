@@ -81,6 +81,27 @@ static void dev_release(void *ctx, uintptr_t base, size_t size)
     d->used -= size;
 }
 
+/* A stitch takes fresh addresses and no memory: its parts are held. */
+static int dev_stitch(void *ctx, const pool_span *parts, size_t n, uintptr_t *base)
+{
+    device *d = ctx;
+    size_t size = 0;
+    for (size_t i = 0; i < n; i++)
+        size += parts[i].size;
+    if (size > UINT64_MAX - d->next - d->align)
+        return -ENOMEM;
+    *base = (uintptr_t)d->next;
+    d->next += (size + d->align - 1) & ~(d->align - 1);
+    return 0;
+}
+
+static void dev_unstitch(void *ctx, uintptr_t base, size_t size)
+{
+    (void)ctx;
+    (void)base;
+    (void)size;
+}
+
 static int dev_fence(void *ctx)
 {
     ((device *)ctx)->fences++;
@@ -217,6 +238,10 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     if (o->trim_unit) {
         be.trim = dev_trim;
         be.trim_unit = o->trim_unit;
+        if (o->stitch) {
+            be.stitch = dev_stitch;
+            be.unstitch = dev_unstitch;
+        }
     }
     pool *p;
     int err = pool_create(&cfg, &be, &p);
@@ -374,6 +399,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     r->end_live_blocks = map.count;
     r->fences = s.fences;
     r->seg_reserves = s.seg_reserves;
+    r->stitches = s.stitches;
     r->frag_mean = last_time > start ? frag_area / (double)(last_time - start) : 0.0;
     pool_destroy(p);
     free(map.key);

@@ -39,6 +39,8 @@ typedef struct replay_opts {
     size_t trim_unit;         /* the device can give back the units of
                                  this size under free blocks inside
                                  segments, as CUPOOL_VMM does; 0 = no */
+    bool stitch;              /* and can map free units into one new range
+                                 (CUPOOL_STITCH); needs trim_unit */
     bool samples;             /* keep one sample per event (for plots) */
 } replay_opts;
 
@@ -51,7 +53,7 @@ typedef struct replay_sample {
 
 typedef struct replay_result {
     uint64_t events;          /* records of this device */
-    uint64_t allocs, frees, fences, seg_reserves;
+    uint64_t allocs, frees, fences, seg_reserves, stitches;
     uint64_t peak_reserved, peak_allocated;
     uint64_t end_allocated, end_live_blocks;
     double frag_at_peak;      /* 1 - largest free / cached, when reserved

@@ -49,6 +49,8 @@
     X(driver_free, BYTES, COUNTER, "bytes returned to the driver")            \
     X(trims, COUNT, COUNTER, "free ranges inside segments returned to the "   \
       "driver (CUPOOL_VMM)")                                                  \
+    X(stitches, COUNT, COUNTER, "segments stitched from free memory already "  \
+      "held, and fresh memory for the rest (CUPOOL_STITCH)")                 \
     X(fences, COUNT, COUNTER, "fences before reuse (fences_skipped of them "  \
       "needed no CUDA call)")                                                 \
     X(fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)")   \

@@ -3,11 +3,11 @@
  * `cupool import-torch`:
  *
  *   cupool-trace replay TRACE [--policy P[,P...]] [--capacity SIZE]
- *                       [--max-reserved SIZE] [--trim UNIT] [--device N] [--json]
- *                       [--timeline CSV]
+ *                       [--max-reserved SIZE] [--trim UNIT] [--stitch] [--device N]
+ *                       [--json] [--timeline CSV]
  *   cupool-trace plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]
- *                       [--max-reserved SIZE] [--trim UNIT] [--device N] [--title TEXT]
- *                       [--by-event]
+ *                       [--max-reserved SIZE] [--trim UNIT] [--stitch] [--device N]
+ *                       [--title TEXT] [--by-event]
  *   cupool-trace dump TRACE        one record per line, as encode reads
  *   cupool-trace encode -o TRACE [--source text|torch] [--pid N]
  *                       [--comm NAME] < TEXT
@@ -45,8 +45,8 @@ static int usage_error(const char *fmt, const char *arg)
 /* Each command's help, for `cupool COMMAND --help`. */
 static const struct { const char *cmd, *text; } helps[] = {
     {"replay", "usage: cupool replay TRACE [--policy P[,P...]] [--capacity SIZE]\n"
-               "                     [--max-reserved SIZE] [--trim UNIT] [--device N]\n"
-               "                     [--json] [--timeline CSV]\n"
+               "                     [--max-reserved SIZE] [--trim UNIT] [--stitch]\n"
+               "                     [--device N] [--json] [--timeline CSV]\n"
                "Runs a recorded trace (plain or gzip'd) through cupool's pool on the CPU\n"
                "and prints, per policy (best, strict, first, nosplit; all by default),\n"
                "peak reserved and allocated, fragmentation, fences and out-of-memory.\n"
@@ -54,12 +54,15 @@ static const struct { const char *cmd, *text; } helps[] = {
                "  --max-reserved SIZE  a cap, as CUPOOL_MAX_RESERVED\n"
                "  --trim UNIT          the device can take back UNIT-sized parts of\n"
                "                       segments (a power of two, 512 or more), as CUPOOL_VMM\n"
+               "  --stitch             and can map free units into one new range for a\n"
+               "                       request no free block fits, as CUPOOL_STITCH\n"
+               "                       (--trim 2M unless given)\n"
                "  --device N           only device N of the trace\n"
                "  --json               one JSON object\n"
                "  --timeline CSV       the first policy's figures after every event\n"},
     {"plot", "usage: cupool plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]\n"
-             "                   [--max-reserved SIZE] [--trim UNIT] [--device N]\n"
-             "                   [--title TEXT] [--by-event]\n"
+             "                   [--max-reserved SIZE] [--trim UNIT] [--stitch]\n"
+             "                   [--device N] [--title TEXT] [--by-event]\n"
              "Draws allocated, reserved and the largest free block over time (or, with\n"
              "--by-event, over the events) under one policy, as a self-contained SVG.\n"},
     {"dump", "usage: cupool-trace dump TRACE\n"
@@ -74,7 +77,7 @@ typedef struct args {
     char policies[256];
     uint64_t capacity, max_reserved, trim;
     int device;               /* -1 = every device in the trace */
-    bool json, by_event;
+    bool json, by_event, stitch;
     trace_source source;
     int pid;
     const char *comm;
@@ -110,6 +113,8 @@ static int parse(int argc, char **argv, args *a)
             a->json = true;
         } else if (!strcmp(o, "--by-event")) {
             a->by_event = true;
+        } else if (!strcmp(o, "--stitch")) {
+            a->stitch = true;
         } else if (o[0] == '-' && o[1] && !takes_value(o)) {
             return usage_error("unknown option '%s'", o);
         } else if (o[0] == '-' && o[1] && !has) {
@@ -313,13 +318,14 @@ static void json_result(const replay_policy *p, const replay_result *r, bool las
            ", \"frees\": %" PRIu64 ", \"ooms\": %" PRIu64
            ", \"first_oom_event\": %" PRId64 ", \"first_oom_fragmentation\": %s"
            ", \"recorded_ooms_served\": %" PRIu64 ", \"unmatched_frees\": %" PRIu64
-           ", \"reordered\": %" PRIu64
+           ", \"reordered\": %" PRIu64 ", \"stitches\": %" PRIu64
            ", \"end_allocated\": %" PRIu64 ", \"end_live_blocks\": %" PRIu64 "}%s\n",
            p->name, r->peak_reserved, r->peak_allocated, r->frag_at_peak,
            r->frag_mean, r->frag_max, r->fences, r->seg_reserves, r->allocs,
            r->frees, r->ooms, r->ooms ? (int64_t)r->first_oom.index : -1,
            r->ooms && r->first_oom.fragmentation ? "true" : "false",
-           r->recorded_ooms_served, r->unmatched_frees, r->reordered, r->end_allocated,
+           r->recorded_ooms_served, r->unmatched_frees, r->reordered, r->stitches,
+           r->end_allocated,
            r->end_live_blocks, last ? "" : ",");
 }
 
@@ -400,7 +406,8 @@ static int cmd_replay(const args *a)
         for (int k = 0; k < np && !rc; k++) {
             replay_opts o = {.device = (unsigned)d, .capacity = a->capacity,
                              .max_reserved = a->max_reserved, .policy = pol[k],
-                             .trim_unit = a->trim,
+                             .trim_unit = a->trim || !a->stitch ? a->trim : 2u << 20,
+                             .stitch = a->stitch,
                              .samples = a->timeline && k == 0};
             int err = replay_run(&t, &o, &res[k]);
             if (err) {
@@ -509,7 +516,8 @@ static int cmd_plot(const args *a)
     }
     replay_opts o = {.device = (unsigned)dev, .capacity = a->capacity,
                      .max_reserved = a->max_reserved, .policy = pol[0],
-                     .trim_unit = a->trim, .samples = true};
+                     .trim_unit = a->trim || !a->stitch ? a->trim : 2u << 20,
+                     .stitch = a->stitch, .samples = true};
     replay_result r;
     int err = replay_run(&t, &o, &r);
     if (err) {

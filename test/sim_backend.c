@@ -1,5 +1,6 @@
 /* sim_backend.c - see sim_backend.h. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,9 +34,25 @@ static int sim_reserve(void *ctx, size_t size, uintptr_t *base)
     return 0;
 }
 
+/* True if [addr, addr + size) holds memory a stitch maps. */
+static bool stitched_into(const sim_backend *s, uintptr_t addr, size_t size)
+{
+    for (size_t i = 0; i < s->nst; i++)
+        for (size_t k = 0; k < s->st[i].n; k++) {
+            const pool_span *p = &s->st[i].parts[k];
+            if (p->addr < addr + size && addr < p->addr + p->size)
+                return true;
+        }
+    return false;
+}
+
 static void sim_release(void *ctx, uintptr_t base, size_t size)
 {
     sim_backend *s = ctx;
+    if (stitched_into(s, base, size)) {
+        s->bad_releases++;
+        return;
+    }
     for (size_t i = 0; i < s->nsegs; i++) {
         if (s->segs[i].base == base && s->segs[i].size == size) {
             s->segs[i] = s->segs[--s->nsegs];
@@ -52,7 +69,8 @@ static int sim_trim(void *ctx, uintptr_t addr, size_t size)
     sim_backend *s = ctx;
     if (s->trim_error)
         return s->trim_error;
-    if (!size || addr % s->trim_unit || size % s->trim_unit)
+    if (!size || addr % s->trim_unit || size % s->trim_unit ||
+        stitched_into(s, addr, size))
         goto bad;
     for (size_t i = 0; i < s->nsegs; i++) {
         sim_segment g = s->segs[i];
@@ -131,8 +149,109 @@ void sim_backend_init(sim_backend *sim, size_t capacity, pool_backend *be)
                          .fence = sim_fence, .ctx = sim};
 }
 
+/* Index of the stitch holding va, or -1. */
+static long stitch_find(const sim_backend *s, uintptr_t va)
+{
+    for (size_t i = 0; i < s->nst; i++)
+        if (va >= s->st[i].base && va - s->st[i].base < s->st[i].size)
+            return (long)i;
+    return -1;
+}
+
+uintptr_t sim_backend_phys(const sim_backend *s, uintptr_t va, size_t *len)
+{
+    long i = stitch_find(s, va);
+    if (i < 0) {
+        for (size_t k = 0; k < s->nsegs; k++)
+            if (va >= s->segs[k].base && va - s->segs[k].base < s->segs[k].size) {
+                *len = s->segs[k].base + s->segs[k].size - va;
+                return va;
+            }
+        *len = 0;
+        return 0;
+    }
+    size_t off = va - s->st[i].base;
+    for (size_t k = 0;; k++) {
+        const pool_span *p = &s->st[i].parts[k];
+        if (off < p->size) {
+            size_t inner;
+            uintptr_t ph = sim_backend_phys(s, p->addr + off, &inner);
+            *len = inner < p->size - off ? inner : p->size - off;
+            return ph;
+        }
+        off -= p->size;
+    }
+}
+
+static int sim_stitch_map(void *ctx, const pool_span *parts, size_t n, uintptr_t *base)
+{
+    sim_backend *s = ctx;
+    if (s->stitch_error)
+        return s->stitch_error;
+    size_t size = 0;
+    for (size_t k = 0; k < n; k++) {
+        const pool_span *p = &parts[k];
+        /* Each part: whole units, mapped, inside one range or one stitch,
+         * and in no other stitch. */
+        bool ok = p->size && p->addr % s->trim_unit == 0 && p->size % s->trim_unit == 0 &&
+                  stitch_find(s, p->addr) == stitch_find(s, p->addr + p->size - 1) &&
+                  !stitched_into(s, p->addr, p->size);
+        for (size_t off = 0, len; ok && off < p->size; off += len) {
+            ok = sim_backend_phys(s, p->addr + off, &len) != 0 &&
+                 (stitch_find(s, p->addr) >= 0 || len >= p->size - off);
+        }
+        if (!ok) {
+            s->bad_stitches++;
+            return -EINVAL;
+        }
+        size += p->size;
+    }
+    if (s->nst == s->st_cap) {
+        size_t cap = s->st_cap ? 2 * s->st_cap : 16;
+        sim_stitch *g = realloc(s->st, cap * sizeof(*g));
+        if (!g)
+            return -ENOMEM;
+        s->st = g;
+        s->st_cap = cap;
+    }
+    pool_span *copy = malloc(n * sizeof(*copy));
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, parts, n * sizeof(*copy));
+    *base = s->next_base;
+    s->st[s->nst++] = (sim_stitch){s->next_base, size, n, copy};
+    s->next_base = (s->next_base + size + POOL_ALIGN + s->trim_unit - 1) & ~(s->trim_unit - 1);
+    s->stitches++;
+    return 0;
+}
+
+static void sim_unstitch(void *ctx, uintptr_t base, size_t size)
+{
+    sim_backend *s = ctx;
+    long i = stitch_find(s, base);
+    /* A stitch still mapped into another goes last. */
+    if (i < 0 || s->st[i].base != base || s->st[i].size != size ||
+        stitched_into(s, base, size)) {
+        s->bad_stitches++;
+        return;
+    }
+    free(s->st[i].parts);
+    s->st[i] = s->st[--s->nst];
+    s->unstitches++;
+}
+
+void sim_backend_enable_stitch(sim_backend *sim, pool_backend *be)
+{
+    (void)sim;
+    be->stitch = sim_stitch_map;
+    be->unstitch = sim_unstitch;
+}
+
 void sim_backend_fini(sim_backend *sim)
 {
+    for (size_t i = 0; i < sim->nst; i++)
+        free(sim->st[i].parts);
+    free(sim->st);
     free(sim->segs);
     memset(sim, 0, sizeof(*sim));
 }

@@ -7,7 +7,11 @@
  * what was reserved, and reserves can be made to fail on demand. With trim
  * on, the pool may give back parts of segments: the backend then holds
  * ranges, splits one at each trim, and checks that every trim lies inside
- * one range and every release is exactly one range.
+ * one range and every release is exactly one range. With stitch on, the
+ * pool may map parts of ranges again at new addresses: the backend checks
+ * each part, refuses releases and trims of memory a stitch maps, and
+ * sim_backend_phys says which memory an address reaches (a range's own
+ * addresses are its memory: they are never reused).
  */
 #ifndef CUPOOL_TEST_SIM_BACKEND_H
 #define CUPOOL_TEST_SIM_BACKEND_H
@@ -18,6 +22,12 @@
 #include "pool.h"
 
 typedef struct sim_segment { uintptr_t base; size_t size; } sim_segment;
+
+typedef struct sim_stitch {
+    uintptr_t base;
+    size_t size, n;
+    pool_span *parts;
+} sim_stitch;
 
 typedef struct sim_backend {
     uintptr_t next_base;
@@ -36,6 +46,11 @@ typedef struct sim_backend {
     uint64_t tickets, done;
     unsigned long begins, polls, forces;
     bool no_force;          /* a poll with force cannot make one done */
+    /* Stitching (sim_backend_enable_stitch). */
+    sim_stitch *st;
+    size_t nst, st_cap;
+    int stitch_error;       /* nonzero: stitches fail with this */
+    unsigned long stitches, unstitches, bad_stitches;
 } sim_backend;
 
 /* Initialises sim with a capacity (0 = unlimited) and fills *be with
@@ -50,5 +65,10 @@ void sim_backend_enable_trim(sim_backend *sim, pool_backend *be, size_t unit);
  * makes the oldest done. fence_error fails begins and polls too. Call
  * before pool_create. */
 void sim_backend_enable_async(sim_backend *sim, pool_backend *be);
+/* Lets the pool stitch (needs trim). Call before pool_create. */
+void sim_backend_enable_stitch(sim_backend *sim, pool_backend *be);
+/* The memory address va reaches, through stitches, and in *len the bytes
+ * from va on that stay contiguous in memory; 0 if va is mapped nowhere. */
+uintptr_t sim_backend_phys(const sim_backend *sim, uintptr_t va, size_t *len);
 
 #endif

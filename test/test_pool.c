@@ -1162,6 +1162,143 @@ static void test_observer_sees_lock_order(void **state)
     assert_int_equal(stats(fx).bad_frees, 2);
 }
 
+/* ---- stitching ----------------------------------------------------------- */
+
+static void fx_open_stitch(fixture *fx, size_t cap)
+{
+    sim_backend_init(&fx->sim, 0, &fx->be);
+    sim_backend_enable_trim(&fx->sim, &fx->be, 2 * MIB);
+    sim_backend_enable_stitch(&fx->sim, &fx->be);
+    test_config(&fx->cfg);
+    fx->cfg.max_reserved = cap;
+    assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+}
+
+/* One 24 MiB segment with [0, 8) and [16, 24) free around a live [8, 16):
+ * returns the segment's base, the live block in *mid. */
+static uintptr_t two_holes(fixture *fx, uintptr_t *mid)
+{
+    xfree(fx, xalloc(fx, 24 * MIB));
+    uintptr_t a = xalloc(fx, 8 * MIB);
+    *mid = xalloc(fx, 8 * MIB);
+    uintptr_t c = xalloc(fx, 8 * MIB);
+    assert_int_equal(*mid, a + 8 * MIB);
+    assert_int_equal(c, a + 16 * MIB);
+    xfree(fx, a);
+    xfree(fx, c);
+    return a;
+}
+
+/* A request no hole fits is served by mapping the holes' memory into a new
+ * range: nothing new is reserved. The stitched segment stays cached for the
+ * next such request; a request it does not fit unstitches it and stitches
+ * anew, reserving only what the holes lack. */
+static void test_stitch_from_holes(void **state)
+{
+    fixture *fx = *state;
+    fx_open_stitch(fx, 0);
+    uintptr_t mid, base = two_holes(fx, &mid);
+    uintptr_t c = xalloc(fx, 12 * MIB);
+    pool_stats s = stats(fx);
+    assert_true(c < base || c >= base + 24 * MIB);
+    assert_int_equal(s.stitches, 1);
+    assert_int_equal(s.stitched_bytes_total, 12 * MIB);
+    assert_int_equal(s.reserved, 24 * MIB);
+    assert_int_equal(s.seg_reserves, 1);
+    assert_int_equal(s.segments, 2);
+    assert_int_equal(fx->sim.nst, 1);
+    /* Smallest first, both 8 MiB: all of [0, 8) and [16, 20) of the base. */
+    assert_int_equal(fx->sim.st[0].n, 2);
+    assert_int_equal(fx->sim.st[0].parts[0].addr, base);
+    assert_int_equal(fx->sim.st[0].parts[1].addr, base + 16 * MIB);
+    assert_int_equal(fx->sim.st[0].parts[1].size, 4 * MIB);
+    /* The lent memory was freed: freeing it again is a double free. */
+    assert_int_equal(pool_free(fx->p, base), -EALREADY);
+    assert_int_equal(pool_free(fx->p, base + 17 * MIB), -EALREADY);
+    /* [20, 24) is still free in the segment. */
+    uintptr_t d = xalloc(fx, 4 * MIB);
+    assert_int_equal(d, base + 20 * MIB);
+    xfree(fx, c);
+    uintptr_t again = xalloc(fx, 12 * MIB);
+    assert_int_equal(again, c);
+    assert_int_equal(stats(fx).stitches, 1);
+    xfree(fx, again);
+    xfree(fx, d);
+    /* 20 MiB: the cached 12 MiB is unstitched; [0, 8) and [16, 24) give
+     * 16, and a fresh 4 MiB segment the rest. */
+    uintptr_t e = xalloc(fx, 20 * MIB);
+    s = stats(fx);
+    assert_int_equal(fx->sim.unstitches, 1);
+    assert_int_equal(s.stitches, 2);
+    assert_int_equal(s.reserved, 28 * MIB);
+    assert_int_equal(s.seg_reserves, 2);
+    xfree(fx, e);
+    xfree(fx, mid);
+    /* A flush unstitches and gives everything back. */
+    assert_int_equal(pool_flush(fx->p), 28 * MIB);
+    s = stats(fx);
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.segments, 0);
+    assert_int_equal(fx->sim.nst, 0);
+    assert_int_equal(fx->sim.bad_stitches, 0);
+}
+
+/* A stitch the backend refuses leaves plain growth: a fresh part already
+ * reserved for it goes back. Under a cap, the fresh part is what counts. */
+static void test_stitch_refused_and_capped(void **state)
+{
+    fixture *fx = *state;
+    fx_open_stitch(fx, 0);
+    uintptr_t mid;
+    two_holes(fx, &mid);
+    fx->sim.stitch_error = -ENOMEM;
+    uintptr_t e = xalloc(fx, 20 * MIB);
+    pool_stats s = stats(fx);
+    assert_int_equal(s.stitches, 0);
+    assert_int_equal(s.reserved, 44 * MIB);
+    assert_int_equal(s.seg_reserves, 3); /* 24, the 4 MiB part, 20 */
+    assert_int_equal(s.seg_releases, 1);
+    xfree(fx, e);
+    xfree(fx, mid);
+    fx_close(fx);
+    /* Cap 28 MiB: the holes and 4 fresh MiB serve 20 MiB. */
+    fx_open_stitch(fx, 28 * MIB);
+    two_holes(fx, &mid);
+    e = xalloc(fx, 20 * MIB);
+    assert_int_equal(stats(fx).reserved, 28 * MIB);
+    xfree(fx, e);
+    xfree(fx, mid);
+    fx_close(fx);
+    /* Cap 26 MiB: 8 live and 20 more do not fit, stitched or not. */
+    fx_open_stitch(fx, 26 * MIB);
+    two_holes(fx, &mid);
+    assert_int_equal(pool_alloc(fx->p, 20 * MIB, &e), -EDQUOT);
+    checked(fx->p);
+    assert_true(stats(fx).reserved <= 26 * MIB);
+    xfree(fx, mid);
+    fx_close(fx);
+    fx->p = NULL;
+}
+
+/* Stitching needs trim (its unit) and both calls. */
+static void test_stitch_needs_trim_and_both(void **state)
+{
+    (void)state;
+    sim_backend sim;
+    pool_backend be;
+    pool *p;
+    sim_backend_init(&sim, 0, &be);
+    sim_backend_enable_stitch(&sim, &be);
+    assert_int_equal(pool_create(NULL, &be, &p), -EINVAL);
+    sim_backend_enable_trim(&sim, &be, 2 * MIB);
+    be.unstitch = NULL;
+    assert_int_equal(pool_create(NULL, &be, &p), -EINVAL);
+    sim_backend_enable_stitch(&sim, &be);
+    assert_int_equal(pool_create(NULL, &be, &p), 0);
+    pool_destroy(p);
+    sim_backend_fini(&sim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1214,6 +1351,9 @@ int main(void)
         T(test_async_fence_errors),
         T(test_async_fence_slack),
         cmocka_unit_test(test_async_needs_all_three),
+        T(test_stitch_from_holes),
+        T(test_stitch_refused_and_capped),
+        cmocka_unit_test(test_stitch_needs_trim_and_both),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

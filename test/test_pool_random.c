@@ -15,7 +15,11 @@
  * 2 MiB units under free blocks inside segments), whose held ranges must
  * match the pool's segments exactly after every cut, and with trimming
  * under first fit (a quarter of the operations), and with asynchronous
- * fences that the walk declares done at random (half the operations).
+ * fences that the walk declares done at random (half the operations), and
+ * with stitching over asynchronous fences (a quarter): there the backend
+ * tells which memory each address reaches, and no two live blocks may
+ * share memory, nor may a block reach memory freed and not yet fenced,
+ * through whatever addresses.
  *
  * Usage: test_pool_random [OPS [SEED]]  (default 1000000, seed 0x5eed)
  */
@@ -50,6 +54,9 @@ typedef struct walk {
     bool async;            /* asynchronous fences, done at random */
     bool first;            /* first fit (with trimming): its segment bounds
                               are checked by pool_check as the walk goes */
+    bool stitch;           /* stitching (with trimming, async fences) */
+    live *chunk;           /* scratch: memory ranges of blocks */
+    size_t chunk_cap;
 } walk;
 
 static int by_addr(const void *a, const void *b)
@@ -71,6 +78,44 @@ static size_t draw_size(walk *w)
     return base + rng_next(&w->rng) % base / 2 + 1;
 }
 
+/* The memory [a, a + size) reaches, as ranges appended to w->chunk from
+ * index at; returns the new count. Without stitching, the addresses. */
+static size_t chunks(walk *w, uintptr_t a, size_t size, size_t at)
+{
+    while (size) {
+        size_t len = size;
+        uintptr_t ph = a;
+        if (w->stitch) {
+            ph = sim_backend_phys(&w->fx.sim, a, &len);
+            if (!ph)
+                fail_msg("block at %#lx reaches no memory", (unsigned long)a);
+            len = len < size ? len : size;
+        }
+        if (at == w->chunk_cap) {
+            w->chunk_cap = w->chunk_cap ? 2 * w->chunk_cap : 4096;
+            w->chunk = realloc(w->chunk, w->chunk_cap * sizeof(*w->chunk));
+            assert_non_null(w->chunk);
+        }
+        w->chunk[at++] = (live){ph, len};
+        a += len;
+        size -= len;
+    }
+    return at;
+}
+
+/* No two live blocks reach the same memory. */
+static void check_memory(walk *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->n; i++)
+        n = chunks(w, w->lv[i].addr, rounded(w->lv[i].size), n);
+    qsort(w->chunk, n, sizeof(*w->chunk), by_addr);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (w->chunk[i].addr + w->chunk[i].size > w->chunk[i + 1].addr)
+            fail_msg("two live blocks reach the memory at %#lx",
+                     (unsigned long)w->chunk[i + 1].addr);
+}
+
 static void verify(walk *w)
 {
     fixture *fx = &w->fx;
@@ -90,20 +135,28 @@ static void verify(walk *w)
         assert_int_equal(pool_segment_of(fx->p, l->addr, &base, &seg), 0);
         assert_true(l->addr + bsize <= base + seg);
     }
+    if (w->stitch)
+        check_memory(w);
     pool_stats s = stats(fx);
     assert_int_equal(s.requested, w->requested);
     assert_int_equal(s.reserved, fx->sim.used);
-    assert_int_equal(s.segments, fx->sim.nsegs);
+    assert_int_equal(s.segments, fx->sim.nsegs + fx->sim.nst);
+    assert_int_equal(fx->sim.bad_stitches, 0);
+    assert_int_equal(s.stitches, fx->sim.stitches);
     assert_int_equal(s.fences, fx->sim.fences + fx->sim.begins);
     assert_int_equal(fx->sim.bad_releases, 0);
     assert_int_equal(fx->sim.bad_trims, 0);
     assert_int_equal(s.trims, fx->sim.trims);
 }
 
-/* Fails if [a, a+size) overlaps a range freed and not yet fenced. */
-static void check_fenced(walk *w, uintptr_t a, size_t size)
+/* Fails if [a, a+size) reaches memory freed and not yet fenced. */
+static void check_fenced(walk *w, uintptr_t va, size_t vsize)
 {
+    size_t nc = chunks(w, va, vsize, 0);
+    for (size_t c = 0; c < nc; c++)
     for (size_t i = 0; i < w->ndirty;) {
+        uintptr_t a = w->chunk[c].addr;
+        size_t size = w->chunk[c].size;
         const unsafe *d = &w->dirty[i];
         if (w->fx.sim.fences > d->full || w->fx.sim.done > d->ticket) {
             w->dirty[i] = w->dirty[--w->ndirty];
@@ -111,7 +164,7 @@ static void check_fenced(walk *w, uintptr_t a, size_t size)
         }
         if (a < d->addr + d->size && d->addr < a + size)
             fail_msg("block %#lx handed out while %#lx, freed after the last "
-                     "fence, may still be in use", (unsigned long)a,
+                     "fence, may still be in use", (unsigned long)va,
                      (unsigned long)d->addr);
         i++;
     }
@@ -119,13 +172,16 @@ static void check_fenced(walk *w, uintptr_t a, size_t size)
 
 static void mark_dirty(walk *w, live l)
 {
+    size_t nc = chunks(w, l.addr, rounded(l.size), 0);
+    for (size_t c = 0; c < nc; c++) {
     if (w->ndirty == w->dirty_cap) {
         w->dirty_cap = w->dirty_cap ? 2 * w->dirty_cap : 1024;
         w->dirty = realloc(w->dirty, w->dirty_cap * sizeof(*w->dirty));
         assert_non_null(w->dirty);
     }
-    w->dirty[w->ndirty++] = (unsafe){l.addr, rounded(l.size), w->fx.sim.fences,
-                                    w->fx.sim.tickets};
+    w->dirty[w->ndirty++] = (unsafe){w->chunk[c].addr, w->chunk[c].size,
+                                    w->fx.sim.fences, w->fx.sim.tickets};
+    }
 }
 
 static void step_alloc(walk *w)
@@ -157,8 +213,8 @@ static void step_free(walk *w)
     size_t i = rng_next(&w->rng) % w->n;
     live l = w->lv[i];
     w->lv[i] = w->lv[--w->n];
+    mark_dirty(w, l); /* the memory it reaches now */
     assert_int_equal(pool_free(w->fx.p, l.addr), 0);
-    mark_dirty(w, l);
     w->requested -= l.size;
 }
 
@@ -183,6 +239,7 @@ static void step_control(walk *w, unsigned long op)
     if (w->async && fx->sim.done < fx->sim.tickets && rng_next(&w->rng) % 8 == 0)
         fx->sim.done += 1 + rng_next(&w->rng) % (fx->sim.tickets - fx->sim.done);
     fx->sim.no_force = w->async && rng_next(&w->rng) % 4 != 0;
+    fx->sim.stitch_error = w->stitch && rng_next(&w->rng) % 200 == 0 ? -ENOMEM : 0;
     /* Now and then the backend cannot trim. */
     fx->sim.trim_error = w->trim && rng_next(&w->rng) % 100 == 0 ? -EAGAIN : 0;
 }
@@ -211,6 +268,8 @@ static void random_walk(void **state)
     assert_true(s.fences > 0 && s.seg_releases > 0 && s.retries > 0);
     assert_true(w->failures > 0 && s.hits > s.allocs / 2);
     assert_true(w->trim ? s.trims > 0 : s.trims == 0);
+    assert_true(w->stitch ? s.stitches > 0 && w->fx.sim.unstitches > 0 : s.stitches == 0);
+    /* Now and then a stitch fails: plain growth serves the request. */
     while (w->n)
         step_free(w);
     verify(w);
@@ -224,6 +283,10 @@ static int setup(void **state)
     if (w->async) {
         sim_backend_init(&w->fx.sim, 4096 * MIB, &w->fx.be);
         sim_backend_enable_async(&w->fx.sim, &w->fx.be);
+        if (w->stitch) {
+            sim_backend_enable_trim(&w->fx.sim, &w->fx.be, 2 * MIB);
+            sim_backend_enable_stitch(&w->fx.sim, &w->fx.be);
+        }
         test_config(&w->fx.cfg);
         assert_int_equal(pool_create(&w->fx.cfg, &w->fx.be, &w->fx.p), 0);
     } else if (!w->trim) {
@@ -245,12 +308,13 @@ static int teardown(void **state)
     fx_close(&w->fx);
     free(w->lv);
     free(w->dirty);
+    free(w->chunk);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    static walk w, t, f, a;
+    static walk w, t, f, a, st;
     w.ops = argc > 1 ? strtoul(argv[1], NULL, 0) : 1000000;
     w.rng = argc > 2 ? strtoull(argv[2], NULL, 0) : 0x5eed;
     printf("seed %#lx\n", (unsigned long)w.rng);
@@ -262,11 +326,15 @@ int main(int argc, char **argv)
     a = w;
     a.async = true;
     a.ops = w.ops / 2;
+    st = a;
+    st.stitch = st.trim = true;
+    st.ops = w.ops / 4;
     const struct CMUnitTest tests[] = {
         {"random_walk_whole_segments", random_walk, setup, teardown, &w},
         {"random_walk_trimming", random_walk, setup, teardown, &t},
         {"random_walk_first_fit_trimming", random_walk, setup, teardown, &f},
         {"random_walk_async_fences", random_walk, setup, teardown, &a},
+        {"random_walk_stitching", random_walk, setup, teardown, &st},
     };
     return cmocka_run_group_tests_name("pool_random", tests, NULL, NULL);
 }
