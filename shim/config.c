@@ -55,6 +55,10 @@ static const option options[] = {
      "1 builds segments from the driver's virtual memory calls, 2 MiB "
      "granules the pool can give back from inside a segment (under the cap, "
      "on a flush); no IPC export of pooled blocks, no peer access"},
+    {"CUPOOL_STITCH", OPT_BOOL, F(stitch), "0",
+     "1 (with VMM segments, which it turns on) serves a large request that "
+     "no free block fits by mapping free granules, and fresh ones for the "
+     "rest, into one new range, rather than growing by all of it"},
     {"CUPOOL_CUPTI", OPT_BOOL, F(cupti), "0",
      "1 counts, through CUPTI, the driver calls that may give the GPU work, "
      "and skips a fence when none came since the last one; profilers cannot "

@@ -49,6 +49,7 @@ typedef struct shim_config {
     size_t shards;                  /* pools per device, 1..SHIM_SHARDS_MAX */
     bool vmm;                       /* segments from the driver's virtual
                                        memory calls, trimmable */
+    bool stitch;                    /* and stitching (turns vmm on) */
     bool cupti;                     /* skip fences when CUPTI saw no GPU
                                        work since the last one */
     char cupti_lib[SHIM_PATH_MAX];  /* "" = search for libcupti */

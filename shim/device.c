@@ -357,6 +357,42 @@ static int be_trim(void *ctx, uintptr_t addr, size_t size)
     return 0;
 }
 
+/* A stitched range: the granules behind parts, mapped again. No memory is
+ * reserved, so neither the cap nor the trace sees it. */
+static int be_stitch(void *ctx, const pool_span *parts, size_t n, uintptr_t *base)
+{
+    shim_shard *sh = ctx;
+    shim_device *d = sh->dev;
+    int err = shim_vmm_stitch(d->vmm, parts, n, base);
+    if (!err) {
+        size_t size = 0;
+        for (size_t k = 0; k < n; k++)
+            size += parts[k].size;
+        shim_owner_set(*base, size, d->id, (int)(sh - d->shards));
+    }
+    return err;
+}
+
+/* Stitched ranges whose unmapping waits for the device: past this many,
+ * the next unstitch waits for it (the addresses, not memory, pile up). */
+enum { STITCH_DEFERRED_MAX = 64 };
+
+/* Work queued before the blocks of a stitched range were freed may still
+ * use its addresses (a fence orders new work after it; it does not wait):
+ * the range is unmapped once the device has been waited for. */
+static void be_unstitch(void *ctx, uintptr_t base, size_t size)
+{
+    shim_shard *sh = ctx;
+    shim_device *d = sh->dev;
+    shim_owner_clear(base, size, d->id, (int)(sh - d->shards));
+    if (shim_vmm_defer(d->vmm, base, size) != 0) {
+        vmm_give_back(d, base, size);
+        return;
+    }
+    if (shim_vmm_deferred(d->vmm) > STITCH_DEFERRED_MAX)
+        vmm_settle(d);
+}
+
 /* True if the legacy stream or any tracked stream is capturing. Needs
  * d->lock. */
 static bool any_capture(shim_device *d)
@@ -901,7 +937,7 @@ static pool *create_locked(shim_device *d, int shard)
         if (shim_drv_resolve() == 0 && shim_drv.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c)
             atomic_store(&d->ctx, c);
     }
-    if (shim_cfg.vmm && !d->vmm_tried) {
+    if ((shim_cfg.vmm || shim_cfg.stitch) && !d->vmm_tried) {
         d->vmm_tried = true;
         shim_vmm *v = shim_vmm_open(d->id);
         size_t u = v ? shim_vmm_unit(v) : 0;
@@ -928,7 +964,10 @@ static pool *create_locked(shim_device *d, int shard)
                        .fence_poll = poll ? be_fence_poll : NULL,
                        .observe = tracing ? be_observe : NULL,
                        .trim = d->vmm ? be_trim : NULL,
-                       .trim_unit = d->vmm ? shim_vmm_unit(d->vmm) : 0, .ctx = sh};
+                       .trim_unit = d->vmm ? shim_vmm_unit(d->vmm) : 0,
+                       .stitch = d->vmm && shim_cfg.stitch ? be_stitch : NULL,
+                       .unstitch = d->vmm && shim_cfg.stitch ? be_unstitch : NULL,
+                       .ctx = sh};
     pool *p = NULL;
     int err = pool_create(&pc, &be, &p);
     if (err) {
@@ -945,7 +984,8 @@ static pool *create_locked(shim_device *d, int shard)
                  : shim_cfg.fence == SHIM_FENCE_POLL ? "poll"
                  : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",
                  shim_work_watching() ? " (skipped while CUPTI sees no new work)" : "",
-                 shim_cfg.shards, d->vmm ? "VMM" : drv(d) ? "cuMemAlloc'd"
+                 shim_cfg.shards, d->vmm && shim_cfg.stitch ? "stitched VMM"
+                 : d->vmm ? "VMM" : drv(d) ? "cuMemAlloc'd"
                                                                    : "cudaMalloc'd");
     return p;
 }

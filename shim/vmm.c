@@ -4,10 +4,12 @@
  * The driver calls are the loaded driver's own (driver.h), so the tests'
  * simulated driver can stand in.
  * Each reservation keeps one handle per granule, in address order; a
- * handle of 0 is a granule already given back.
+ * handle of 0 is a granule already given back. A stitched reservation maps
+ * handles that other reservations own: unmapping it releases none.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +48,7 @@ typedef struct vmm_range {
     size_t size;
     size_t mapped;                   /* granules still mapped */
     CUmemGenericAllocationHandle *h; /* one per granule; 0 = given back */
+    bool borrowed;                   /* stitched: the handles are others' */
 } vmm_range;
 
 typedef struct span { uintptr_t addr; size_t size; } span;
@@ -135,7 +138,7 @@ static void drop(shim_vmm *v, vmm_range *r, size_t from, size_t to)
         if (!r->h[i])
             continue;
         CUresult e = drv.cuMemUnmap(r->base + i * v->unit, v->unit);
-        if (e == CUDA_SUCCESS)
+        if (e == CUDA_SUCCESS && !r->borrowed)
             e = drv.cuMemRelease(r->h[i]);
         if (e != CUDA_SUCCESS)
             shim_log(SHIM_LOG_WARN, "device %d: giving back %zu bytes at %#lx "
@@ -144,6 +147,21 @@ static void drop(shim_vmm *v, vmm_range *r, size_t from, size_t to)
         r->h[i] = 0;
         r->mapped--;
     }
+}
+
+/* Inserts r into v->r, sorted by base. Needs v->lock. False: no memory. */
+static bool insert_locked(shim_vmm *v, const vmm_range *r)
+{
+    if (!shim_grow((void **)&v->r, &v->cap, v->n, sizeof(*v->r)))
+        return false;
+    size_t i = v->n;
+    while (i > 0 && v->r[i - 1].base > r->base) {
+        v->r[i] = v->r[i - 1];
+        i--;
+    }
+    v->r[i] = *r;
+    v->n++;
+    return true;
 }
 
 int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
@@ -174,17 +192,8 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
     if (e == CUDA_SUCCESS)
         e = drv.cuMemSetAccess(va, size, &v->access, 1);
     pthread_mutex_lock(&v->lock);
-    if (e == CUDA_SUCCESS && !shim_grow((void **)&v->r, &v->cap, v->n, sizeof(*v->r)))
+    if (e == CUDA_SUCCESS && !insert_locked(v, &r))
         e = CUDA_ERROR_OUT_OF_MEMORY;
-    if (e == CUDA_SUCCESS) {
-        size_t i = v->n;
-        while (i > 0 && v->r[i - 1].base > r.base) {
-            v->r[i] = v->r[i - 1];
-            i--;
-        }
-        v->r[i] = r;
-        v->n++;
-    }
     pthread_mutex_unlock(&v->lock);
     if (e == CUDA_SUCCESS) {
         *base = r.base;
@@ -199,6 +208,64 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
         shim_log(SHIM_LOG_ERROR, "device %d: mapping a %zu-byte segment "
                  "failed: %s", v->dev, size, errstr(e));
     return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
+                    uintptr_t *base)
+{
+    size_t size = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!parts[k].size || parts[k].size % v->unit || parts[k].addr % v->unit)
+            return -EIO;
+        size += parts[k].size;
+    }
+    vmm_range r = {.size = size, .borrowed = true,
+                   .h = calloc(size / v->unit, sizeof(*r.h))};
+    if (!r.h)
+        return -ENOMEM;
+    CUdeviceptr va = 0;
+    CUresult e = drv.cuMemAddressReserve(&va, size, v->unit, 0, 0);
+    r.base = (uintptr_t)va;
+    pthread_mutex_lock(&v->lock);
+    size_t g = 0; /* granules mapped */
+    for (size_t k = 0; e == CUDA_SUCCESS && k < n; k++) {
+        for (uintptr_t a = parts[k].addr; a < parts[k].addr + parts[k].size; a += v->unit) {
+            long i = find(v, a);
+            CUmemGenericAllocationHandle h = i < 0 ? 0 : v->r[i].h[(a - v->r[i].base) / v->unit];
+            e = h ? drv.cuMemMap(va + g * v->unit, v->unit, 0, h, 0)
+                  : CUDA_ERROR_INVALID_VALUE;
+            if (e != CUDA_SUCCESS)
+                break;
+            r.h[g++] = h;
+            r.mapped++;
+        }
+    }
+    if (e == CUDA_SUCCESS)
+        e = drv.cuMemSetAccess(va, size, &v->access, 1);
+    if (e == CUDA_SUCCESS && !insert_locked(v, &r))
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+    if (e != CUDA_SUCCESS) /* nothing used it yet */
+        drop(v, &r, 0, g);
+    pthread_mutex_unlock(&v->lock);
+    if (e == CUDA_SUCCESS) {
+        *base = r.base;
+        return 0;
+    }
+    if (va)
+        drv.cuMemAddressFree(va, size);
+    free(r.h);
+    if (e != CUDA_ERROR_OUT_OF_MEMORY)
+        shim_log(SHIM_LOG_ERROR, "device %d: stitching %zu bytes from %zu "
+                 "parts failed: %s", v->dev, size, n, errstr(e));
+    return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+size_t shim_vmm_deferred(shim_vmm *v)
+{
+    pthread_mutex_lock(&v->lock);
+    size_t n = v->nlater;
+    pthread_mutex_unlock(&v->lock);
+    return n;
 }
 
 /* Needs v->lock. */

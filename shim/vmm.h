@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool.h"
+
 typedef struct shim_vmm shim_vmm;
 
 /* Sets up VMM segments for runtime device dev (current on this thread).
@@ -34,13 +36,25 @@ size_t shim_vmm_unit(const shim_vmm *v);
  * nothing held. */
 int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base);
 
+/* Maps the granules behind n parts (unit-aligned ranges of segments,
+ * stitched ones included) one after another into a new range, and stores
+ * its base in *base. The memory stays the parts' owners': unmapping the
+ * new range frees none of it. Returns 0, -ENOMEM or -EIO, with nothing
+ * held. */
+int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
+                    uintptr_t *base);
+
 /* Unmaps and frees the granules of [addr, addr + size), any unit-aligned
- * part of mapped segments; a reservation goes once none of it is mapped. */
+ * part of mapped segments (of a stitched range: unmaps only); a
+ * reservation goes once none of it is mapped. */
 void shim_vmm_unmap(shim_vmm *v, uintptr_t addr, size_t size);
 
 /* Keeps [addr, addr + size) to unmap later, at the next shim_vmm_drain
  * (when the device cannot be synchronized now). Returns 0 or -ENOMEM. */
 int shim_vmm_defer(shim_vmm *v, uintptr_t addr, size_t size);
+
+/* Ranges shim_vmm_defer kept and not yet unmapped. */
+size_t shim_vmm_deferred(shim_vmm *v);
 
 /* Unmaps what shim_vmm_defer kept. The device must be synchronized. */
 void shim_vmm_drain(shim_vmm *v);

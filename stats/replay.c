@@ -400,6 +400,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     r->fences = s.fences;
     r->seg_reserves = s.seg_reserves;
     r->stitches = s.stitches;
+    r->stitched_bytes = s.stitched_bytes_total;
     r->frag_mean = last_time > start ? frag_area / (double)(last_time - start) : 0.0;
     pool_destroy(p);
     free(map.key);

@@ -53,7 +53,7 @@ typedef struct replay_sample {
 
 typedef struct replay_result {
     uint64_t events;          /* records of this device */
-    uint64_t allocs, frees, fences, seg_reserves, stitches;
+    uint64_t allocs, frees, fences, seg_reserves, stitches, stitched_bytes;
     uint64_t peak_reserved, peak_allocated;
     uint64_t end_allocated, end_live_blocks;
     double frag_at_peak;      /* 1 - largest free / cached, when reserved

@@ -319,12 +319,13 @@ static void json_result(const replay_policy *p, const replay_result *r, bool las
            ", \"first_oom_event\": %" PRId64 ", \"first_oom_fragmentation\": %s"
            ", \"recorded_ooms_served\": %" PRIu64 ", \"unmatched_frees\": %" PRIu64
            ", \"reordered\": %" PRIu64 ", \"stitches\": %" PRIu64
+           ", \"stitched_bytes\": %" PRIu64
            ", \"end_allocated\": %" PRIu64 ", \"end_live_blocks\": %" PRIu64 "}%s\n",
            p->name, r->peak_reserved, r->peak_allocated, r->frag_at_peak,
            r->frag_mean, r->frag_max, r->fences, r->seg_reserves, r->allocs,
            r->frees, r->ooms, r->ooms ? (int64_t)r->first_oom.index : -1,
            r->ooms && r->first_oom.fragmentation ? "true" : "false",
-           r->recorded_ooms_served, r->unmatched_frees, r->reordered, r->stitches,
+           r->recorded_ooms_served, r->unmatched_frees, r->reordered, r->stitches, r->stitched_bytes,
            r->end_allocated,
            r->end_live_blocks, last ? "" : ",");
 }

@@ -1276,6 +1276,68 @@ static int vmm(void)
     return 0;
 }
 
+/* Under CUPOOL_STITCH=1 and a 24 MiB cap: a 24 MiB segment holds 8 MiB
+ * live between two 8 MiB holes. 16 MiB fit only as the holes' granules
+ * mapped again at new addresses: nothing is reserved, created or given
+ * back, and both blocks keep their bytes. Freed, that range is unstitched
+ * for a request it does not fit (20 MiB, with 4 fresh MiB under a 28 MiB
+ * cap), and its addresses are unmapped only once the device was waited for
+ * (the SIGUSR1 flush, here). */
+static int stitch(void)
+{
+    char *big, *a, *b, *c, *d, *e;
+    OK(cudaMalloc((void **)&big, 24 * MIB));
+    OK(cudaFree(big));
+    OK(cudaMalloc((void **)&a, 8 * MIB));
+    OK(cudaMalloc((void **)&b, 8 * MIB));
+    OK(cudaMalloc((void **)&c, 8 * MIB));
+    CHECK(a == big && b == a + 8 * MIB && c == a + 16 * MIB);
+    fill(b, 2, 8 * MIB);
+    OK(cudaFree(a));
+    OK(cudaFree(c));
+#ifdef SIMCUDA
+    simcuda_stats before = sim(0);
+#endif
+    OK(cudaMalloc((void **)&d, 16 * MIB));
+    CHECK(d < a || d >= a + 24 * MIB);
+    fill(d, 3, 16 * MIB);
+    expect(b, 2, 8 * MIB);
+    expect(d, 3, 16 * MIB);
+#ifdef SIMCUDA
+    simcuda_stats after = sim(0);
+    printf("stitched: %lu granules mapped, %llu bytes more in use, %lu unmapped\n",
+           after.vmm_maps - before.vmm_maps, after.used - before.used,
+           after.vmm_unmaps - before.vmm_unmaps);
+    CHECK(after.vmm_maps - before.vmm_maps == 8 && after.used == before.used);
+    CHECK(after.vmm_unmaps == before.vmm_unmaps);
+#endif
+    OK(cudaFree(d));
+    OK(cudaMalloc((void **)&e, 20 * MIB));
+    fill(e, 4, 20 * MIB);
+    expect(b, 2, 8 * MIB);
+    expect(e, 4, 20 * MIB);
+#ifdef SIMCUDA
+    after = sim(0);
+    printf("restitched: %llu bytes more in use, %lu unmapped, %lu unsynced\n",
+           after.used - before.used, after.vmm_unmaps - before.vmm_unmaps,
+           after.unsynced_unmaps);
+    CHECK(after.used - before.used == 4 * MIB);
+    CHECK(after.vmm_unmaps == before.vmm_unmaps); /* d's range waits */
+#endif
+    OK(cudaFree(e));
+    OK(cudaFree(b));
+    raise(SIGUSR1);
+#ifdef SIMCUDA
+    for (int i = 0; i < 200 && sim(0).vmm_mapped; i++)
+        sleep_ms(10);
+    after = sim(0);
+    printf("flushed: %llu bytes mapped, %llu in use, %lu unsynced unmaps\n",
+           after.vmm_mapped, after.used, after.unsynced_unmaps);
+    CHECK(after.vmm_mapped == 0 && after.used == 0 && after.unsynced_unmaps == 0);
+#endif
+    return 0;
+}
+
 #ifdef SIMCUDA
 /* Pairs of 64 MiB that reuse one block (a large block is always the best
  * fit, so each reuse asks for a fence): n pairs with nothing between them,
@@ -1360,7 +1422,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
     {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
-    {"vmm", vmm}, {"execsleep", execsleep}, {"bigfail", bigfail},
+    {"vmm", vmm}, {"stitch", stitch}, {"execsleep", execsleep}, {"bigfail", bigfail},
     {"tracechild", tracechild},
 };
 

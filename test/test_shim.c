@@ -409,6 +409,22 @@ static void test_vmm(void **s)
     assert_non_null(strstr(r->out, "mallocs == 0"));
 }
 
+/* CUPOOL_STITCH: holes' granules mapped again serve a request under a cap
+ * with nothing new in use; an unstitched range is unmapped only after the
+ * device was waited for. Under CUPOOL_VMM alone the same 16 MiB come from
+ * a trim and a new segment (the driver sees granules unmapped). */
+static void test_stitch(void **s)
+{
+    (void)s;
+    result *r = run("stitch", "CUPOOL_STITCH=1", "CUPOOL_MAX_RESERVED=28M", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "stitched: 8 granules mapped, 0 bytes more in use, 0 unmapped"));
+    assert_non_null(strstr(r->out, "flushed: 0 bytes mapped, 0 in use, 0 unsynced unmaps"));
+    r = run_expecting(1, "stitch", "CUPOOL_VMM=1", "CUPOOL_MAX_RESERVED=28M", NULL);
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->out, "vmm_unmaps == before.vmm_unmaps"));
+}
+
 /* CUPOOL_CUPTI: fences that reach CUDA only after work was submitted; and
  * without CUPTI, a message and every fence, as without the option. */
 static void test_cupti(void **s)
@@ -1438,6 +1454,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_one_device),
         cmocka_unit_test(test_shards),
         cmocka_unit_test(test_vmm),
+        cmocka_unit_test(test_stitch),
         cmocka_unit_test(test_zero_bytes),
         cmocka_unit_test(test_ipc_handles),
         cmocka_unit_test(test_capture_modes_as_cuda),

@@ -22,12 +22,15 @@ def own_stats():
 
 
 def with_own_stats(out):
-    """out with cupool's figures for device 0 added (peak reserved in MiB and
-    the fence counts), when running under cupool."""
+    """out with cupool's figures for device 0 added (peak reserved and
+    allocated in MiB, stitches and the fence counts), when running under
+    cupool."""
     stats = own_stats()
     if stats:
         dev = stats["devices"][0]
         out["cupool_peak_reserved_mib"] = dev["reserved_peak"] >> 20
+        out["cupool_peak_allocated_mib"] = dev["allocated_peak"] >> 20
+        out["cupool_stitches"] = dev.get("stitches", 0)
         out["cupool_fences"] = dev["fences"]
         out["cupool_fence_orders"] = dev.get("fence_orders", 0)
         out["cupool_fence_forced"] = dev.get("fence_forced", 0)

@@ -43,5 +43,6 @@ except torch.OutOfMemoryError:
     raise SystemExit(3)
 out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
        "steps": STEPS, "tokens": TOKENS,
-       "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
+       "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20,
+       "torch_peak_allocated_mib": torch.cuda.max_memory_allocated() >> 20}
 print(json.dumps(with_own_stats(out)))
