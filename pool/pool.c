@@ -1172,10 +1172,10 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
     if ((be->fence_begin || be->fence_poll) &&
         !(be->fence && be->fence_begin && be->fence_poll))
         return -EINVAL;
-    if (be->trim && (be->trim_unit < POOL_ALIGN ||
-                     (be->trim_unit & (be->trim_unit - 1))))
+    if ((be->trim || be->stitch) && (be->trim_unit < POOL_ALIGN ||
+                                     (be->trim_unit & (be->trim_unit - 1))))
         return -EINVAL;
-    if ((be->stitch || be->unstitch) && !(be->stitch && be->unstitch && be->trim))
+    if ((be->stitch || be->unstitch) && !(be->stitch && be->unstitch))
         return -EINVAL;
     pool *p = calloc(1, sizeof(*p));
     if (!p)

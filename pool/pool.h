@@ -107,9 +107,10 @@ typedef struct pool_backend {
      * either side as segments of their own. Returns 0, or a negative errno
      * with nothing given back (-EAGAIN: not now). */
     int (*trim)(void *ctx, uintptr_t addr, size_t size);
-    size_t trim_unit; /* a power of two; with trim, every segment base is
-                         a multiple of it */
-    /* Optional, with trim: stitching. Maps the memory behind the n ranges
+    size_t trim_unit; /* a power of two; with trim or stitch, every
+                         segment base is a multiple of it */
+    /* Optional, with unstitch: stitching (trim need not be given; its unit
+     * must). Maps the memory behind the n ranges
      * of parts (trim_unit multiples inside segments, which the pool keeps
      * out of use under their own addresses until unstitch) one after
      * another into a new address range of their total size, and stores its

@@ -238,10 +238,11 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     if (o->trim_unit) {
         be.trim = dev_trim;
         be.trim_unit = o->trim_unit;
-        if (o->stitch) {
-            be.stitch = dev_stitch;
-            be.unstitch = dev_unstitch;
-        }
+    }
+    if (o->stitch) { /* as CUPOOL_STITCH: no trim unless asked for */
+        be.trim_unit = o->trim_unit ? o->trim_unit : (size_t)2 << 20;
+        be.stitch = dev_stitch;
+        be.unstitch = dev_unstitch;
     }
     pool *p;
     int err = pool_create(&cfg, &be, &p);

@@ -39,8 +39,9 @@ typedef struct replay_opts {
     size_t trim_unit;         /* the device can give back the units of
                                  this size under free blocks inside
                                  segments, as CUPOOL_VMM does; 0 = no */
-    bool stitch;              /* and can map free units into one new range
-                                 (CUPOOL_STITCH); needs trim_unit */
+    bool stitch;              /* the device can map free units (trim_unit,
+                                 or 2 MiB) into one new range, as
+                                 CUPOOL_STITCH does */
     bool samples;             /* keep one sample per event (for plots) */
 } replay_opts;
 

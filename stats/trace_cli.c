@@ -54,9 +54,9 @@ static const struct { const char *cmd, *text; } helps[] = {
                "  --max-reserved SIZE  a cap, as CUPOOL_MAX_RESERVED\n"
                "  --trim UNIT          the device can take back UNIT-sized parts of\n"
                "                       segments (a power of two, 512 or more), as CUPOOL_VMM\n"
-               "  --stitch             and can map free units into one new range for a\n"
-               "                       request no free block fits, as CUPOOL_STITCH\n"
-               "                       (--trim 2M unless given)\n"
+               "  --stitch             the device can map free units (--trim's, or 2 MiB)\n"
+               "                       into one new range for a request no free block\n"
+               "                       fits, as CUPOOL_STITCH\n"
                "  --device N           only device N of the trace\n"
                "  --json               one JSON object\n"
                "  --timeline CSV       the first policy's figures after every event\n"},
@@ -407,7 +407,7 @@ static int cmd_replay(const args *a)
         for (int k = 0; k < np && !rc; k++) {
             replay_opts o = {.device = (unsigned)d, .capacity = a->capacity,
                              .max_reserved = a->max_reserved, .policy = pol[k],
-                             .trim_unit = a->trim || !a->stitch ? a->trim : 2u << 20,
+                             .trim_unit = a->trim,
                              .stitch = a->stitch,
                              .samples = a->timeline && k == 0};
             int err = replay_run(&t, &o, &res[k]);
@@ -517,7 +517,7 @@ static int cmd_plot(const args *a)
     }
     replay_opts o = {.device = (unsigned)dev, .capacity = a->capacity,
                      .max_reserved = a->max_reserved, .policy = pol[0],
-                     .trim_unit = a->trim || !a->stitch ? a->trim : 2u << 20,
+                     .trim_unit = a->trim,
                      .stitch = a->stitch, .samples = true};
     replay_result r;
     int err = replay_run(&t, &o, &r);

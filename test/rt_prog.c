@@ -1276,10 +1276,11 @@ static int vmm(void)
     return 0;
 }
 
-/* Under CUPOOL_STITCH=1 and a 24 MiB cap: a 24 MiB segment holds 8 MiB
- * live between two 8 MiB holes. 16 MiB fit only as the holes' granules
- * mapped again at new addresses: nothing is reserved, created or given
- * back, and both blocks keep their bytes. Freed, that range is unstitched
+/* Under CUPOOL_STITCH=1 and a 28 MiB cap: a 24 MiB segment holds 8 MiB
+ * live between two 8 MiB holes. 16 MiB come from the holes' granules
+ * mapped again at new addresses (8 mappings; the driver maps whole
+ * allocations only): nothing is reserved, created or given back, and both
+ * blocks keep their bytes. Freed, that range is unstitched
  * for a request it does not fit (20 MiB, with 4 fresh MiB under a 28 MiB
  * cap), and its addresses are unmapped only once the device was waited for
  * (the SIGUSR1 flush, here). */
@@ -1305,7 +1306,7 @@ static int stitch(void)
     expect(d, 3, 16 * MIB);
 #ifdef SIMCUDA
     simcuda_stats after = sim(0);
-    printf("stitched: %lu granules mapped, %llu bytes more in use, %lu unmapped\n",
+    printf("stitched: %lu mappings, %llu bytes more in use, %lu unmapped\n",
            after.vmm_maps - before.vmm_maps, after.used - before.used,
            after.vmm_unmaps - before.vmm_unmaps);
     CHECK(after.vmm_maps - before.vmm_maps == 8 && after.used == before.used);

@@ -1280,8 +1280,8 @@ static void test_stitch_refused_and_capped(void **state)
     fx->p = NULL;
 }
 
-/* Stitching needs trim (its unit) and both calls. */
-static void test_stitch_needs_trim_and_both(void **state)
+/* Stitching needs a unit (trim need not be there) and both calls. */
+static void test_stitch_needs_unit_and_both(void **state)
 {
     (void)state;
     sim_backend sim;
@@ -1290,7 +1290,9 @@ static void test_stitch_needs_trim_and_both(void **state)
     sim_backend_init(&sim, 0, &be);
     sim_backend_enable_stitch(&sim, &be);
     assert_int_equal(pool_create(NULL, &be, &p), -EINVAL);
-    sim_backend_enable_trim(&sim, &be, 2 * MIB);
+    be.trim_unit = 3 * MIB;
+    assert_int_equal(pool_create(NULL, &be, &p), -EINVAL);
+    be.trim_unit = 2 * MIB;
     be.unstitch = NULL;
     assert_int_equal(pool_create(NULL, &be, &p), -EINVAL);
     sim_backend_enable_stitch(&sim, &be);
@@ -1353,7 +1355,7 @@ int main(void)
         cmocka_unit_test(test_async_needs_all_three),
         T(test_stitch_from_holes),
         T(test_stitch_refused_and_capped),
-        cmocka_unit_test(test_stitch_needs_trim_and_both),
+        cmocka_unit_test(test_stitch_needs_unit_and_both),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

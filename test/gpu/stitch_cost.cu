@@ -7,9 +7,10 @@
  * frees the outer two and times cudaMalloc(2h): no free block fits it, so
  * cupool stitches the two holes (2h/2 MiB granules, two parts) or grows.
  * The new block is written whole by a kernel and read back at 64 places,
- * and the middle block must keep its bytes. Blocks stay live across rounds,
- * so every round starts from fresh memory. Prints one JSON line: size,
- * median and best microseconds.
+ * and the middle block must keep its bytes. Blocks stay live across rounds
+ * and each round's h is 2 MiB larger than the last, so no earlier hole
+ * serves a later round. Prints one JSON line: size (of round 0), median and
+ * best microseconds.
  *
  *   nvcc -O2 -arch=sm_90 test/gpu/stitch_cost.cu -o stitch_cost
  *   stitch_cost SIZE_MIB [REPS]
@@ -65,9 +66,9 @@ int main(int argc, char **argv)
 {
     size_t mib = argc > 1 ? strtoul(argv[1], NULL, 0) : 64;
     int reps = argc > 2 ? atoi(argv[2]) : 5;
-    size_t h = mib / 2 << 20;
     double *t = (double *)calloc(reps, sizeof(*t));
     for (int r = 0; r < reps; r++) {
+        size_t h = (mib / 2 << 20) + ((size_t)r << 21);
         void *big, *a, *b, *c, *d;
         CK(cudaMalloc(&big, 3 * h));
         CK(cudaFree(big));
