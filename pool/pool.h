@@ -57,6 +57,13 @@
 
 #define POOL_ALIGN ((size_t)512)
 
+/* The stitch unit (trim_unit) CUPOOL_STITCH and 'cupool replay --stitch'
+ * use unless told otherwise. A stitch costs the driver one mapping per
+ * unit (about 17 us on an H100, whatever its size), so a unit of 16 MiB
+ * stitches at an eighth of 2 MiB granules' cost; holes smaller than a unit
+ * stay unused (docs/BENCHMARKS.md, "Stitching"). */
+#define POOL_STITCH_UNIT ((size_t)16 << 20)
+
 /* Backend: how the pool reaches the device. Called with the pool's lock held;
  * a backend must not call back into the same pool. */
 /* A range of addresses. */
@@ -107,8 +114,10 @@ typedef struct pool_backend {
      * either side as segments of their own. Returns 0, or a negative errno
      * with nothing given back (-EAGAIN: not now). */
     int (*trim)(void *ctx, uintptr_t addr, size_t size);
-    size_t trim_unit; /* a power of two; with trim or stitch, every
-                         segment base is a multiple of it */
+    size_t trim_unit; /* a power of two; trims and stitches take the
+                         unit-aligned units (by address) under free
+                         blocks, so a segment whose base is not a
+                         multiple of it loses what its edges hold */
     /* Optional, with unstitch: stitching (trim need not be given; its unit
      * must). Maps the memory behind the n ranges
      * of parts (trim_unit multiples inside segments, which the pool keeps

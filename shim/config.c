@@ -59,6 +59,12 @@ static const option options[] = {
      "1 (with VMM segments, which it turns on) serves a large request that "
      "no free block fits by mapping free granules, and fresh ones for the "
      "rest, into one new range, rather than growing by all of it"},
+    {"CUPOOL_VMM_UNIT", OPT_SIZE, F(vmm_unit), "0",
+     "VMM segments are built of physical allocations this large (a "
+     "power-of-two multiple of the device's granularity); the pool gives "
+     "back and stitches whole ones. 0 = the granularity (2 MiB) under "
+     "CUPOOL_VMM, 16M under CUPOOL_STITCH (a stitch costs one mapping per "
+     "unit)"},
     {"CUPOOL_CUPTI", OPT_BOOL, F(cupti), "0",
      "1 counts, through CUPTI, the driver calls that may give the GPU work, "
      "and skips a fence when none came since the last one; profilers cannot "

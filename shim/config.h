@@ -50,6 +50,7 @@ typedef struct shim_config {
     bool vmm;                       /* segments from the driver's virtual
                                        memory calls, trimmable */
     bool stitch;                    /* and stitching (turns vmm on) */
+    size_t vmm_unit;                /* VMM pieces; 0 = by the mode */
     bool cupti;                     /* skip fences when CUPTI saw no GPU
                                        work since the last one */
     char cupti_lib[SHIM_PATH_MAX];  /* "" = search for libcupti */

@@ -939,8 +939,9 @@ static pool *create_locked(shim_device *d, int shard)
     }
     if ((shim_cfg.vmm || shim_cfg.stitch) && !d->vmm_tried) {
         d->vmm_tried = true;
-        shim_vmm *v = shim_vmm_open(d->id);
-        size_t u = v ? shim_vmm_unit(v) : 0;
+        shim_vmm *v = shim_vmm_open(d->id, shim_cfg.vmm_unit ? shim_cfg.vmm_unit
+                                          : shim_cfg.stitch ? POOL_STITCH_UNIT : 0);
+        size_t u = v ? shim_vmm_granule(v) : 0;
         if (v && (pc.small_segment % u || pc.large_round % u))
             shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: CUPOOL_SMALL_SEGMENT and "
                      "CUPOOL_LARGE_ROUND must be multiples of the device's "

@@ -3,9 +3,17 @@
  *
  * The driver calls are the loaded driver's own (driver.h), so the tests'
  * simulated driver can stand in.
- * Each reservation keeps one handle per granule, in address order; a
- * handle of 0 is a granule already given back. A stitched reservation maps
- * handles that other reservations own: unmapping it releases none.
+ * A reservation is backed by pieces: physical allocations of one unit
+ * (CUPOOL_VMM_UNIT, a power-of-two multiple of the granule) from its base,
+ * which is aligned to the unit, and of one granule for the tail that is
+ * shorter than a unit. So every unit-aligned unit inside a reservation is
+ * one piece: the pool trims and stitches whole units, and each costs one
+ * mapping (the driver charges per mapping, about 17 us for setting access
+ * and 10 us for unmapping, whatever its size). Each reservation keeps one
+ * entry per granule, in address order: a piece's first granule holds its
+ * handle and length, the others its handle and length 0; handle 0 is a
+ * granule given back. A stitched reservation maps pieces that other
+ * reservations own: unmapping it releases none.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -43,19 +51,26 @@ static void drv_resolve(void)
 #undef X_CHECK
 }
 
+typedef struct gran {
+    CUmemGenericAllocationHandle h; /* the piece's; 0 = given back */
+    size_t len;                     /* at a piece's first granule, its
+                                       granules; 0 at the others */
+} gran;
+
 typedef struct vmm_range {
     uintptr_t base;
     size_t size;
-    size_t mapped;                   /* granules still mapped */
-    CUmemGenericAllocationHandle *h; /* one per granule; 0 = given back */
-    bool borrowed;                   /* stitched: the handles are others' */
+    size_t mapped; /* granules still mapped */
+    gran *g;       /* one per granule */
+    bool borrowed; /* stitched: the pieces are others' */
 } vmm_range;
 
 typedef struct span { uintptr_t addr; size_t size; } span;
 
 struct shim_vmm {
     int dev;
-    size_t unit;
+    size_t gran; /* the driver's granularity */
+    size_t unit; /* a whole piece: a power-of-two multiple of gran */
     CUmemAllocationProp prop;
     CUmemAccessDesc access;
     pthread_mutex_t lock;
@@ -73,7 +88,7 @@ static const char *errstr(CUresult e)
     return s;
 }
 
-shim_vmm *shim_vmm_open(int dev)
+shim_vmm *shim_vmm_open(int dev, size_t want_unit)
 {
     pthread_once(&drv_once, drv_resolve);
     if (drv_missing) {
@@ -83,7 +98,7 @@ shim_vmm *shim_vmm_open(int dev)
     }
     CUdevice cd;
     int ok = 0;
-    size_t unit = 0;
+    size_t gsize = 0;
     CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE}};
     CUresult e = drv.cuDeviceGet(&cd, dev);
@@ -92,19 +107,27 @@ shim_vmm *shim_vmm_open(int dev)
             &ok, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cd);
     prop.location.id = cd;
     if (e == CUDA_SUCCESS && ok)
-        e = drv.cuMemGetAllocationGranularity(&unit, &prop,
+        e = drv.cuMemGetAllocationGranularity(&gsize, &prop,
                                               CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-    if (e != CUDA_SUCCESS || !ok || !unit || (unit & (unit - 1))) {
+    if (e != CUDA_SUCCESS || !ok || !gsize || (gsize & (gsize - 1))) {
         shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: device %d %s; using cudaMalloc'd "
                  "segments", dev, e != CUDA_SUCCESS ? errstr(e)
                  : !ok ? "does not support virtual memory management"
                  : "reports an unusable granularity");
         return NULL;
     }
+    size_t unit = want_unit ? want_unit : gsize;
+    if (unit < gsize || unit % gsize || (unit & (unit - 1))) {
+        shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM_UNIT=%zu: not a power-of-two "
+                 "multiple of device %d's granularity (%zu bytes); using "
+                 "the granularity", unit, dev, gsize);
+        unit = gsize;
+    }
     shim_vmm *v = calloc(1, sizeof(*v));
     if (!v)
         return NULL;
     v->dev = dev;
+    v->gran = gsize;
     v->unit = unit;
     v->prop = prop;
     v->access = (CUmemAccessDesc){.location = prop.location,
@@ -114,6 +137,8 @@ shim_vmm *shim_vmm_open(int dev)
 }
 
 size_t shim_vmm_unit(const shim_vmm *v) { return v->unit; }
+
+size_t shim_vmm_granule(const shim_vmm *v) { return v->gran; }
 
 /* Index of the range holding addr, or -1. Needs v->lock. */
 static long find(const shim_vmm *v, uintptr_t addr)
@@ -131,22 +156,43 @@ static long find(const shim_vmm *v, uintptr_t addr)
     return -1;
 }
 
-/* Unmaps and releases granules [from, to) of range r. */
-static void drop(shim_vmm *v, vmm_range *r, size_t from, size_t to)
+/* Records piece h of len granules at granule i of range r. */
+static void piece_put(vmm_range *r, size_t i, CUmemGenericAllocationHandle h,
+                      size_t len)
 {
-    for (size_t i = from; i < to; i++) {
-        if (!r->h[i])
+    for (size_t k = 0; k < len; k++)
+        r->g[i + k] = (gran){h, k ? 0 : len};
+    r->mapped += len;
+}
+
+/* Unmaps (and, unless borrowed, releases) the pieces of granules
+ * [from, to) of range r. Both ends must be piece boundaries: a piece is
+ * mapped and given back whole. False (nothing done) if they are not. */
+static bool drop(shim_vmm *v, vmm_range *r, size_t from, size_t to)
+{
+    size_t n = r->size / v->gran;
+    if ((from < n && r->g[from].h && !r->g[from].len) ||
+        (to < n && r->g[to].h && !r->g[to].len))
+        return false;
+    for (size_t i = from; i < to;) {
+        size_t len = r->g[i].h ? r->g[i].len : 1;
+        if (!r->g[i].h) {
+            i++;
             continue;
-        CUresult e = drv.cuMemUnmap(r->base + i * v->unit, v->unit);
+        }
+        CUresult e = drv.cuMemUnmap(r->base + i * v->gran, len * v->gran);
         if (e == CUDA_SUCCESS && !r->borrowed)
-            e = drv.cuMemRelease(r->h[i]);
+            e = drv.cuMemRelease(r->g[i].h);
         if (e != CUDA_SUCCESS)
             shim_log(SHIM_LOG_WARN, "device %d: giving back %zu bytes at %#lx "
-                     "failed: %s", v->dev, v->unit,
-                     (unsigned long)(r->base + i * v->unit), errstr(e));
-        r->h[i] = 0;
-        r->mapped--;
+                     "failed: %s", v->dev, len * v->gran,
+                     (unsigned long)(r->base + i * v->gran), errstr(e));
+        for (size_t k = 0; k < len; k++)
+            r->g[i + k] = (gran){0, 0};
+        r->mapped -= len;
+        i += len;
     }
+    return true;
 }
 
 /* Inserts r into v->r, sorted by base. Needs v->lock. False: no memory. */
@@ -164,33 +210,55 @@ static bool insert_locked(shim_vmm *v, const vmm_range *r)
     return true;
 }
 
+/* Reserves addresses for size bytes, aligned to the unit if a whole unit
+ * fits (so that its unit-aligned units are pieces), with one entry per
+ * granule. */
+static CUresult range_reserve(shim_vmm *v, size_t size, bool borrowed,
+                              vmm_range *r)
+{
+    *r = (vmm_range){.size = size, .borrowed = borrowed,
+                     .g = calloc(size / v->gran, sizeof(*r->g))};
+    if (!r->g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUdeviceptr va = 0;
+    CUresult e = drv.cuMemAddressReserve(&va, size,
+                                         size >= v->unit ? v->unit : v->gran, 0, 0);
+    r->base = (uintptr_t)va;
+    return e;
+}
+
+/* Gives back what range_reserve and a failed mapping left: nothing of it
+ * was used yet, so there is no need to wait for the device. */
+static void range_undo(shim_vmm *v, vmm_range *r)
+{
+    drop(v, r, 0, r->size / v->gran);
+    if (r->base)
+        drv.cuMemAddressFree(r->base, r->size);
+    free(r->g);
+}
+
 int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
 {
-    if (!size || size % v->unit)
+    if (!size || size % v->gran)
         return -EIO;
-    size_t n = size / v->unit;
-    vmm_range r = {.size = size, .h = calloc(n, sizeof(*r.h))};
-    if (!r.h)
-        return -ENOMEM;
-    CUdeviceptr va = 0;
-    CUresult e = drv.cuMemAddressReserve(&va, size, v->unit, 0, 0);
-    r.base = (uintptr_t)va;
-    for (size_t i = 0; e == CUDA_SUCCESS && i < n; i++) {
-        e = drv.cuMemCreate(&r.h[i], v->unit, &v->prop, 0);
+    vmm_range r;
+    CUresult e = range_reserve(v, size, false, &r);
+    for (size_t off = 0; e == CUDA_SUCCESS && off < size;) {
+        size_t len = size - off >= v->unit ? v->unit : v->gran;
+        CUmemGenericAllocationHandle h = 0;
+        e = drv.cuMemCreate(&h, len, &v->prop, 0);
+        if (e != CUDA_SUCCESS)
+            break;
+        e = drv.cuMemMap(r.base + off, len, 0, h, 0);
         if (e != CUDA_SUCCESS) {
-            r.h[i] = 0;
+            drv.cuMemRelease(h);
             break;
         }
-        e = drv.cuMemMap(va + i * v->unit, v->unit, 0, r.h[i], 0);
-        if (e != CUDA_SUCCESS) {
-            drv.cuMemRelease(r.h[i]);
-            r.h[i] = 0;
-            break;
-        }
-        r.mapped++;
+        piece_put(&r, off / v->gran, h, len / v->gran);
+        off += len;
     }
     if (e == CUDA_SUCCESS)
-        e = drv.cuMemSetAccess(va, size, &v->access, 1);
+        e = drv.cuMemSetAccess(r.base, size, &v->access, 1);
     pthread_mutex_lock(&v->lock);
     if (e == CUDA_SUCCESS && !insert_locked(v, &r))
         e = CUDA_ERROR_OUT_OF_MEMORY;
@@ -199,11 +267,7 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
         *base = r.base;
         return 0;
     }
-    /* Nothing of it was used yet: no need to wait for the device. */
-    drop(v, &r, 0, n);
-    if (va)
-        drv.cuMemAddressFree(va, size);
-    free(r.h);
+    range_undo(v, &r);
     if (e != CUDA_ERROR_OUT_OF_MEMORY)
         shim_log(SHIM_LOG_ERROR, "device %d: mapping a %zu-byte segment "
                  "failed: %s", v->dev, size, errstr(e));
@@ -219,41 +283,36 @@ int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
             return -EIO;
         size += parts[k].size;
     }
-    vmm_range r = {.size = size, .borrowed = true,
-                   .h = calloc(size / v->unit, sizeof(*r.h))};
-    if (!r.h)
-        return -ENOMEM;
-    CUdeviceptr va = 0;
-    CUresult e = drv.cuMemAddressReserve(&va, size, v->unit, 0, 0);
-    r.base = (uintptr_t)va;
+    vmm_range r;
+    CUresult e = range_reserve(v, size, true, &r);
     pthread_mutex_lock(&v->lock);
-    size_t g = 0; /* granules mapped */
+    size_t off = 0;
     for (size_t k = 0; e == CUDA_SUCCESS && k < n; k++) {
-        for (uintptr_t a = parts[k].addr; a < parts[k].addr + parts[k].size; a += v->unit) {
+        for (uintptr_t a = parts[k].addr; a < parts[k].addr + parts[k].size;) {
             long i = find(v, a);
-            CUmemGenericAllocationHandle h = i < 0 ? 0 : v->r[i].h[(a - v->r[i].base) / v->unit];
-            e = h ? drv.cuMemMap(va + g * v->unit, v->unit, 0, h, 0)
-                  : CUDA_ERROR_INVALID_VALUE;
+            const gran *src = i < 0 ? NULL : &v->r[i].g[(a - v->r[i].base) / v->gran];
+            size_t len = src && src->h ? src->len * v->gran : 0;
+            /* Only whole pieces, all inside the part. */
+            e = len && len <= parts[k].addr + parts[k].size - a
+                    ? drv.cuMemMap(r.base + off, len, 0, src->h, 0)
+                    : CUDA_ERROR_INVALID_VALUE;
             if (e != CUDA_SUCCESS)
                 break;
-            r.h[g++] = h;
-            r.mapped++;
+            piece_put(&r, off / v->gran, src->h, len / v->gran);
+            off += len;
+            a += len;
         }
     }
     if (e == CUDA_SUCCESS)
-        e = drv.cuMemSetAccess(va, size, &v->access, 1);
+        e = drv.cuMemSetAccess(r.base, size, &v->access, 1);
     if (e == CUDA_SUCCESS && !insert_locked(v, &r))
         e = CUDA_ERROR_OUT_OF_MEMORY;
-    if (e != CUDA_SUCCESS) /* nothing used it yet */
-        drop(v, &r, 0, g);
     pthread_mutex_unlock(&v->lock);
     if (e == CUDA_SUCCESS) {
         *base = r.base;
         return 0;
     }
-    if (va)
-        drv.cuMemAddressFree(va, size);
-    free(r.h);
+    range_undo(v, &r);
     if (e != CUDA_ERROR_OUT_OF_MEMORY)
         shim_log(SHIM_LOG_ERROR, "device %d: stitching %zu bytes from %zu "
                  "parts failed: %s", v->dev, size, n, errstr(e));
@@ -279,15 +338,20 @@ static void unmap_locked(shim_vmm *v, uintptr_t addr, size_t size)
             return;
         }
         vmm_range *r = &v->r[k];
-        size_t from = (addr - r->base) / v->unit;
+        size_t from = (addr - r->base) / v->gran;
         size_t here = r->base + r->size - addr < size ? r->base + r->size - addr : size;
-        drop(v, r, from, from + here / v->unit);
+        if (!drop(v, r, from, from + here / v->gran)) {
+            shim_log(SHIM_LOG_ERROR, "device %d: %zu bytes at %#lx cut a "
+                     "piece of a VMM segment; not unmapped", v->dev, here,
+                     (unsigned long)addr);
+            return;
+        }
         addr += here;
         size -= here;
         if (r->mapped)
             continue;
         drv.cuMemAddressFree(r->base, r->size);
-        free(r->h);
+        free(r->g);
         memmove(r, r + 1, (v->n - (size_t)k - 1) * sizeof(*r));
         v->n--;
     }

@@ -231,16 +231,14 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     cfg.max_reserved = o->max_reserved;
     if (o->small_segment)
         cfg.small_segment = o->small_segment;
+    size_t unit = o->trim_unit ? o->trim_unit : o->stitch ? POOL_STITCH_UNIT : 0;
     device dev = {.capacity = o->capacity, .next = UINT64_C(1) << 40,
-                  .align = o->trim_unit > (2u << 20) ? o->trim_unit : 2u << 20};
+                  .align = unit > (2u << 20) ? unit : 2u << 20};
     pool_backend be = {.reserve = dev_reserve, .release = dev_release,
-                       .fence = dev_fence, .ctx = &dev};
-    if (o->trim_unit) {
+                       .fence = dev_fence, .ctx = &dev, .trim_unit = unit};
+    if (o->trim_unit)
         be.trim = dev_trim;
-        be.trim_unit = o->trim_unit;
-    }
     if (o->stitch) { /* as CUPOOL_STITCH: no trim unless asked for */
-        be.trim_unit = o->trim_unit ? o->trim_unit : (size_t)2 << 20;
         be.stitch = dev_stitch;
         be.unstitch = dev_unstitch;
     }

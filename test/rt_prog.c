@@ -1276,54 +1276,63 @@ static int vmm(void)
     return 0;
 }
 
-/* Under CUPOOL_STITCH=1 and a 28 MiB cap: a 24 MiB segment holds 8 MiB
- * live between two 8 MiB holes. 16 MiB come from the holes' granules
- * mapped again at new addresses (8 mappings; the driver maps whole
- * allocations only): nothing is reserved, created or given back, and both
- * blocks keep their bytes. Freed, that range is unstitched
- * for a request it does not fit (20 MiB, with 4 fresh MiB under a 28 MiB
- * cap), and its addresses are unmapped only once the device was waited for
- * (the SIGUSR1 flush, here). */
+/* Under CUPOOL_STITCH=1 with holes of h = RT_HOLE_MIB (8) and pieces of
+ * RT_UNIT_MIB (2, CUPOOL_VMM_UNIT), under a cap of 3h + 4 MiB (rounded up
+ * to a unit): a 3h segment holds h live between two h holes. 2h come from
+ * the holes' pieces mapped again at new addresses (one mapping per unit;
+ * the driver maps whole allocations only): nothing is reserved, created or
+ * given back, and both blocks keep their bytes. Freed, that range is
+ * unstitched for a request it does not fit (2h + 4 MiB, with fresh units
+ * for the 4 MiB), and its addresses are unmapped only once the device was
+ * waited for (the SIGUSR1 flush, here). */
 static int stitch(void)
 {
+    const char *hv = getenv("RT_HOLE_MIB"), *uv = getenv("RT_UNIT_MIB");
+    size_t h = (hv ? (size_t)atoi(hv) : 8) * MIB, u = (uv ? (size_t)atoi(uv) : 2) * MIB;
+    CHECK(h && u && h % u == 0);
     char *big, *a, *b, *c, *d, *e;
-    OK(cudaMalloc((void **)&big, 24 * MIB));
+    OK(cudaMalloc((void **)&big, 3 * h));
     OK(cudaFree(big));
-    OK(cudaMalloc((void **)&a, 8 * MIB));
-    OK(cudaMalloc((void **)&b, 8 * MIB));
-    OK(cudaMalloc((void **)&c, 8 * MIB));
-    CHECK(a == big && b == a + 8 * MIB && c == a + 16 * MIB);
-    fill(b, 2, 8 * MIB);
+    OK(cudaMalloc((void **)&a, h));
+    OK(cudaMalloc((void **)&b, h));
+    OK(cudaMalloc((void **)&c, h));
+    CHECK(a == big && b == a + h && c == a + 2 * h);
+    fill(b, 2, h);
     OK(cudaFree(a));
     OK(cudaFree(c));
 #ifdef SIMCUDA
     simcuda_stats before = sim(0);
 #endif
-    OK(cudaMalloc((void **)&d, 16 * MIB));
-    CHECK(d < a || d >= a + 24 * MIB);
-    fill(d, 3, 16 * MIB);
-    expect(b, 2, 8 * MIB);
-    expect(d, 3, 16 * MIB);
+    OK(cudaMalloc((void **)&d, 2 * h));
+    CHECK(d < a || d >= a + 3 * h);
+    fill(d, 3, 2 * h);
+    expect(b, 2, h);
+    expect(d, 3, 2 * h);
 #ifdef SIMCUDA
     simcuda_stats after = sim(0);
     printf("stitched: %lu mappings, %llu bytes more in use, %lu unmapped\n",
            after.vmm_maps - before.vmm_maps, after.used - before.used,
            after.vmm_unmaps - before.vmm_unmaps);
-    CHECK(after.vmm_maps - before.vmm_maps == 8 && after.used == before.used);
+    /* One mapping per unit of the two holes. */
+    CHECK(after.vmm_maps - before.vmm_maps == 2 * h / u && after.used == before.used);
     CHECK(after.vmm_unmaps == before.vmm_unmaps);
 #endif
     OK(cudaFree(d));
-    OK(cudaMalloc((void **)&e, 20 * MIB));
-    fill(e, 4, 20 * MIB);
-    expect(b, 2, 8 * MIB);
-    expect(e, 4, 20 * MIB);
+    /* Larger than both holes: they and fresh units for the rest. */
+    size_t esz = 2 * h + 4 * MIB, fresh = (esz + u - 1) / u * u - 2 * h;
+    OK(cudaMalloc((void **)&e, esz));
+    fill(e, 4, esz);
+    expect(b, 2, h);
+    expect(e, 4, esz);
 #ifdef SIMCUDA
     after = sim(0);
     printf("restitched: %llu bytes more in use, %lu unmapped, %lu unsynced\n",
            after.used - before.used, after.vmm_unmaps - before.vmm_unmaps,
            after.unsynced_unmaps);
-    CHECK(after.used - before.used == 4 * MIB);
+    CHECK(after.used - before.used == fresh);
     CHECK(after.vmm_unmaps == before.vmm_unmaps); /* d's range waits */
+#else
+    (void)fresh;
 #endif
     OK(cudaFree(e));
     OK(cudaFree(b));

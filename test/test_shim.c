@@ -409,17 +409,33 @@ static void test_vmm(void **s)
     assert_non_null(strstr(r->out, "mallocs == 0"));
 }
 
-/* CUPOOL_STITCH: the holes' granules mapped again serve a request under a
+/* CUPOOL_STITCH: the holes' pieces mapped again serve a request under a
  * cap with nothing new in use; an unstitched range is unmapped only after
- * the device was waited for. Under CUPOOL_VMM alone the same 16 MiB come
- * from a trim and a new segment (the driver sees granules unmapped). */
+ * the device was waited for. With 2 MiB pieces, two 8 MiB holes are 8
+ * mappings; with the default 16 MiB pieces, two 16 MiB holes are 2. Under
+ * CUPOOL_VMM alone the same 16 MiB come from a trim and a new segment (the
+ * driver sees granules unmapped). */
 static void test_stitch(void **s)
 {
     (void)s;
-    result *r = run("stitch", "CUPOOL_STITCH=1", "CUPOOL_MAX_RESERVED=28M", NULL);
+    result *r = run("stitch", "CUPOOL_STITCH=1", "CUPOOL_VMM_UNIT=2M",
+                    "CUPOOL_MAX_RESERVED=28M", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "stitched: 8 mappings, 0 bytes more in use, 0 unmapped"));
+    assert_non_null(strstr(r->out, "restitched: 4194304 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "flushed: 0 bytes mapped, 0 in use, 0 unsynced unmaps"));
+    r = run("stitch", "CUPOOL_STITCH=1", "RT_HOLE_MIB=16", "RT_UNIT_MIB=16",
+            "CUPOOL_MAX_RESERVED=64M", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "stitched: 2 mappings, 0 bytes more in use, 0 unmapped"));
+    assert_non_null(strstr(r->out, "restitched: 16777216 bytes more in use, 0 unmapped"));
+    assert_non_null(strstr(r->out, "flushed: 0 bytes mapped, 0 in use, 0 unsynced unmaps"));
+    /* A unit the device cannot use: said, and the granule is used. */
+    r = run("stitch", "CUPOOL_STITCH=1", "CUPOOL_VMM_UNIT=3M",
+            "CUPOOL_MAX_RESERVED=28M", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "CUPOOL_VMM_UNIT=3145728: not a power-of-two"));
+    assert_non_null(strstr(r->out, "stitched: 8 mappings, 0 bytes more in use, 0 unmapped"));
     r = run_expecting(1, "stitch", "CUPOOL_VMM=1", "CUPOOL_MAX_RESERVED=28M", NULL);
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->out, "stitched: 8 mappings, 0 bytes more in use, 8 unmapped"));

@@ -356,6 +356,10 @@ static void test_replay_stitch(void **s)
     assert_int_equal(trace_load_any("test/data/transformer.trace.gz", &t, why,
                                     sizeof(why)), 0);
     assert_int_equal(replay_run(&t, &o, &stitched), 0);
+    /* CUPOOL_STITCH's own unit (POOL_STITCH_UNIT): fewer, larger pieces. */
+    replay_result coarse;
+    replay_opts oc = {.policy = o.policy, .stitch = true};
+    assert_int_equal(replay_run(&t, &oc, &coarse), 0);
     o.stitch = false;
     assert_int_equal(replay_run(&t, &o, &plain), 0);
     trace_free(&t);
@@ -364,6 +368,11 @@ static void test_replay_stitch(void **s)
     assert_true(stitched.peak_allocated <= plain.peak_allocated / 1000 * 1001);
     assert_true(plain.peak_reserved > plain.peak_allocated / 100 * 140);
     assert_true(stitched.peak_reserved <= plain.peak_allocated / 100 * 105);
+    assert_int_equal(coarse.ooms, 0);
+    assert_true(coarse.peak_reserved <= plain.peak_allocated / 100 * 105);
+    /* Mappings: each 16 MiB unit is one, each 2 MiB granule one. */
+    assert_true(coarse.stitched_bytes / POOL_STITCH_UNIT * 10 <
+                stitched.stitched_bytes / (2 * MIB));
 }
 
 /* Recorded out-of-memory requests, flushes and segments. */
