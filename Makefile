@@ -39,7 +39,7 @@ TSAN_TESTS := test_pool_threads
 
 .PHONY: all test bench demo deps cmocka-check clean install uninstall
 all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
-     $(BUILD)/libcupool_pool.a
+     $(BUILD)/cupool-options $(BUILD)/libcupool_pool.a
 
 # Says exactly what to install when a build dependency is missing: every
 # missing one at once.
@@ -114,21 +114,26 @@ $(BUILD)/cupool-stat: stats/cli.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< $(STATS_SRC) -o $@
 
+# The shim's option table for `cupool run` (check and translate options).
+$(BUILD)/cupool-options: shim/options_cli.c shim/config.c stats/format.c $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim $< shim/config.c stats/format.c $(POOL_SRC) \
+	    -lpthread -o $@
+
 # The trace tools behind `cupool replay/plot/import-torch`: the real pool
 # code on a simulated device.
-TRACE_SRC := stats/trace.c stats/trace_gz.c stats/replay.c stats/plot.c stats/format.c \
-             shim/config.c
-$(BUILD)/cupool-trace: stats/trace_cli.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR) shim/config.h
+TRACE_SRC := stats/trace.c stats/trace_gz.c stats/replay.c stats/plot.c stats/format.c
+$(BUILD)/cupool-trace: stats/trace_cli.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
 
 $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(STATS_SRC) -lcmocka -lpthread -o $@
 
-$(BUILD)/asan/test_config: test/test_config.c shim/config.c $(POOL_SRC) $(SHIM_HDR) $(POOL_HDR)
+$(BUILD)/asan/test_config: test/test_config.c shim/config.c stats/format.c $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Ishim $< shim/config.c $(POOL_SRC) \
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim $< shim/config.c stats/format.c $(POOL_SRC) \
 	    -lcmocka -lpthread -o $@
 
 $(BUILD)/tsan/test_owner: test/test_owner.c shim/owner.c shim/owner.h
@@ -140,7 +145,7 @@ $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
-SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
+SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(BUILD)/cupool-options $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
 
 $(BUILD)/pool/%.o: pool/%.c $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -165,7 +170,7 @@ $(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST
 
 $(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim $< $(TRACE_SRC) $(POOL_SRC) \
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(TRACE_SRC) $(POOL_SRC) \
 	    -lcmocka -lpthread -lm -lz -o $@
 
 # The recorder with its test window (recorder.h), under ThreadSanitizer.
@@ -196,11 +201,11 @@ demo: all
 
 # The library and the programs behind `cupool` go to $(PREFIX)/lib, where
 # the installed `cupool` finds them; only `cupool` goes on the PATH.
-INSTALLED_LIB := libcupool.so cupool-stat cupool-trace cupool-import-torch
+INSTALLED_LIB := libcupool.so cupool-stat cupool-trace cupool-options cupool-import-torch
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
-	    scripts/cupool-import-torch $(DESTDIR)$(PREFIX)/lib/
+	    $(BUILD)/cupool-options scripts/cupool-import-torch $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 scripts/cupool $(DESTDIR)$(PREFIX)/bin/
 
 uninstall:

@@ -113,6 +113,10 @@ static int check_segment(const pool *p, size_t i, totals *t, char *why,
             if (s->parts[k]->lent != s)
                 return fail(why, len, "stitched segment %#lx: part %zu not lent "
                             "to it", base, k);
+            const pool_segment *o = s->parts[k]->seg;
+            if (o->parts && o->seq >= s->seq)
+                return fail(why, len, "stitched segment %#lx: part %zu is of a "
+                            "segment stitched after it", base, k);
             sum += s->parts[k]->size;
         }
         if (sum != s->size || s->kind != POOL_LARGE)

@@ -391,15 +391,16 @@ static int by_size(const void *x, const void *y)
 /* Collects the whole trim units under the clean free blocks into *out
  * (malloc'd, smallest first): to trim, of plain segments (a stitched
  * segment's memory is its parts'); to stitch, of large segments, stitched
- * ones included (a stitch over a stitched segment maps the same memory
- * again). Returns how many, or -1 (host memory). */
-static long units_collect(pool *p, bool to_stitch, part **out)
+ * ones older than seq included (a stitch over a stitched segment maps the
+ * same memory again). Returns how many, or -1 (host memory). */
+static long units_collect(pool *p, bool to_stitch, uint64_t seq, part **out)
 {
     size_t n = 0, cap = 0;
     part *c = NULL;
     for (size_t i = 0; i < p->nsegs; i++) {
         pool_segment *s = p->segs[i];
-        if (to_stitch ? s->kind != POOL_LARGE : stitched(s))
+        if (to_stitch ? s->kind != POOL_LARGE || (stitched(s) && s->seq >= seq)
+                      : stitched(s))
             continue;
         for (pool_block *b = s->first; b; b = b->next) {
             uintptr_t lo, hi;
@@ -436,7 +437,7 @@ static size_t trim_free(pool *p, size_t need)
     if (any_dirty(p))
         pool_fence(p);
     part *c = NULL;
-    long n = units_collect(p, false, &c);
+    long n = units_collect(p, false, 0, &c);
     size_t got = 0;
     for (long k = n - 1; k >= 0 && got < need; k--) {
         long i = pool_segment_find(p, c[k].addr);
@@ -723,22 +724,86 @@ static pool_block *part_carve(pool *p, pool_block *b, uintptr_t lo,
     return b;
 }
 
+/* Extends the largest idle stitched segment (one clean free block) that
+ * is smaller than a large request of size bytes but at least half of it,
+ * with the whole units under clean free blocks (no fresh memory; of
+ * segments older than it), mapped at its end: its mapped part stays,
+ * where unstitching and stitching anew would map all of it again.
+ * Returns 0 with its block (the grown segment) in *out, 1 if no segment
+ * qualifies or the free units or the backend cannot serve it, or -ENOMEM. */
+static int stitch_extend(pool *p, size_t size, pool_block **out)
+{
+    size_t u = p->be.trim_unit, want = round_up(size, u);
+    pool_segment *t = NULL;
+    for (size_t i = 0; p->be.extend && i < p->nsegs; i++) {
+        pool_segment *s = p->segs[i];
+        if (stitched(s) && s->live == 0 && !s->first->next && !s->first->dirty &&
+            s->size < want && s->size >= want / 2 && (!t || s->size > t->size))
+            t = s;
+    }
+    if (!t)
+        return 1;
+    size_t extra = want - t->size, n = 0, have = 0;
+    part *c = NULL;
+    long nc = units_collect(p, true, t->seq, &c);
+    if (nc < 0)
+        return -ENOMEM;
+    while (n < (size_t)nc && have < extra) {
+        if (c[n].size > extra - have)
+            c[n].size = extra - have;
+        have += c[n++].size;
+    }
+    pool_span *sp = have < extra ? NULL : malloc(n * sizeof(*sp));
+    pool_block **parts = !sp ? NULL : realloc(t->parts, (t->nparts + n) * sizeof(*parts));
+    int err = have < extra ? 1 : !sp || !parts ? -ENOMEM : nodes_reserve(p, (int)(2 * n));
+    if (parts)
+        t->parts = parts;
+    if (!err) {
+        for (size_t k = 0; k < n; k++)
+            sp[k] = (pool_span){c[k].lo, c[k].size};
+        if (p->be.extend(p->be.ctx, t->base, t->size, sp, n) != 0)
+            err = 1; /* a new stitch may still serve it */
+    }
+    free(sp);
+    if (err) {
+        free(c);
+        return err;
+    }
+    for (size_t k = 0; k < n; k++)
+        t->parts[t->nparts + k] = part_carve(p, c[k].b, c[k].lo, c[k].size, t);
+    t->nparts += n;
+    free(c);
+    pool_block *b = t->first;
+    index_del(p, b);
+    b->size += extra;
+    t->size += extra;
+    index_add(p, b);
+    p->st.stitches++;
+    p->st.stitched_bytes_total += extra;
+    *out = b;
+    return 0;
+}
+
 /* Serves a large request of size bytes with a stitched segment, when no
- * free block fits it. First unstitches idle stitched segments and looks
- * again (a stitched segment that does not fit is memory in the way). Then
- * maps the whole trim units under clean free blocks, the smallest first
- * (fragments nothing else can use), with a fresh segment for what they
- * lack, into one new segment: the pool grows by the shortfall only.
- * Returns 0 with the new segment's block in *out, 1 if there is nothing
- * to stitch (or the backend could not; plain growth follows), or a
- * negative errno (the fresh segment's). */
+ * free block fits it. First extends an idle stitched segment almost large
+ * enough, if free units cover the rest. Else unstitches idle stitched
+ * segments and looks again (a stitched segment that does not fit is
+ * memory in the way). Then maps the whole trim units under clean free
+ * blocks, the smallest first (fragments nothing else can use), with a
+ * fresh segment for what they lack, into one new segment: the pool grows
+ * by the shortfall only. Returns 0 with the new segment's block in *out,
+ * 1 if there is nothing to stitch (or the backend could not; plain growth
+ * follows), or a negative errno (the fresh segment's). */
 static int stitch_grow(pool *p, size_t size, pool_block **out)
 {
+    int ext = stitch_extend(p, size, out);
+    if (ext <= 0)
+        return ext;
     if (unstitch_idle(p) && (*out = find_fit(p, POOL_LARGE, size)) != NULL)
         return 0;
     size_t u = p->be.trim_unit, want = round_up(size, u);
     part *c = NULL;
-    long nc = want ? units_collect(p, true, &c) : 0;
+    long nc = want ? units_collect(p, true, UINT64_MAX, &c) : 0;
     if (nc <= 0)
         return 1;
     size_t n = 0, have = 0;
@@ -763,7 +828,7 @@ static int stitch_grow(pool *p, size_t size, pool_block **out)
         if (fb)
             sp[n] = (pool_span){fb->addr, fresh};
         *s = (pool_segment){.kind = POOL_LARGE, .size = want, .parts = parts,
-                            .nparts = np};
+                            .nparts = np, .seq = p->stitch_seq + 1};
         int e = p->be.stitch(p->be.ctx, sp, np, &s->base);
         if (!e && (!s->base || s->base % u)) {
             p->be.unstitch(p->be.ctx, s->base, want);
@@ -789,6 +854,7 @@ static int stitch_grow(pool *p, size_t size, pool_block **out)
         s->parts[n] = part_carve(p, fb, fb->addr, fresh, s);
     free(c);
     p->stitched_segs++;
+    p->stitch_seq++;
     p->st.stitches++;
     p->st.stitched_bytes_total += have;
     pool_block *b = node_take(p);
@@ -1175,7 +1241,7 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
     if ((be->trim || be->stitch) && (be->trim_unit < POOL_ALIGN ||
                                      (be->trim_unit & (be->trim_unit - 1))))
         return -EINVAL;
-    if ((be->stitch || be->unstitch) && !(be->stitch && be->unstitch))
+    if ((be->stitch || be->unstitch || be->extend) && !(be->stitch && be->unstitch))
         return -EINVAL;
     pool *p = calloc(1, sizeof(*p));
     if (!p)

@@ -58,10 +58,11 @@
 #define POOL_ALIGN ((size_t)512)
 
 /* The stitch unit (trim_unit) CUPOOL_STITCH and 'cupool replay --stitch'
- * use unless told otherwise. A stitch costs the driver one mapping per
- * unit (about 17 us on an H100, whatever its size), so a unit of 16 MiB
- * stitches at an eighth of 2 MiB granules' cost; holes smaller than a unit
- * stay unused (docs/BENCHMARKS.md, "Stitching"). */
+ * use without a cap unless told otherwise. A stitch costs the driver one
+ * mapping per unit (about 17 us on an H100, whatever its size), so a unit
+ * of 16 MiB stitches at an eighth of 2 MiB granules' cost; holes smaller
+ * than a unit stay unused, which under a cap costs headroom, so there the
+ * granule (2 MiB) is the unit (docs/BENCHMARKS.md, "Stitching"). */
 #define POOL_STITCH_UNIT ((size_t)16 << 20)
 
 /* Backend: how the pool reaches the device. Called with the pool's lock held;
@@ -131,6 +132,13 @@ typedef struct pool_backend {
      * the backend must let finish before the addresses go). The parts'
      * memory stays the pool's, under their own addresses again. */
     void (*unstitch)(void *ctx, uintptr_t base, size_t size);
+    /* Optional, with stitch: maps the n parts (as stitch takes them) one
+     * after another from base + size, the end of the range stitch made at
+     * base (size bytes mapped so far), which then unstitches whole. Returns
+     * 0, or a negative errno with nothing mapped (-ENOSPC: no room there;
+     * the pool stitches anew). */
+    int (*extend)(void *ctx, uintptr_t base, size_t size,
+                  const pool_span *parts, size_t n);
     void *ctx;
 } pool_backend;
 

@@ -60,6 +60,9 @@ struct pool_segment {
     pool_block **parts; /* stitched: the blocks of other segments it maps,
                            in its address order; NULL for a plain segment */
     size_t nparts;
+    uint64_t seq;       /* stitched: order of creation. A stitch maps parts
+                           of older segments only (an extension too), so
+                           no two stitched segments map each other */
 };
 
 /* tree.c: AVL tree of free blocks keyed by (size, addr). */
@@ -179,6 +182,7 @@ struct pool {
                                     middle) less those they removed (a
                                     whole segment cut away) */
     size_t stitched_segs;        /* stitched segments held */
+    uint64_t stitch_seq;         /* the last stitched segment's seq */
     pool_block *spare;           /* free list of block nodes (via next) */
     void **slabs;                /* node slabs, freed at destroy */
     size_t nslabs, slabs_cap;

@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "config.h"
+#include "stats.h"
 
 enum opt_kind {
     OPT_BOOL, OPT_FORMAT, OPT_COUNT, OPT_PERCENT, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
@@ -62,8 +63,8 @@ static const option options[] = {
     {"CUPOOL_VMM_UNIT", OPT_SIZE, F(vmm_unit), "0",
      "VMM segments are built of physical allocations this large (a "
      "power-of-two multiple of the device's granularity); the pool gives "
-     "back and stitches whole ones. 0 = the granularity (2 MiB) under "
-     "CUPOOL_VMM, 16M under CUPOOL_STITCH (a stitch costs one mapping per "
+     "back and stitches whole ones. 0 = the granularity (2 MiB), or 16M "
+     "under CUPOOL_STITCH without a cap (a stitch costs one mapping per "
      "unit)"},
     {"CUPOOL_CUPTI", OPT_BOOL, F(cupti), "0",
      "1 counts, through CUPTI, the driver calls that may give the GPU work, "
@@ -129,37 +130,6 @@ static const char *expected(enum opt_kind kind)
     return "";
 }
 
-int shim_parse_size(const char *s, uint64_t *out)
-{
-    if (!s || !isdigit((unsigned char)*s))
-        return -EINVAL;
-    uint64_t v = 0;
-    for (; isdigit((unsigned char)*s); s++) {
-        unsigned d = (unsigned)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -EINVAL;
-        v = v * 10 + d;
-    }
-    int shift = 0;
-    switch (toupper((unsigned char)*s)) {
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    case 'T': shift = 40; break;
-    }
-    if (shift) {
-        s++;
-        if (*s == 'i' || *s == 'I')
-            s++;
-    }
-    if (*s == 'B' || *s == 'b')
-        s++;
-    if (*s || (shift && v > (UINT64_MAX >> shift)))
-        return -EINVAL;
-    *out = v << shift;
-    return 0;
-}
-
 int shim_parse_cap(const char *s, shim_cap *out)
 {
     if (!s)
@@ -182,7 +152,7 @@ int shim_parse_cap(const char *s, shim_cap *out)
         return 0;
     }
     uint64_t bytes;
-    if (shim_parse_size(s, &bytes))
+    if (stats_parse_size(s, &bytes))
         return -EINVAL;
     *out = (shim_cap){bytes, 0};
     return 0;
@@ -223,7 +193,7 @@ int shim_parse_signal(const char *s, int *out)
     }
     if (!strncasecmp(s, "RTMIN+", 6) && isdigit((unsigned char)s[6])) {
         uint64_t n;
-        if (shim_parse_size(s + 6, &n) || !isdigit((unsigned char)s[strlen(s) - 1]) ||
+        if (stats_parse_size(s + 6, &n) || !isdigit((unsigned char)s[strlen(s) - 1]) ||
             n > (uint64_t)(SIGRTMAX - SIGRTMIN))
             return -EINVAL;
         *out = SIGRTMIN + (int)n;
@@ -293,13 +263,13 @@ static int parse_option(const option *o, const char *s, shim_config *c)
         for (const char *d = s; *d; d++)
             if (!isdigit((unsigned char)*d))
                 return -EINVAL;
-        if ((err = shim_parse_size(s, &v)) == 0 && v == 0 && o->kind == OPT_COUNT)
+        if ((err = stats_parse_size(s, &v)) == 0 && v == 0 && o->kind == OPT_COUNT)
             err = -EINVAL;
         if (!err)
             *(size_t *)field = (size_t)v;
         return err;
     case OPT_SIZE:
-        if ((err = shim_parse_size(s, &v)) == 0)
+        if ((err = stats_parse_size(s, &v)) == 0)
             *(size_t *)field = (size_t)v;
         return err;
     case OPT_CAP:
@@ -307,7 +277,7 @@ static int parse_option(const option *o, const char *s, shim_config *c)
     case OPT_THRESHOLD:
         if (!strcasecmp(s, "unlimited"))
             return *(uint64_t *)field = UINT64_MAX, 0;
-        return shim_parse_size(s, field);
+        return stats_parse_size(s, field);
     case OPT_FENCE:
     case OPT_LOG:
         if ((err = parse_name(s, o->kind == OPT_FENCE ? fence_names : log_names, &i)) == 0)
@@ -475,4 +445,12 @@ void shim_config_describe(int fd)
     for (int i = 0; i < NOPTIONS; i++)
         dprintf(fd, "%-26s %-10s %s\n", options[i].name,
                 *options[i].def ? options[i].def : "(empty)", options[i].help);
+}
+
+int shim_option_is_flag(const char *name)
+{
+    for (int i = 0; i < NOPTIONS; i++)
+        if (!strcmp(options[i].name, name))
+            return options[i].kind == OPT_BOOL;
+    return -1;
 }

@@ -72,7 +72,6 @@ int shim_config_load(shim_config *c, shim_getenv_fn get, shim_warn_fn warn);
 uint64_t shim_cap_bytes(const shim_cap *cap, uint64_t total);
 
 /* Parsers, exposed for the tests. Each returns 0 or -EINVAL. */
-int shim_parse_size(const char *s, uint64_t *out);
 int shim_parse_cap(const char *s, shim_cap *out);
 int shim_parse_bool(const char *s, bool *out);
 int shim_parse_signal(const char *s, int *out);
@@ -86,5 +85,9 @@ int shim_path_expand(const char *pattern, int pid, char *out, size_t len);
 
 /* Writes the option table (name, default, meaning) to fd, one per line. */
 void shim_config_describe(int fd);
+
+/* 1 if name is an on/off option (name=1 turns it on), 0 if it takes a
+ * value, -1 if it is no option. */
+int shim_option_is_flag(const char *name);
 
 #endif

@@ -373,6 +373,21 @@ static int be_stitch(void *ctx, const pool_span *parts, size_t n, uintptr_t *bas
     return err;
 }
 
+static int be_extend(void *ctx, uintptr_t base, size_t size,
+                     const pool_span *parts, size_t n)
+{
+    shim_shard *sh = ctx;
+    shim_device *d = sh->dev;
+    int err = shim_vmm_extend(d->vmm, base, size, parts, n);
+    if (!err) {
+        size_t more = 0;
+        for (size_t k = 0; k < n; k++)
+            more += parts[k].size;
+        shim_owner_set(base + size, more, d->id, (int)(sh - d->shards));
+    }
+    return err;
+}
+
 /* Stitched ranges whose unmapping waits for the device: past this many,
  * the next unstitch waits for it (the addresses, not memory, pile up). */
 enum { STITCH_DEFERRED_MAX = 64 };
@@ -939,8 +954,12 @@ static pool *create_locked(shim_device *d, int shard)
     }
     if ((shim_cfg.vmm || shim_cfg.stitch) && !d->vmm_tried) {
         d->vmm_tried = true;
-        shim_vmm *v = shim_vmm_open(d->id, shim_cfg.vmm_unit ? shim_cfg.vmm_unit
-                                          : shim_cfg.stitch ? POOL_STITCH_UNIT : 0);
+        /* Stitching without a cap: large units, a fraction of the
+         * mappings. Under a cap: the granule, so that trims and stitches
+         * reach every free granule (memory is what runs out there). */
+        size_t unit = shim_cfg.vmm_unit ? shim_cfg.vmm_unit
+                      : shim_cfg.stitch && !d->cap ? POOL_STITCH_UNIT : 0;
+        shim_vmm *v = shim_vmm_open(d->id, unit);
         size_t u = v ? shim_vmm_granule(v) : 0;
         if (v && (pc.small_segment % u || pc.large_round % u))
             shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: CUPOOL_SMALL_SEGMENT and "
@@ -968,6 +987,7 @@ static pool *create_locked(shim_device *d, int shard)
                        .trim_unit = d->vmm ? shim_vmm_unit(d->vmm) : 0,
                        .stitch = d->vmm && shim_cfg.stitch ? be_stitch : NULL,
                        .unstitch = d->vmm && shim_cfg.stitch ? be_unstitch : NULL,
+                       .extend = d->vmm && shim_cfg.stitch ? be_extend : NULL,
                        .ctx = sh};
     pool *p = NULL;
     int err = pool_create(&pc, &be, &p);

@@ -217,7 +217,8 @@ static CUresult range_reserve(shim_vmm *v, size_t size, bool borrowed,
                               vmm_range *r)
 {
     *r = (vmm_range){.size = size, .borrowed = borrowed,
-                     .g = calloc(size / v->gran, sizeof(*r->g))};
+                     .g = size / v->gran > SIZE_MAX / sizeof(*r->g) ? NULL
+                          : calloc(size / v->gran, sizeof(*r->g))};
     if (!r->g)
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUdeviceptr va = 0;
@@ -274,19 +275,27 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
     return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 }
 
-int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
-                    uintptr_t *base)
+/* Bytes of n parts, or 0 if one is not whole units. */
+static size_t parts_size(const shim_vmm *v, const pool_span *parts, size_t n)
 {
     size_t size = 0;
     for (size_t k = 0; k < n; k++) {
         if (!parts[k].size || parts[k].size % v->unit || parts[k].addr % v->unit)
-            return -EIO;
+            return 0;
         size += parts[k].size;
     }
-    vmm_range r;
-    CUresult e = range_reserve(v, size, true, &r);
-    pthread_mutex_lock(&v->lock);
-    size_t off = 0;
+    return size;
+}
+
+/* Maps the pieces behind the n parts one after another into range r from
+ * byte off on, then sets access to them. Needs v->lock (r may be in
+ * v->r). On failure what this call mapped is unmapped again (nothing used
+ * it yet). */
+static CUresult map_parts(shim_vmm *v, vmm_range *r, size_t off,
+                          const pool_span *parts, size_t n)
+{
+    CUresult e = CUDA_SUCCESS;
+    size_t at = off;
     for (size_t k = 0; e == CUDA_SUCCESS && k < n; k++) {
         for (uintptr_t a = parts[k].addr; a < parts[k].addr + parts[k].size;) {
             long i = find(v, a);
@@ -294,19 +303,38 @@ int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
             size_t len = src && src->h ? src->len * v->gran : 0;
             /* Only whole pieces, all inside the part. */
             e = len && len <= parts[k].addr + parts[k].size - a
-                    ? drv.cuMemMap(r.base + off, len, 0, src->h, 0)
+                    ? drv.cuMemMap(r->base + at, len, 0, src->h, 0)
                     : CUDA_ERROR_INVALID_VALUE;
             if (e != CUDA_SUCCESS)
                 break;
-            piece_put(&r, off / v->gran, src->h, len / v->gran);
-            off += len;
+            piece_put(r, at / v->gran, src->h, len / v->gran);
+            at += len;
             a += len;
         }
     }
     if (e == CUDA_SUCCESS)
-        e = drv.cuMemSetAccess(r.base, size, &v->access, 1);
-    if (e == CUDA_SUCCESS && !insert_locked(v, &r))
+        e = drv.cuMemSetAccess(r->base + off, at - off, &v->access, 1);
+    if (e != CUDA_SUCCESS)
+        drop(v, r, off / v->gran, at / v->gran);
+    return e;
+}
+
+int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
+                    uintptr_t *base)
+{
+    size_t size = parts_size(v, parts, n);
+    if (!size || size > SIZE_MAX / 2)
+        return -EIO;
+    /* Twice the addresses, for shim_vmm_extend. */
+    vmm_range r;
+    CUresult e = range_reserve(v, 2 * size, true, &r);
+    pthread_mutex_lock(&v->lock);
+    if (e == CUDA_SUCCESS)
+        e = map_parts(v, &r, 0, parts, n);
+    if (e == CUDA_SUCCESS && !insert_locked(v, &r)) {
+        drop(v, &r, 0, size / v->gran);
         e = CUDA_ERROR_OUT_OF_MEMORY;
+    }
     pthread_mutex_unlock(&v->lock);
     if (e == CUDA_SUCCESS) {
         *base = r.base;
@@ -317,6 +345,27 @@ int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
         shim_log(SHIM_LOG_ERROR, "device %d: stitching %zu bytes from %zu "
                  "parts failed: %s", v->dev, size, n, errstr(e));
     return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+int shim_vmm_extend(shim_vmm *v, uintptr_t base, size_t size,
+                    const pool_span *parts, size_t n)
+{
+    size_t more = parts_size(v, parts, n);
+    if (!more || size % v->unit)
+        return -EIO;
+    pthread_mutex_lock(&v->lock);
+    long i = find(v, base);
+    vmm_range *r = i < 0 ? NULL : &v->r[i];
+    int err = !r || r->base != base || !r->borrowed ? -EIO
+              : more > r->size - size ? -ENOSPC : 0;
+    CUresult e = CUDA_SUCCESS;
+    if (!err && (e = map_parts(v, r, size, parts, n)) != CUDA_SUCCESS)
+        err = e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+    pthread_mutex_unlock(&v->lock);
+    if (err == -EIO && e != CUDA_SUCCESS)
+        shim_log(SHIM_LOG_ERROR, "device %d: extending a stitched range by "
+                 "%zu bytes failed: %s", v->dev, more, errstr(e));
+    return err;
 }
 
 size_t shim_vmm_deferred(shim_vmm *v)

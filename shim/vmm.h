@@ -50,6 +50,13 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base);
 int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
                     uintptr_t *base);
 
+/* Maps the pieces behind n parts (as shim_vmm_stitch) from base + size
+ * on, where base is a range shim_vmm_stitch made (which keeps twice its
+ * first size of addresses) and size what it maps so far. Returns 0,
+ * -ENOSPC (no room), -ENOMEM or -EIO, with nothing more mapped. */
+int shim_vmm_extend(shim_vmm *v, uintptr_t base, size_t size,
+                    const pool_span *parts, size_t n);
+
 /* Unmaps and frees the pieces of [addr, addr + size), any unit-aligned
  * part of mapped segments (of a stitched range: unmaps only); a
  * reservation goes once none of it is mapped. */

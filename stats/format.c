@@ -3,6 +3,8 @@
  * every one generated from STATS_DEVICE_FIELDS / STATS_PROCESS_FIELDS.
  * Plain snprintf into the caller's buffer: no allocation.
  */
+#include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -103,6 +105,37 @@ const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len)
     }
     snprintf(buf, len, "%.2f %s", v, unit[u]);
     return buf;
+}
+
+int stats_parse_size(const char *s, uint64_t *size)
+{
+    if (!s || !isdigit((unsigned char)*s))
+        return -EINVAL;
+    uint64_t v = 0;
+    for (; isdigit((unsigned char)*s); s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -EINVAL;
+        v = v * 10 + d;
+    }
+    int shift = 0;
+    switch (toupper((unsigned char)*s)) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    }
+    if (shift) {
+        s++;
+        if (*s == 'i' || *s == 'I')
+            s++;
+    }
+    if (*s == 'B' || *s == 'b')
+        s++;
+    if (*s || (shift && v > (UINT64_MAX >> shift)))
+        return -EINVAL;
+    *size = v << shift;
+    return 0;
 }
 
 const char *stats_printable(const char *s, char *buf, size_t len)

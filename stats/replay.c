@@ -43,9 +43,13 @@ void replay_devices(const trace *t, uint64_t set[4])
 
 /* ---- the simulated device ----------------------------------------------- */
 
+typedef struct room { uint64_t base, size; } room;
+
 typedef struct device {
     uint64_t capacity, used, next, align;
     uint64_t fences;
+    room *rooms;          /* addresses each stitch may extend into */
+    size_t nrooms, rooms_cap;
 } device;
 
 /* The most a simulated device holds when no capacity is given, and the
@@ -81,25 +85,57 @@ static void dev_release(void *ctx, uintptr_t base, size_t size)
     d->used -= size;
 }
 
-/* A stitch takes fresh addresses and no memory: its parts are held. */
-static int dev_stitch(void *ctx, const pool_span *parts, size_t n, uintptr_t *base)
+/* Bytes of parts. */
+static size_t parts_size(const pool_span *parts, size_t n)
 {
-    device *d = ctx;
     size_t size = 0;
     for (size_t i = 0; i < n; i++)
         size += parts[i].size;
-    if (size > UINT64_MAX - d->next - d->align)
+    return size;
+}
+
+/* A stitch takes fresh addresses and no memory: its parts are held. Like
+ * CUPOOL_STITCH's, it keeps twice its size of addresses to extend into. */
+static int dev_stitch(void *ctx, const pool_span *parts, size_t n, uintptr_t *base)
+{
+    device *d = ctx;
+    size_t size = parts_size(parts, n);
+    if (size > (UINT64_MAX - d->next - d->align) / 2)
         return -ENOMEM;
+    if (d->nrooms == d->rooms_cap) {
+        size_t cap = d->rooms_cap ? 2 * d->rooms_cap : 16;
+        room *r = realloc(d->rooms, cap * sizeof(*r));
+        if (!r)
+            return -ENOMEM;
+        d->rooms = r;
+        d->rooms_cap = cap;
+    }
+    uint64_t span = (2 * size + d->align - 1) & ~(d->align - 1);
+    d->rooms[d->nrooms++] = (room){d->next, span};
     *base = (uintptr_t)d->next;
-    d->next += (size + d->align - 1) & ~(d->align - 1);
+    d->next += span;
     return 0;
+}
+
+static int dev_extend(void *ctx, uintptr_t base, size_t size,
+                      const pool_span *parts, size_t n)
+{
+    device *d = ctx;
+    for (size_t i = d->nrooms; i-- > 0;)
+        if (d->rooms[i].base == base)
+            return parts_size(parts, n) <= d->rooms[i].size - size ? 0 : -ENOSPC;
+    return -EINVAL;
 }
 
 static void dev_unstitch(void *ctx, uintptr_t base, size_t size)
 {
-    (void)ctx;
-    (void)base;
+    device *d = ctx;
     (void)size;
+    for (size_t i = d->nrooms; i-- > 0;)
+        if (d->rooms[i].base == base) {
+            d->rooms[i] = d->rooms[--d->nrooms];
+            return;
+        }
 }
 
 static int dev_fence(void *ctx)
@@ -231,7 +267,9 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     cfg.max_reserved = o->max_reserved;
     if (o->small_segment)
         cfg.small_segment = o->small_segment;
-    size_t unit = o->trim_unit ? o->trim_unit : o->stitch ? POOL_STITCH_UNIT : 0;
+    /* As CUPOOL_STITCH: large units without a cap, the granule under one. */
+    size_t unit = o->trim_unit ? o->trim_unit
+                  : !o->stitch ? 0 : o->max_reserved ? (size_t)2 << 20 : POOL_STITCH_UNIT;
     device dev = {.capacity = o->capacity, .next = UINT64_C(1) << 40,
                   .align = unit > (2u << 20) ? unit : 2u << 20};
     pool_backend be = {.reserve = dev_reserve, .release = dev_release,
@@ -241,6 +279,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     if (o->stitch) { /* as CUPOOL_STITCH: no trim unless asked for */
         be.stitch = dev_stitch;
         be.unstitch = dev_unstitch;
+        be.extend = dev_extend;
     }
     pool *p;
     int err = pool_create(&cfg, &be, &p);
@@ -250,6 +289,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     unsigned char *mark = calloc(t->n ? t->n : 1, 1);
     if (!mark) {
         pool_destroy(p);
+        free(dev.rooms);
         return -ENOMEM;
     }
     uint64_t count = 0;
@@ -258,6 +298,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     if (o->samples && count &&
         !(r->sample = malloc(count * sizeof(*r->sample)))) {
         pool_destroy(p);
+        free(dev.rooms);
         free(mark);
         return -ENOMEM;
     }
@@ -402,6 +443,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     r->stitched_bytes = s.stitched_bytes_total;
     r->frag_mean = last_time > start ? frag_area / (double)(last_time - start) : 0.0;
     pool_destroy(p);
+    free(dev.rooms);
     free(map.key);
     free(map.val);
     free(mark);

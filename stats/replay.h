@@ -40,8 +40,9 @@ typedef struct replay_opts {
                                  this size under free blocks inside
                                  segments, as CUPOOL_VMM does; 0 = no */
     bool stitch;              /* the device can map free units (trim_unit,
-                                 or POOL_STITCH_UNIT) into one new range,
-                                 as CUPOOL_STITCH does */
+                                 or POOL_STITCH_UNIT, 2 MiB under
+                                 max_reserved) into one new range, as
+                                 CUPOOL_STITCH does */
     bool samples;             /* keep one sample per event (for plots) */
 } replay_opts;
 

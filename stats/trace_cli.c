@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
 #include "plot.h"
 #include "replay.h"
 #include "stats.h"
@@ -54,8 +53,8 @@ static const struct { const char *cmd, *text; } helps[] = {
                "  --max-reserved SIZE  a cap, as CUPOOL_MAX_RESERVED\n"
                "  --trim UNIT          the device can take back UNIT-sized parts of\n"
                "                       segments (a power of two, 512 or more), as CUPOOL_VMM\n"
-               "  --stitch             the device can map free units (--trim's, or 16 MiB\n"
-               "                       as CUPOOL_STITCH's default)\n"
+               "  --stitch             the device can map free units (--trim's, else as\n"
+               "                       CUPOOL_STITCH: 16 MiB, 2 MiB under --max-reserved)\n"
                "                       into one new range for a request no free block\n"
                "                       fits, as CUPOOL_STITCH\n"
                "  --device N           only device N of the trace\n"
@@ -130,7 +129,7 @@ static int parse(int argc, char **argv, args *a)
             snprintf(a->policies, sizeof(a->policies), "%s", argv[++i]);
         } else if (!strcmp(o, "--capacity") || !strcmp(o, "--max-reserved") ||
                    !strcmp(o, "--trim")) {
-            if (shim_parse_size(argv[i + 1], &v))
+            if (stats_parse_size(argv[i + 1], &v))
                 return usage_error("bad size '%s' (examples: 80G, 512MiB, 1000000)",
                                    argv[i + 1]);
             if (!strcmp(o, "--trim") && (v < POOL_ALIGN || (v & (v - 1))))
@@ -551,27 +550,8 @@ static int cmd_plot(const args *a)
     return rc;
 }
 
-/* A line of the shim's parser, without what the shim would do instead
- * ("; using ..."): cupool run does not start the program. */
-static void check_warn(const char *line)
-{
-    const char *cut = strstr(line, "; using");
-    fprintf(stderr, "cupool: run: %.*s\n", cut ? (int)(cut - line) : (int)strlen(line), line);
-}
-static const char *check_get(const char *name) { return getenv(name); }
-
-/* The environment's CUPOOL_* options as libcupool.so will read them:
- * 0 if every one holds, 2 (after one line each) if not. */
-static int cmd_check_env(void)
-{
-    shim_config c;
-    return shim_config_load(&c, check_get, check_warn) ? 2 : 0;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc == 2 && !strcmp(argv[1], "check-env"))
-        return cmd_check_env();
     if (argc < 2) {
         fprintf(stderr, "usage: cupool-trace replay|plot|dump|encode ... (see "
                 "'cupool --help')\n");

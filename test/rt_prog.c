@@ -1276,6 +1276,39 @@ static int vmm(void)
     return 0;
 }
 
+/* A 3h segment holding h live (b, filled with 2s) between two free h
+ * holes, the first at *a. */
+static int two_holes(size_t h, char **a, char **b)
+{
+    char *big, *c;
+    OK(cudaMalloc((void **)&big, 3 * h));
+    OK(cudaFree(big));
+    OK(cudaMalloc((void **)a, h));
+    OK(cudaMalloc((void **)b, h));
+    OK(cudaMalloc((void **)&c, h));
+    CHECK(*a == big && *b == *a + h && c == *a + 2 * h);
+    fill(*b, 2, h);
+    OK(cudaFree(*a));
+    OK(cudaFree(c));
+    return 0;
+}
+
+/* After a SIGUSR1 flush with nothing live: nothing mapped, nothing in use,
+ * and no range unmapped while work could still use it. */
+static int flushed_all(void)
+{
+    raise(SIGUSR1);
+#ifdef SIMCUDA
+    for (int i = 0; i < 200 && sim(0).vmm_mapped; i++)
+        sleep_ms(10);
+    simcuda_stats after = sim(0);
+    printf("flushed: %llu bytes mapped, %llu in use, %lu unsynced unmaps\n",
+           after.vmm_mapped, after.used, after.unsynced_unmaps);
+    CHECK(after.vmm_mapped == 0 && after.used == 0 && after.unsynced_unmaps == 0);
+#endif
+    return 0;
+}
+
 /* Under CUPOOL_STITCH=1 with holes of h = RT_HOLE_MIB (8) and pieces of
  * RT_UNIT_MIB (2, CUPOOL_VMM_UNIT), under a cap of 3h + 4 MiB (rounded up
  * to a unit): a 3h segment holds h live between two h holes. 2h come from
@@ -1290,16 +1323,8 @@ static int stitch(void)
     const char *hv = getenv("RT_HOLE_MIB"), *uv = getenv("RT_UNIT_MIB");
     size_t h = (hv ? (size_t)atoi(hv) : 8) * MIB, u = (uv ? (size_t)atoi(uv) : 2) * MIB;
     CHECK(h && u && h % u == 0);
-    char *big, *a, *b, *c, *d, *e;
-    OK(cudaMalloc((void **)&big, 3 * h));
-    OK(cudaFree(big));
-    OK(cudaMalloc((void **)&a, h));
-    OK(cudaMalloc((void **)&b, h));
-    OK(cudaMalloc((void **)&c, h));
-    CHECK(a == big && b == a + h && c == a + 2 * h);
-    fill(b, 2, h);
-    OK(cudaFree(a));
-    OK(cudaFree(c));
+    char *a, *b, *d, *e;
+    CHECK(two_holes(h, &a, &b) == 0);
 #ifdef SIMCUDA
     simcuda_stats before = sim(0);
 #endif
@@ -1336,16 +1361,45 @@ static int stitch(void)
 #endif
     OK(cudaFree(e));
     OK(cudaFree(b));
-    raise(SIGUSR1);
+    return flushed_all();
+}
+
+/* Under CUPOOL_STITCH=1 and CUPOOL_VMM_UNIT=2M: a 24 MiB segment holds
+ * 8 MiB live between two 8 MiB holes. 12 MiB are stitched from the first
+ * hole and half the second; freed, they grow in place for 16 MiB: only
+ * the second hole's other half is mapped (2 mappings, at the end of the
+ * same addresses), nothing is unmapped or newly in use, and every byte
+ * lands where it should. */
+static int stitch_extend(void)
+{
+    size_t h = 8 * MIB;
+    char *a, *b, *d, *e;
+    CHECK(two_holes(h, &a, &b) == 0);
+    OK(cudaMalloc((void **)&d, 12 * MIB));
+    CHECK(d < a || d >= a + 24 * MIB);
+    fill(d, 3, 12 * MIB);
+    OK(cudaFree(d));
 #ifdef SIMCUDA
-    for (int i = 0; i < 200 && sim(0).vmm_mapped; i++)
-        sleep_ms(10);
-    after = sim(0);
-    printf("flushed: %llu bytes mapped, %llu in use, %lu unsynced unmaps\n",
-           after.vmm_mapped, after.used, after.unsynced_unmaps);
-    CHECK(after.vmm_mapped == 0 && after.used == 0 && after.unsynced_unmaps == 0);
+    simcuda_stats before = sim(0);
 #endif
-    return 0;
+    OK(cudaMalloc((void **)&e, 16 * MIB));
+    fill(e, 4, 16 * MIB);
+    expect(b, 2, 8 * MIB);
+    expect(e, 4, 16 * MIB);
+#ifdef SIMCUDA
+    simcuda_stats after = sim(0);
+    printf("extended: same address %d, %lu mappings, %llu bytes more in use, "
+           "%lu unmapped\n", e == d, after.vmm_maps - before.vmm_maps,
+           after.used - before.used, after.vmm_unmaps - before.vmm_unmaps);
+    CHECK(e == d && after.vmm_maps - before.vmm_maps == 2);
+    CHECK(after.used == before.used && after.vmm_unmaps == before.vmm_unmaps);
+#else
+    printf("extended: same address %d\n", e == d);
+    CHECK(e == d);
+#endif
+    OK(cudaFree(e));
+    OK(cudaFree(b));
+    return flushed_all();
 }
 
 #ifdef SIMCUDA
@@ -1432,7 +1486,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
     {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
-    {"vmm", vmm}, {"stitch", stitch}, {"execsleep", execsleep}, {"bigfail", bigfail},
+    {"vmm", vmm}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
     {"tracechild", tracechild},
 };
 

@@ -183,29 +183,47 @@ uintptr_t sim_backend_phys(const sim_backend *s, uintptr_t va, size_t *len)
     }
 }
 
+/* Checks n parts for a stitch (i: the stitch they extend, or -1): each
+ * whole units, mapped, inside one range or one stitch other than i, and
+ * in no stitch already. Returns their bytes, or 0 (counted bad). */
+static size_t parts_check(sim_backend *s, const pool_span *parts, size_t n, long i)
+{
+    size_t size = 0;
+    for (size_t k = 0; k < n; k++) {
+        const pool_span *p = &parts[k];
+        long in = p->size ? stitch_find(s, p->addr) : -1;
+        bool ok = p->size && p->addr % s->trim_unit == 0 && p->size % s->trim_unit == 0 &&
+                  in == stitch_find(s, p->addr + p->size - 1) && (i < 0 || in != i) &&
+                  !stitched_into(s, p->addr, p->size);
+        for (size_t off = 0, len; ok && off < p->size; off += len) {
+            ok = sim_backend_phys(s, p->addr + off, &len) != 0 &&
+                 (in >= 0 || len >= p->size - off);
+        }
+        if (!ok) {
+            s->bad_stitches++;
+            return 0;
+        }
+        size += p->size;
+    }
+    return size;
+}
+
+static pool_span *parts_copy(const pool_span *parts, size_t n, pool_span *to, size_t at)
+{
+    pool_span *c = realloc(to, (at + n) * sizeof(*c));
+    if (c)
+        memcpy(c + at, parts, n * sizeof(*c));
+    return c;
+}
+
 static int sim_stitch_map(void *ctx, const pool_span *parts, size_t n, uintptr_t *base)
 {
     sim_backend *s = ctx;
     if (s->stitch_error)
         return s->stitch_error;
-    size_t size = 0;
-    for (size_t k = 0; k < n; k++) {
-        const pool_span *p = &parts[k];
-        /* Each part: whole units, mapped, inside one range or one stitch,
-         * and in no other stitch. */
-        bool ok = p->size && p->addr % s->trim_unit == 0 && p->size % s->trim_unit == 0 &&
-                  stitch_find(s, p->addr) == stitch_find(s, p->addr + p->size - 1) &&
-                  !stitched_into(s, p->addr, p->size);
-        for (size_t off = 0, len; ok && off < p->size; off += len) {
-            ok = sim_backend_phys(s, p->addr + off, &len) != 0 &&
-                 (stitch_find(s, p->addr) >= 0 || len >= p->size - off);
-        }
-        if (!ok) {
-            s->bad_stitches++;
-            return -EINVAL;
-        }
-        size += p->size;
-    }
+    size_t size = parts_check(s, parts, n, -1);
+    if (!size)
+        return -EINVAL;
     if (s->nst == s->st_cap) {
         size_t cap = s->st_cap ? 2 * s->st_cap : 16;
         sim_stitch *g = realloc(s->st, cap * sizeof(*g));
@@ -214,14 +232,40 @@ static int sim_stitch_map(void *ctx, const pool_span *parts, size_t n, uintptr_t
         s->st = g;
         s->st_cap = cap;
     }
-    pool_span *copy = malloc(n * sizeof(*copy));
+    pool_span *copy = parts_copy(parts, n, NULL, 0);
     if (!copy)
         return -ENOMEM;
-    memcpy(copy, parts, n * sizeof(*copy));
     *base = s->next_base;
-    s->st[s->nst++] = (sim_stitch){s->next_base, size, n, copy};
-    s->next_base = (s->next_base + size + POOL_ALIGN + s->trim_unit - 1) & ~(s->trim_unit - 1);
+    s->st[s->nst++] = (sim_stitch){s->next_base, size, n, 2 * size, copy};
+    s->next_base = (s->next_base + 2 * size + POOL_ALIGN + s->trim_unit - 1) &
+                   ~(s->trim_unit - 1);
     s->stitches++;
+    return 0;
+}
+
+static int sim_extend(void *ctx, uintptr_t base, size_t size, const pool_span *parts,
+                      size_t n)
+{
+    sim_backend *s = ctx;
+    if (s->stitch_error)
+        return s->stitch_error;
+    long i = stitch_find(s, base);
+    if (i < 0 || s->st[i].base != base || s->st[i].size != size) {
+        s->bad_stitches++;
+        return -EINVAL;
+    }
+    size_t more = parts_check(s, parts, n, i);
+    if (!more)
+        return -EINVAL;
+    if (more > s->st[i].room - size)
+        return -ENOSPC;
+    pool_span *c = parts_copy(parts, n, s->st[i].parts, s->st[i].n);
+    if (!c)
+        return -ENOMEM;
+    s->st[i].parts = c;
+    s->st[i].n += n;
+    s->st[i].size += more;
+    s->extends++;
     return 0;
 }
 
@@ -245,6 +289,7 @@ void sim_backend_enable_stitch(sim_backend *sim, pool_backend *be)
     (void)sim;
     be->stitch = sim_stitch_map;
     be->unstitch = sim_unstitch;
+    be->extend = sim_extend;
 }
 
 void sim_backend_fini(sim_backend *sim)

@@ -25,7 +25,7 @@ typedef struct sim_segment { uintptr_t base; size_t size; } sim_segment;
 
 typedef struct sim_stitch {
     uintptr_t base;
-    size_t size, n;
+    size_t size, n, room; /* room: addresses it may extend into */
     pool_span *parts;
 } sim_stitch;
 
@@ -50,7 +50,7 @@ typedef struct sim_backend {
     sim_stitch *st;
     size_t nst, st_cap;
     int stitch_error;       /* nonzero: stitches fail with this */
-    unsigned long stitches, unstitches, bad_stitches;
+    unsigned long stitches, unstitches, bad_stitches, extends;
 } sim_backend;
 
 /* Initialises sim with a capacity (0 = unlimited) and fills *be with
@@ -65,7 +65,8 @@ void sim_backend_enable_trim(sim_backend *sim, pool_backend *be, size_t unit);
  * makes the oldest done. fence_error fails begins and polls too. Call
  * before pool_create. */
 void sim_backend_enable_async(sim_backend *sim, pool_backend *be);
-/* Lets the pool stitch (needs trim). Call before pool_create. */
+/* Lets the pool stitch (needs trim), and extend a stitch into twice its
+ * first size. Call before pool_create. */
 void sim_backend_enable_stitch(sim_backend *sim, pool_backend *be);
 /* The memory address va reaches, through stitches, and in *len the bytes
  * from va on that stay contiguous in memory; 0 if va is mapped nowhere. */

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "stats.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
@@ -63,14 +64,14 @@ static void test_sizes(void **state)
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         uint64_t v = 1;
-        assert_int_equal(shim_parse_size(ok[i].s, &v), 0);
+        assert_int_equal(stats_parse_size(ok[i].s, &v), 0);
         assert_int_equal(v, ok[i].v);
     }
     static const char *const bad[] = {"", "G", "-1", "1.5G", "12 M", "20X",
         "20GiBs", "99999999999999999999", "17179869184G", NULL};
     for (int i = 0; bad[i]; i++) {
         uint64_t v = 42;
-        assert_int_equal(shim_parse_size(bad[i], &v), -EINVAL);
+        assert_int_equal(stats_parse_size(bad[i], &v), -EINVAL);
         assert_int_equal(v, 42);
     }
 }

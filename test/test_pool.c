@@ -1243,6 +1243,53 @@ static void test_stitch_from_holes(void **state)
     assert_int_equal(fx->sim.bad_stitches, 0);
 }
 
+/* An idle stitched segment at least half as large as a request it does
+ * not fit grows in place from free units: only they are mapped, at its
+ * end, and it keeps its address. Where its range has no room left, it is
+ * unstitched and stitched anew, as without extensions. */
+static void test_stitch_extends(void **state)
+{
+    fixture *fx = *state;
+    for (int room = 1; room >= 0; room--) {
+        fx_open_stitch(fx, 0);
+        uintptr_t mid, base = two_holes(fx, &mid);
+        uintptr_t c = xalloc(fx, 12 * MIB); /* [0, 8) and [16, 20) */
+        xfree(fx, c);
+        assert_int_equal(fx->sim.nst, 1);
+        if (!room)
+            fx->sim.st[0].room = 12 * MIB;
+        uintptr_t e = xalloc(fx, 16 * MIB);
+        pool_stats s = stats(fx);
+        assert_int_equal(s.stitches, 2);
+        assert_int_equal(s.reserved, 24 * MIB);
+        assert_int_equal(s.seg_reserves, 1);
+        assert_int_equal(fx->sim.nst, 1);
+        if (room) { /* [20, 24) mapped after the 12 MiB */
+            assert_int_equal(e, c);
+            assert_int_equal(fx->sim.extends, 1);
+            assert_int_equal(fx->sim.unstitches, 0);
+            assert_int_equal(s.stitched_bytes_total, 16 * MIB);
+            assert_int_equal(fx->sim.st[0].n, 3);
+            assert_int_equal(fx->sim.st[0].parts[2].addr, base + 20 * MIB);
+            assert_int_equal(fx->sim.st[0].parts[2].size, 4 * MIB);
+        } else { /* [0, 8) and [16, 24) anew */
+            assert_int_equal(fx->sim.extends, 0);
+            assert_int_equal(fx->sim.unstitches, 1);
+            assert_int_equal(fx->sim.st[0].n, 2);
+            assert_int_equal(fx->sim.st[0].parts[1].size, 8 * MIB);
+        }
+        assert_int_equal(fx->sim.st[0].size, 16 * MIB);
+        assert_int_equal(pool_free(fx->p, base + 21 * MIB), -EALREADY);
+        xfree(fx, e);
+        xfree(fx, mid);
+        assert_int_equal(pool_flush(fx->p), 24 * MIB);
+        assert_int_equal(fx->sim.nst, 0);
+        assert_int_equal(fx->sim.bad_stitches, 0);
+        if (room)
+            fx_close(fx); /* the teardown closes the last */
+    }
+}
+
 /* A stitch the backend refuses leaves plain growth: a fresh part already
  * reserved for it goes back. Under a cap, the fresh part is what counts. */
 static void test_stitch_refused_and_capped(void **state)
@@ -1355,6 +1402,7 @@ int main(void)
         cmocka_unit_test(test_async_needs_all_three),
         T(test_stitch_from_holes),
         T(test_stitch_refused_and_capped),
+        T(test_stitch_extends),
         cmocka_unit_test(test_stitch_needs_unit_and_both),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);

@@ -142,7 +142,8 @@ static void verify(walk *w)
     assert_int_equal(s.reserved, fx->sim.used);
     assert_int_equal(s.segments, fx->sim.nsegs + fx->sim.nst);
     assert_int_equal(fx->sim.bad_stitches, 0);
-    assert_int_equal(s.stitches, fx->sim.stitches);
+    /* Extensions count as stitches. */
+    assert_int_equal(s.stitches, fx->sim.stitches + fx->sim.extends);
     assert_int_equal(s.fences, fx->sim.fences + fx->sim.begins);
     assert_int_equal(fx->sim.bad_releases, 0);
     assert_int_equal(fx->sim.bad_trims, 0);
@@ -260,15 +261,18 @@ static void random_walk(void **state)
     verify(w);
     pool_stats s = stats(&w->fx);
     printf("ops %lu: allocs %lu, failures %lu, fences %lu, segment reserves "
-           "%lu, releases %lu, peak reserved %lu MiB\n", w->ops,
+           "%lu, releases %lu, peak reserved %lu MiB, stitches %lu, "
+           "extensions %lu\n", w->ops,
            (unsigned long)s.allocs, w->failures, (unsigned long)s.fences,
            (unsigned long)s.seg_reserves, (unsigned long)s.seg_releases,
-           (unsigned long)(s.reserved_peak >> 20));
+           (unsigned long)(s.reserved_peak >> 20), w->fx.sim.stitches,
+           w->fx.sim.extends);
     /* The walk must have exercised what it claims to. */
     assert_true(s.fences > 0 && s.seg_releases > 0 && s.retries > 0);
     assert_true(w->failures > 0 && s.hits > s.allocs / 2);
     assert_true(w->trim ? s.trims > 0 : s.trims == 0);
-    assert_true(w->stitch ? s.stitches > 0 && w->fx.sim.unstitches > 0 : s.stitches == 0);
+    assert_true(w->stitch ? s.stitches > 0 && w->fx.sim.unstitches > 0 &&
+                                w->fx.sim.extends > 0 : s.stitches == 0);
     /* Now and then a stitch fails: plain growth serves the request. */
     while (w->n)
         step_free(w);
