@@ -26,7 +26,7 @@ TEST_INC := -Ipool -Itest
 STATS_SRC := stats/format.c stats/page.c stats/trace.c
 STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
-            shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c \
+            shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c shim/process.c \
             shim/vmm.c shim/cupti.c shim/signals.c shim/driver.c \
             shim/interpose_driver.c shim/passed.c shim/ipc.c shim/owner.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)

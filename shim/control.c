@@ -27,28 +27,13 @@
 #include "device.h"
 #include "log.h"
 #include "nvml.h"
+#include "process.h"
 #include "recorder.h"
 #include "signals.h"
 
-static atomic_bool active;
-static _Atomic uint64_t counters[SHIM_NCOUNTERS];
-static int pipe_fd[2] = {-1, -1};
 static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
-static atomic_bool helper_running;
 /* Signals on_term holds while tracing (their byte means "end"). */
 static sigset_t term_handled;
-
-/* Pipe bytes: a signal number, or WAKE_DRAIN. */
-enum { WAKE_DRAIN = 0 };
-
-bool shim_active(void) { return atomic_load_explicit(&active, memory_order_relaxed); }
-
-void shim_count(enum shim_counter c) { shim_count_add(c, 1); }
-
-void shim_count_add(enum shim_counter c, uint64_t n)
-{
-    atomic_fetch_add_explicit(&counters[c], n, memory_order_relaxed);
-}
 
 /* ---- signals -------------------------------------------------------------- */
 
@@ -60,7 +45,7 @@ static void on_term(int sig)
 {
     int saved = errno;
     unsigned char b = (unsigned char)sig;
-    if (!atomic_load(&helper_running) || write(pipe_fd[1], &b, 1) != 1) {
+    if (!shim_helper_running() || write(shim_doorbell_wr(), &b, 1) != 1) {
         struct sigaction dfl;
         memset(&dfl, 0, sizeof(dfl));
         dfl.sa_handler = SIG_DFL;
@@ -103,25 +88,6 @@ static stats_page *page;                   /* guarded by page_lock */
  * STATS_UNKNOWN where NVML cannot tell. */
 static _Atomic uint64_t outside[SHIM_MAX_DEVICES];
 
-void shim_comm(char *buf, size_t len)
-{
-    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, len - 1) : 0;
-    if (fd >= 0)
-        close(fd);
-    buf[n > 0 ? n - (buf[n - 1] == '\n') : 0] = '\0';
-}
-
-static uint64_t clock_ns(clockid_t c)
-{
-    struct timespec t;
-    clock_gettime(c, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-uint64_t shim_unix_ns(void) { return clock_ns(CLOCK_REALTIME); }
-uint64_t shim_mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
-
 int shim_ipc_export(const void *handle, uint64_t offset, uint64_t size, int dev,
                     uint32_t *slot, uint64_t *nonce)
 {
@@ -154,7 +120,7 @@ void shim_stats_view(stats_view *v)
         d->passed_peak = atomic_load(&shim_devices[i].passed_peak);
     }
 #define X(name, unit, kind, help) \
-    v->proc.name = atomic_load(&counters[SHIM_##name]);
+    v->proc.name = shim_counter(SHIM_##name);
     STATS_PROCESS_FIELDS(X)
 #undef X
 }
@@ -311,7 +277,7 @@ static void flush(enum shim_counter c, const char *by)
 
 static void handle(unsigned char b)
 {
-    if (b == WAKE_DRAIN) {
+    if (b == SHIM_WAKE_DRAIN) {
         shim_trace_drain();
     } else if (sigismember(&term_handled, b) == 1) {
         /* Even when recording stopped on a write error since: the
@@ -374,7 +340,7 @@ static void *helper(void *arg)
         int wait = !ticking ? -1 : (int)(due - now);
         if (shim_tracing() && wait > SHIM_TRACE_TICK_MS)
             wait = SHIM_TRACE_TICK_MS;
-        struct pollfd pf = {.fd = pipe_fd[0], .events = POLLIN};
+        struct pollfd pf = {.fd = shim_doorbell_rd(), .events = POLLIN};
         int r = poll(&pf, 1, wait);
         atomic_fetch_add_explicit(&shim_trace_ticks, 1, memory_order_relaxed);
         if (r < 0 && errno != EINTR)
@@ -382,7 +348,7 @@ static void *helper(void *arg)
         if (r <= 0)
             continue;
         unsigned char b;
-        ssize_t k = read(pipe_fd[0], &b, 1);
+        ssize_t k = read(shim_doorbell_rd(), &b, 1);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -412,23 +378,16 @@ static void helper_spawn(void)
         shim_log(SHIM_LOG_ERROR, "cannot start the helper thread: signals "
                  "will not flush or dump statistics");
     else
-        atomic_store(&helper_running, true);
+        shim_helper_set_running(true);
     pthread_attr_destroy(&a);
 }
 
-void shim_helper_start(void)
+/* Starts the helper thread if it is not running (idempotent): the first
+ * pool's hook (shim_on_first_pool). */
+static void helper_start(void)
 {
-    if (pipe_fd[0] >= 0)
+    if (shim_doorbell_rd() >= 0)
         pthread_once(&helper_once, helper_spawn);
-}
-
-void shim_helper_wake(void)
-{
-    unsigned char b = WAKE_DRAIN;
-    if (atomic_load_explicit(&helper_running, memory_order_relaxed)) {
-        ssize_t w = write(pipe_fd[1], &b, 1); /* full pipe: already woken */
-        (void)w;
-    }
 }
 
 /* ---- out-of-memory report ------------------------------------------------- */
@@ -500,12 +459,10 @@ static void after_fork_child(void)
     /* The child must not touch the parent's CUDA state, nor the parent's
      * page, which the parent removes. It is single-threaded here, and its
      * destructor returns early (inactive), so page_lock is not needed. */
-    atomic_store(&active, false);
-    atomic_store(&helper_running, false);
+    shim_set_active(false);
+    shim_helper_set_running(false);
     shim_signals_mute(); /* its signals must not reach the parent's helper */
-    for (int i = 0; i < 2; i++)
-        if (pipe_fd[i] >= 0)
-            close(pipe_fd[i]), pipe_fd[i] = -1;
+    shim_doorbell_close();
     stats_page_forget(page);
     page = NULL;
     shim_trace_after_fork();
@@ -528,8 +485,10 @@ __attribute__((destructor)) static void shim_fini(void)
 
 static const char *env(const char *name) { return getenv(name); }
 
-__attribute__((constructor(102))) static void shim_init(void)
+/* The shim's one constructor: everything at start-up, in order. */
+__attribute__((constructor(101))) static void shim_init(void)
 {
+    shim_devices_init();
     shim_config_load(&shim_cfg, env, hold_warning);
     shim_log_set_level(shim_cfg.log);
     for (int i = 0; i < npending; i++)
@@ -540,18 +499,19 @@ __attribute__((constructor(102))) static void shim_init(void)
                  "passes through");
         return;
     }
-    if (pipe2(pipe_fd, O_CLOEXEC) == 0) {
-        fcntl(pipe_fd[1], F_SETFL, O_NONBLOCK);
+    int err = shim_doorbell_open();
+    if (!err) {
         int sigs[] = {shim_cfg.flush_signal, shim_cfg.stats_signal};
-        shim_signals_take(sigs, 2, pipe_fd[1]);
+        shim_signals_take(sigs, 2, shim_doorbell_wr());
+        shim_on_first_pool(helper_start);
         if (*shim_cfg.trace) {
             shim_trace_open(shim_cfg.trace);
             if (shim_tracing())
                 install_term();
         }
     } else {
-        shim_log(SHIM_LOG_WARN, "no pipe for signals: %s", strerror(errno));
+        shim_log(SHIM_LOG_WARN, "no pipe for signals: %s", strerror(-err));
     }
     pthread_atfork(NULL, NULL, after_fork_child);
-    atomic_store(&active, true);
+    shim_set_active(true);
 }

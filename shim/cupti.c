@@ -18,7 +18,8 @@
 #include "config.h"
 #include "driver.h"
 #include "cupti.h"
-#include "device.h"
+#include "process.h"
+#include "real.h"
 #include "log.h"
 
 static _Atomic uint64_t work;

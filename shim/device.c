@@ -41,22 +41,20 @@
 #include <string.h>
 #include <time.h>
 
-#include "control.h"
 #include "cupti.h"
 #include "device.h"
 #include "grow.h"
-#include "interpose.h"
 #include "log.h"
 #include "owner.h"
+#include "process.h"
 #include "recorder.h"
 #include "stats.h"
 
 shim_device shim_devices[SHIM_MAX_DEVICES];
-shim_config shim_cfg;
 
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 
-__attribute__((constructor(101))) static void devices_init(void)
+void shim_devices_init(void)
 {
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
         shim_devices[i].id = i;
@@ -1026,7 +1024,7 @@ pool *shim_device_shard(int dev, int shard)
         atomic_store_explicit(&d->pools[shard], p, memory_order_release);
     }
     pthread_mutex_unlock(&create_lock);
-    shim_helper_start();
+    shim_first_pool(); /* starts the helper thread (control.c) */
     return p;
 }
 

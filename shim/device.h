@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "driver.h"
+#include "process.h"
 #include "pool.h"
 #include "real.h"
 #include "vmm.h"
@@ -101,7 +102,10 @@ uint64_t shim_device_cap(int dev);
 typedef struct shim_saved { int dev; CUcontext ctx; } shim_saved;
 
 extern shim_device shim_devices[SHIM_MAX_DEVICES];
-extern shim_config shim_cfg;
+
+/* Sets up shim_devices; first thing at start-up (control.c's constructor,
+ * the shim's only one). */
+void shim_devices_init(void);
 
 /* Shard s of the device's pools, created on first use (with the device
  * current); NULL if it cannot be created (the caller passes through). */

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "control.h"
+#include "process.h"
 #include "driver.h"
 #include "log.h"
 

@@ -19,7 +19,6 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-_Thread_local int shim_inside;
 #define inside shim_inside
 
 /* True if this call must go straight to the real runtime. */

@@ -9,11 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Nonzero while the calling thread is inside the shim (or inside a real
- * CUDA call the shim made): every interposed entry point then goes straight
- * to the real function, so an allocation is served exactly once and the
- * pool's own calls reach CUDA. */
-extern _Thread_local int shim_inside;
 
 /* Serves size bytes from dev's pool for call (its name, for the report):
  * 0 and *a, -ENODEV if the device has no pool (pass the call on), or the

@@ -14,7 +14,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 
-#include "control.h"
+#include "process.h"
 #include "device.h"
 #include "driver.h"
 #include "interpose.h"

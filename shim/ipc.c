@@ -19,7 +19,6 @@
 #include "control.h"
 #include "device.h"
 #include "grow.h"
-#include "interpose.h"
 #include "ipc.h"
 #include "log.h"
 

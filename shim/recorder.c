@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "control.h"
+#include "process.h"
 #include "log.h"
 #include "recorder.h"
 

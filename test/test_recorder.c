@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "control.h"
+#include "process.h"
 #include "log.h"
 #include "recorder.h"
 
