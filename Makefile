@@ -199,6 +199,58 @@ bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cu
 demo: all
 	scripts/demo
 
+# The GPU programs the GPU scripts run (scripts/gpu-check, gpu-reach,
+# bench-gpu, bench-stitch, gpu-traces): `make gpu` on a machine with nvcc.
+# NAME from test/gpu/NAME.cu or NAME.c on the shared runtime; NAME_static
+# linked as nvcc links by default (the runtime linked statically).
+NVCC     ?= $(CUDA)/bin/nvcc
+GPU_ARCH ?= sm_90
+GPU      := $(BUILD)/gpu
+GPU_CC   := $(CC) -O2 -std=c11 -D_GNU_SOURCE $(CUDA_INC)
+SHARED_RT := -L$(CUDA)/lib64 -lcudart -Wl,-rpath,$(CUDA)/lib64 -lpthread -lm
+STATIC_RT := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread
+CUPTI_INC := $(firstword $(wildcard $(CUDA)/include/cupti.h $(CUDA)/extras/CUPTI/include/cupti.h))
+CUPTI_LIB := $(dir $(firstword $(wildcard $(CUDA)/lib64/libcupti.so $(CUDA)/extras/CUPTI/lib64/libcupti.so)))
+GPU_PROGS := $(addprefix $(GPU)/,race trim_wait stitch_cost race_static launch_static \
+               vmm_parts pair_bench mix_bench hold fence_parts pair_bench_static \
+               hold_static rt_prog rt_prog_static gpa_probe cupti_count.so)
+.PHONY: gpu
+gpu: $(GPU_PROGS)
+$(GPU)/%: test/gpu/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -arch=$(GPU_ARCH) -cudart shared $< -o $@
+$(GPU)/%_static: test/gpu/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -arch=$(GPU_ARCH) $< -o $@
+$(GPU)/launch_static: test/gpu/launch_bench.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -arch=$(GPU_ARCH) $< -o $@
+$(GPU)/vmm_parts: test/gpu/vmm_parts.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -arch=$(GPU_ARCH) $< -lcuda -o $@
+$(GPU)/%: test/gpu/%.c
+	@mkdir -p $(dir $@)
+	$(GPU_CC) $< $(SHARED_RT) -o $@
+$(GPU)/fence_parts: test/gpu/fence_parts.c
+	@mkdir -p $(dir $@)
+	$(GPU_CC) $< $(SHARED_RT) -lcuda -o $@
+$(GPU)/%_static: test/gpu/%.c
+	@mkdir -p $(dir $@)
+	$(GPU_CC) $< $(STATIC_RT) -o $@
+$(GPU)/rt_prog: test/rt_prog.c
+	@mkdir -p $(dir $@)
+	$(GPU_CC) $< $(SHARED_RT) -o $@
+$(GPU)/rt_prog_static: test/rt_prog.c
+	@mkdir -p $(dir $@)
+	$(GPU_CC) $< $(STATIC_RT) -o $@
+$(GPU)/gpa_probe: test/gpu/gpa_probe.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 $(CUDA_INC) $< -ldl -o $@
+$(GPU)/cupti_count.so: test/gpu/cupti_count.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -shared -fPIC -I$(dir $(CUPTI_INC)) $< -L$(CUPTI_LIB) -lcupti \
+	    -Wl,-rpath,$(CUPTI_LIB) -o $@
+
 # The library and the programs behind `cupool` go to $(PREFIX)/lib, where
 # the installed `cupool` finds them; only `cupool` goes on the PATH.
 INSTALLED_LIB := libcupool.so cupool-stat cupool-trace cupool-options cupool-import-torch

@@ -23,8 +23,9 @@ extern shim_config shim_cfg;
 /* Nonzero while the calling thread is inside the shim (or inside a real
  * CUDA call the shim made): every interposed entry point then goes straight
  * to the real function, so an allocation is served exactly once and the
- * pool's own calls reach CUDA. */
-extern _Thread_local int shim_inside;
+ * pool's own calls reach CUDA. Hidden, so that every file reaches it the
+ * cheap way (the local-dynamic TLS model: no lookup by name). */
+extern __attribute__((visibility("hidden"))) _Thread_local int shim_inside;
 
 /* True once the shim is loaded, enabled, and this is not a forked child. */
 bool shim_active(void);
