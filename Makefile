@@ -122,10 +122,11 @@ $(BUILD)/cupool-options: shim/options_cli.c shim/config.c stats/format.c $(POOL_
 
 # The trace tools behind `cupool replay/plot/import-torch`: the real pool
 # code on a simulated device.
-TRACE_SRC := stats/trace.c stats/trace_gz.c stats/replay.c stats/plot.c stats/format.c
-$(BUILD)/cupool-trace: stats/trace_cli.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
+TRACE_SRC := trace/trace_gz.c trace/replay.c trace/plot.c stats/trace.c stats/format.c
+TRACE_HDR := $(wildcard trace/*.h)
+$(BUILD)/cupool-trace: trace/trace_cli.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Itrace $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
 
 $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -168,9 +169,9 @@ $(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -O2 $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) -lpthread -lm -o $@
 
-$(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(TRACE_SRC) $(POOL_SRC) \
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Itrace $< $(TRACE_SRC) $(POOL_SRC) \
 	    -lcmocka -lpthread -lm -lz -o $@
 
 # The recorder with its test window (recorder.h), under ThreadSanitizer.

@@ -36,34 +36,11 @@ static size_t done(out *o)
 void stats_device_from_pool(stats_device *d, int device, const pool_stats *p)
 {
     d->device = device;
-    d->requested = p->requested;
-    d->requested_peak = p->requested_peak;
-    d->allocated = p->allocated;
-    d->allocated_peak = p->allocated_peak;
-    d->reserved = p->reserved;
-    d->reserved_peak = p->reserved_peak;
-    d->cached = p->cached;
-    d->cached_peak = p->cached_peak;
-    d->largest_free = p->largest_free;
-    d->free_blocks = p->free_blocks;
-    d->segments = p->segments;
-    d->allocs = p->allocs;
-    d->frees = p->frees;
-    d->hits = p->hits;
-    d->driver_allocs = p->seg_reserves;
-    d->driver_frees = p->seg_releases;
-    d->driver_alloc = p->reserved_bytes_total;
-    d->driver_free = p->released_bytes_total;
-    d->trims = p->trims;
-    d->stitches = p->stitches;
-    d->fences = p->fences;
-    d->fence_deferrals = p->fence_deferrals;
-    d->fence_failures = p->fence_failures;
-    d->fence_forced = p->fence_forced;
-    d->flushes = p->flushes;
-    d->retries = p->retries;
-    d->oom_failures = p->failures;
-    d->bad_frees = p->bad_frees;
+#define SKIP(name, unit, kind, help)
+#define COPY(X, name, from, unit, kind, help) d->name = p->from;
+    STATS_DEVICE_ROWS(SKIP, COPY)
+#undef SKIP
+#undef COPY
 }
 
 double stats_frag(uint64_t largest_free, uint64_t cached)

@@ -21,54 +21,61 @@
 #define STATS_UNKNOWN UINT64_MAX   /* a figure nobody could measure */
 
 /* Per device. X(name, unit, kind, help): unit BYTES or COUNT; kind GAUGE
- * or COUNTER (Prometheus: *_bytes for byte gauges, *_total for counters). */
-#define STATS_DEVICE_FIELDS(X)                                                \
-    X(requested, BYTES, GAUGE, "bytes the program asked for, live")           \
-    X(requested_peak, BYTES, GAUGE, "peak of requested")                      \
-    X(allocated, BYTES, GAUGE, "bytes of live blocks, rounded")               \
-    X(allocated_peak, BYTES, GAUGE, "peak of allocated")                      \
-    X(reserved, BYTES, GAUGE, "bytes the pool holds from the driver")         \
-    X(reserved_peak, BYTES, GAUGE, "peak of reserved")                        \
-    X(cached, BYTES, GAUGE, "reserved but not allocated: free in the pool")   \
-    X(cached_peak, BYTES, GAUGE, "peak of cached")                            \
-    X(largest_free, BYTES, GAUGE, "largest free block")                       \
+ * or COUNTER (Prometheus: *_bytes for byte gauges, *_total for counters).
+ * Rows P(X, name, from, ...) are the pool's statistics, pool_stats' field
+ * from (the one place the two lists meet; stats_device_from_pool copies
+ * them); rows X(...) are the shim's own. */
+#define STATS_DEVICE_ROWS(X, P)                                               \
+    P(X, requested, requested, BYTES, GAUGE, "bytes the program asked for, live") \
+    P(X, requested_peak, requested_peak, BYTES, GAUGE, "peak of requested")   \
+    P(X, allocated, allocated, BYTES, GAUGE, "bytes of live blocks, rounded") \
+    P(X, allocated_peak, allocated_peak, BYTES, GAUGE, "peak of allocated")   \
+    P(X, reserved, reserved, BYTES, GAUGE, "bytes the pool holds from the driver") \
+    P(X, reserved_peak, reserved_peak, BYTES, GAUGE, "peak of reserved")      \
+    P(X, cached, cached, BYTES, GAUGE, "reserved but not allocated: free in the pool") \
+    P(X, cached_peak, cached_peak, BYTES, GAUGE, "peak of cached")            \
+    P(X, largest_free, largest_free, BYTES, GAUGE, "largest free block")      \
     X(cap, BYTES, GAUGE, "cap on reserved (0 = none)")                        \
     X(outside_pool, BYTES, GAUGE, "device memory the process holds outside "  \
       "the pool: context, libraries, pass-through (from NVML)")               \
-    X(passed, BYTES, GAUGE, "bytes allocated through calls passed on "       \
+    X(passed, BYTES, GAUGE, "bytes allocated through calls passed on "        \
       "(stream-ordered, managed, pitched, cuMemCreate), counted against the cap") \
     X(passed_peak, BYTES, GAUGE, "peak of passed")                            \
-    X(free_blocks, COUNT, GAUGE, "free blocks")                               \
-    X(segments, COUNT, GAUGE, "segments held from the driver")                \
-    X(allocs, COUNT, COUNTER, "allocations served")                           \
-    X(frees, COUNT, COUNTER, "frees")                                         \
-    X(hits, COUNT, COUNTER, "allocations served from the cache")              \
-    X(driver_allocs, COUNT, COUNTER, "segments reserved from the driver")     \
-    X(driver_frees, COUNT, COUNTER, "segments returned to the driver")        \
-    X(driver_alloc, BYTES, COUNTER, "bytes reserved from the driver")         \
-    X(driver_free, BYTES, COUNTER, "bytes returned to the driver")            \
-    X(trims, COUNT, COUNTER, "free ranges inside segments returned to the "   \
+    P(X, free_blocks, free_blocks, COUNT, GAUGE, "free blocks")               \
+    P(X, segments, segments, COUNT, GAUGE, "segments held from the driver")   \
+    P(X, allocs, allocs, COUNT, COUNTER, "allocations served")                \
+    P(X, frees, frees, COUNT, COUNTER, "frees")                               \
+    P(X, hits, hits, COUNT, COUNTER, "allocations served from the cache")     \
+    P(X, driver_allocs, seg_reserves, COUNT, COUNTER, "segments reserved from the driver") \
+    P(X, driver_frees, seg_releases, COUNT, COUNTER, "segments returned to the driver") \
+    P(X, driver_alloc, reserved_bytes_total, BYTES, COUNTER, "bytes reserved from the driver") \
+    P(X, driver_free, released_bytes_total, BYTES, COUNTER, "bytes returned to the driver") \
+    P(X, trims, trims, COUNT, COUNTER, "free ranges inside segments returned to the " \
       "driver (CUPOOL_VMM)")                                                  \
-    X(stitches, COUNT, COUNTER, "segments stitched from free memory already "  \
-      "held, and fresh memory for the rest (CUPOOL_STITCH)")                 \
-    X(fences, COUNT, COUNTER, "fences before reuse (fences_skipped of them "  \
+    P(X, stitches, stitches, COUNT, COUNTER, "segments stitched from free memory already " \
+      "held, and fresh memory for the rest (CUPOOL_STITCH)")                  \
+    P(X, fences, fences, COUNT, COUNTER, "fences before reuse (fences_skipped of them " \
       "needed no CUDA call)")                                                 \
-    X(fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)")   \
-    X(fence_failures, COUNT, COUNTER, "fences CUDA refused (the allocation "  \
+    P(X, fence_deferrals, fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)") \
+    P(X, fence_failures, fence_failures, COUNT, COUNTER, "fences CUDA refused (the allocation " \
       "that asked for one failed)")                                           \
-    X(fence_forced, COUNT, COUNTER, "poll fences forced done by ordering the " \
-      "streams rather than grow, and barriers when it could not grow "       \
+    P(X, fence_forced, fence_forced, COUNT, COUNTER, "poll fences forced done by ordering the " \
+      "streams rather than grow, and barriers when it could not grow "        \
       "(CUPOOL_FENCE=poll)")                                                  \
     X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
     X(fence_orders, COUNT, COUNTER, "poll fences done by making one or more non-" \
       "blocking streams wait for the legacy stream's work, not by completion " \
       "(CUPOOL_FENCE=poll)")                                                  \
-    X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "   \
+    X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "  \
       "GPU work since the last (CUPOOL_CUPTI)")                               \
-    X(flushes, COUNT, COUNTER, "flushes of the cache")                        \
-    X(retries, COUNT, COUNTER, "allocations retried after releasing cache")   \
-    X(oom_failures, COUNT, COUNTER, "allocations that failed for memory")     \
-    X(bad_frees, COUNT, COUNTER, "frees refused (double, interior)")
+    P(X, flushes, flushes, COUNT, COUNTER, "flushes of the cache")            \
+    P(X, retries, retries, COUNT, COUNTER, "allocations retried after releasing cache") \
+    P(X, oom_failures, failures, COUNT, COUNTER, "allocations that failed for memory") \
+    P(X, bad_frees, bad_frees, COUNT, COUNTER, "frees refused (double, interior)")
+
+/* X(name, unit, kind, help) over every field of stats_device. */
+#define STATS_POOL_ROW(X, name, from, unit, kind, help) X(name, unit, kind, help)
+#define STATS_DEVICE_FIELDS(X) STATS_DEVICE_ROWS(X, STATS_POOL_ROW)
 
 /* Per process. */
 #define STATS_PROCESS_FIELDS(X)                                               \

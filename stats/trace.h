@@ -130,10 +130,6 @@ int trace_read_all(const char *path, unsigned char **buf, size_t *got, char *why
                    size_t len);
 int trace_parse(const char *path, unsigned char *buf, size_t got, trace *t, char *why,
                 size_t len);
-/* trace_load for a file that may be gzip'd (stats/trace_gz.c, with zlib:
- * only the trace tools link it, not libcupool.so). A gzip'd file may
- * decompress to at most 64 MiB plus 200 times its size. */
-int trace_load_any(const char *path, trace *t, char *why, size_t len);
 void trace_free(trace *t);
 
 /* Writing, for encode and the tests: header then records. 0 or -1 (errno

@@ -20,6 +20,7 @@
 #include "plot.h"
 #include "replay.h"
 #include "trace.h"
+#include "trace_gz.h"
 
 #define KIB ((uint64_t)1 << 10)
 #define MIB ((uint64_t)1 << 20)

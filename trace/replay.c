@@ -254,11 +254,10 @@ static size_t find_near(const trace *t, size_t i, unsigned dev, trace_op op,
     return SIZE_MAX;
 }
 
-int replay_run(const trace *t, const replay_opts *o, replay_result *r)
+/* Makes the pool a replay runs: the policy's configuration on a simulated
+ * device that can trim and stitch as the options say. */
+static int replay_pool(const replay_opts *o, device *dev, pool **p)
 {
-    memset(r, 0, sizeof(*r));
-    if (!o->policy)
-        return -EINVAL;
     pool_config cfg;
     pool_config_default(&cfg);
     cfg.fit = o->policy->fit;
@@ -270,10 +269,10 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     /* As CUPOOL_STITCH: large units without a cap, the granule under one. */
     size_t unit = o->trim_unit ? o->trim_unit
                   : !o->stitch ? 0 : o->max_reserved ? (size_t)2 << 20 : POOL_STITCH_UNIT;
-    device dev = {.capacity = o->capacity, .next = UINT64_C(1) << 40,
-                  .align = unit > (2u << 20) ? unit : 2u << 20};
+    *dev = (device){.capacity = o->capacity, .next = UINT64_C(1) << 40,
+                    .align = unit > (2u << 20) ? unit : 2u << 20};
     pool_backend be = {.reserve = dev_reserve, .release = dev_release,
-                       .fence = dev_fence, .ctx = &dev, .trim_unit = unit};
+                       .fence = dev_fence, .ctx = dev, .trim_unit = unit};
     if (o->trim_unit)
         be.trim = dev_trim;
     if (o->stitch) { /* as CUPOOL_STITCH: no trim unless asked for */
@@ -281,172 +280,212 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
         be.unstitch = dev_unstitch;
         be.extend = dev_extend;
     }
+    return pool_create(&cfg, &be, p);
+}
+
+/* One replay in progress. */
+typedef struct run {
+    const trace *t;
+    const replay_opts *o;
+    replay_result *r;
     pool *p;
-    int err = pool_create(&cfg, &be, &p);
+    device dev;
+    amap map;            /* trace address -> replay address */
+    unsigned char *mark; /* per record: M_APPLIED, M_FREE_AFTER */
+    uint64_t rec_reserved, start;
+} run;
+
+/* Record i, an allocation the program got: served by the pool, or counted
+ * as out of memory. Returns 0 or an error that ends the replay. */
+static int replay_alloc(run *x, size_t i, const trace_record *e)
+{
+    replay_result *r = x->r;
+    uint64_t size = trace_size(e);
+    if (trace_result_of(e) != TRACE_R_OK || size == 0)
+        return 0;
+    uintptr_t a;
+    int err = pool_alloc(x->p, size, &a);
+    if (err == -ENOMEM || err == -EDQUOT) {
+        pool_stats s;
+        pool_stats_get(x->p, &s);
+        if (r->ooms++ == 0) {
+            r->first_oom.index = r->events - 1;
+            r->first_oom.time = e->time - x->start;
+            r->first_oom.size = size;
+            r->first_oom.allocated = s.allocated;
+            r->first_oom.reserved = s.reserved;
+            r->first_oom.largest_free = s.largest_free;
+            r->first_oom.fragmentation = stats_oom_is_fragmentation(
+                size, s.allocated, s.cached,
+                x->o->max_reserved ? x->o->max_reserved : x->o->capacity);
+        }
+        return 0;
+    }
     if (err)
         return err;
-    amap map = {0};
-    unsigned char *mark = calloc(t->n ? t->n : 1, 1);
-    if (!mark) {
-        pool_destroy(p);
-        free(dev.rooms);
-        return -ENOMEM;
+    r->allocs++;
+    uint64_t stale = amap_take(&x->map, e->addr);
+    if (stale) {
+        /* Its free comes a little later in the file, or was never
+         * recorded: free it now. */
+        size_t j = find_near(x->t, i, x->o->device, TRACE_FREE, e->addr, x->mark);
+        if (j != SIZE_MAX) {
+            x->mark[j] = M_APPLIED;
+            r->reordered++;
+            r->frees++;
+        } else {
+            r->unmatched_frees++;
+        }
+        pool_free(x->p, stale);
     }
+    if (x->mark[i] == M_FREE_AFTER) { /* freed just "before" */
+        pool_free(x->p, a);
+        r->frees++;
+        return 0;
+    }
+    return amap_put(&x->map, e->addr, a);
+}
+
+/* Record i, a free: of the block the address maps to, or, if its
+ * allocation comes a little later in the file, right after it. */
+static void replay_free(run *x, size_t i, const trace_record *e)
+{
+    replay_result *r = x->r;
+    if (trace_result_of(e) != TRACE_R_OK || x->mark[i])
+        return;
+    uint64_t mine = amap_take(&x->map, e->addr);
+    if (mine && pool_free(x->p, mine) == 0) {
+        r->frees++;
+        return;
+    }
+    size_t j = find_near(x->t, i, x->o->device, TRACE_ALLOC, e->addr, x->mark);
+    if (j != SIZE_MAX) {
+        x->mark[j] = M_FREE_AFTER;
+        r->reordered++;
+    } else {
+        r->unmatched_frees++;
+    }
+}
+
+/* Record e, anything else. Returns 0 or -EOVERFLOW (not a real trace). */
+static int replay_other(run *x, const trace_record *e)
+{
+    replay_result *r = x->r;
+    uint64_t size = trace_size(e);
+    trace_result res = trace_result_of(e);
+    uintptr_t a;
+    switch (trace_op_of(e)) {
+    case TRACE_OOM:
+        r->recorded_ooms++;
+        if (size && pool_alloc(x->p, size, &a) == 0) {
+            r->recorded_ooms_served++;
+            pool_free(x->p, a);
+        }
+        break;
+    case TRACE_FLUSH:
+        r->recorded_flushes++;
+        pool_flush(x->p);
+        break;
+    case TRACE_FENCE:
+        r->recorded_fences += res == TRACE_R_OK;
+        break;
+    case TRACE_RESERVE:
+        if (res == TRACE_R_OK && size > REPLAY_SPACE - x->rec_reserved)
+            return -EOVERFLOW; /* no device holds this */
+        if (res == TRACE_R_OK)
+            x->rec_reserved += size;
+        if (x->rec_reserved > r->recorded_peak_reserved)
+            r->recorded_peak_reserved = x->rec_reserved;
+        break;
+    case TRACE_RELEASE:
+        x->rec_reserved -= size < x->rec_reserved ? size : x->rec_reserved;
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* After an event: peaks, fragmentation now (returned), and the sample. */
+static double replay_observe(run *x, const trace_record *e)
+{
+    replay_result *r = x->r;
+    pool_stats s;
+    pool_stats_get(x->p, &s);
+    double frag = stats_frag(s.largest_free, s.cached);
+    if (s.reserved > r->peak_reserved) {
+        r->peak_reserved = s.reserved;
+        r->frag_at_peak = frag;
+    }
+    /* A near-empty cache says nothing about fragmentation. */
+    if (s.cached && s.cached * 100 >= r->peak_reserved && frag > r->frag_max)
+        r->frag_max = frag;
+    if (r->sample) {
+        replay_sample *y = &r->sample[r->nsamples++];
+        y->time = e->time - x->start;
+        y->allocated = s.allocated;
+        y->reserved = s.reserved;
+        y->largest_free = s.largest_free;
+        y->recorded_reserved = x->rec_reserved;
+    }
+    return frag;
+}
+
+int replay_run(const trace *t, const replay_opts *o, replay_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    if (!o->policy)
+        return -EINVAL;
+    run x = {.t = t, .o = o, .r = r};
+    int err = replay_pool(o, &x.dev, &x.p);
+    if (err)
+        return err;
     uint64_t count = 0;
     for (size_t i = 0; i < t->n; i++)
         count += trace_device(&t->rec[i]) == o->device;
-    if (o->samples && count &&
-        !(r->sample = malloc(count * sizeof(*r->sample)))) {
-        pool_destroy(p);
-        free(dev.rooms);
-        free(mark);
-        return -ENOMEM;
-    }
-    uint64_t rec_reserved = 0, last_time = 0, start = 0;
+    x.mark = calloc(t->n ? t->n : 1, 1);
+    if (!x.mark || (o->samples && count &&
+                    !(r->sample = malloc(count * sizeof(*r->sample)))))
+        err = -ENOMEM;
+    uint64_t last_time = 0;
     double frag_area = 0, frag_now = 0;
     bool started = false;
-    pool_stats s;
-    memset(&s, 0, sizeof(s));
     for (size_t i = 0; i < t->n && !err; i++) {
         const trace_record *e = &t->rec[i];
         if (trace_device(e) != o->device)
             continue;
         if (!started) {
-            start = last_time = e->time;
+            x.start = last_time = e->time;
             started = true;
         }
         frag_area += frag_now * (double)(e->time - last_time);
         last_time = e->time;
         r->events++;
-        uint64_t size = trace_size(e);
-        trace_result res = trace_result_of(e);
-        uintptr_t a;
-        switch (trace_op_of(e)) {
-        case TRACE_ALLOC:
-            if (res != TRACE_R_OK || size == 0)
-                break;
-            err = pool_alloc(p, size, &a);
-            if (err == -ENOMEM || err == -EDQUOT) {
-                pool_stats_get(p, &s);
-                if (r->ooms++ == 0) {
-                    r->first_oom.index = r->events - 1;
-                    r->first_oom.time = e->time - start;
-                    r->first_oom.size = size;
-                    r->first_oom.allocated = s.allocated;
-                    r->first_oom.reserved = s.reserved;
-                    r->first_oom.largest_free = s.largest_free;
-                    r->first_oom.fragmentation = stats_oom_is_fragmentation(
-                        size, s.allocated, s.cached,
-                        o->max_reserved ? o->max_reserved : o->capacity);
-                }
-                err = 0;
-                break;
-            }
-            if (!err) {
-                r->allocs++;
-                uint64_t stale = amap_take(&map, e->addr);
-                if (stale) {
-                    /* Its free comes a little later in the file, or was
-                     * never recorded: free it now. */
-                    size_t j = find_near(t, i, o->device, TRACE_FREE, e->addr, mark);
-                    if (j != SIZE_MAX) {
-                        mark[j] = M_APPLIED;
-                        r->reordered++;
-                        r->frees++;
-                    } else {
-                        r->unmatched_frees++;
-                    }
-                    pool_free(p, stale);
-                }
-                if (mark[i] == M_FREE_AFTER) { /* freed just "before" */
-                    pool_free(p, a);
-                    r->frees++;
-                    break;
-                }
-                err = amap_put(&map, e->addr, a);
-            }
-            break;
-        case TRACE_FREE: {
-            if (res != TRACE_R_OK || mark[i])
-                break;
-            uint64_t mine = amap_take(&map, e->addr);
-            if (mine && pool_free(p, mine) == 0) {
-                r->frees++;
-                break;
-            }
-            size_t j = find_near(t, i, o->device, TRACE_ALLOC, e->addr, mark);
-            if (j != SIZE_MAX) {
-                mark[j] = M_FREE_AFTER;
-                r->reordered++;
-            } else {
-                r->unmatched_frees++;
-            }
-            break;
-        }
-        case TRACE_OOM:
-            r->recorded_ooms++;
-            if (size && pool_alloc(p, size, &a) == 0) {
-                r->recorded_ooms_served++;
-                pool_free(p, a);
-            }
-            break;
-        case TRACE_FLUSH:
-            r->recorded_flushes++;
-            pool_flush(p);
-            break;
-        case TRACE_FENCE:
-            r->recorded_fences += res == TRACE_R_OK;
-            break;
-        case TRACE_RESERVE:
-            if (res == TRACE_R_OK && size > REPLAY_SPACE - rec_reserved) {
-                err = -EOVERFLOW; /* no device holds this: not a real trace */
-                break;
-            }
-            if (res == TRACE_R_OK)
-                rec_reserved += size;
-            if (rec_reserved > r->recorded_peak_reserved)
-                r->recorded_peak_reserved = rec_reserved;
-            break;
-        case TRACE_RELEASE:
-            rec_reserved -= size < rec_reserved ? size : rec_reserved;
-            break;
-        default:
-            break;
-        }
-        if (err)
-            break;
-        pool_stats_get(p, &s);
-        frag_now = stats_frag(s.largest_free, s.cached);
-        if (s.reserved > r->peak_reserved) {
-            r->peak_reserved = s.reserved;
-            r->frag_at_peak = frag_now;
-        }
-        /* A near-empty cache says nothing about fragmentation. */
-        if (s.cached && s.cached * 100 >= r->peak_reserved && frag_now > r->frag_max)
-            r->frag_max = frag_now;
-        if (r->sample) {
-            replay_sample *x = &r->sample[r->nsamples++];
-            x->time = e->time - start;
-            x->allocated = s.allocated;
-            x->reserved = s.reserved;
-            x->largest_free = s.largest_free;
-            x->recorded_reserved = rec_reserved;
-        }
+        trace_op op = trace_op_of(e);
+        if (op == TRACE_ALLOC)
+            err = replay_alloc(&x, i, e);
+        else if (op == TRACE_FREE)
+            replay_free(&x, i, e);
+        else
+            err = replay_other(&x, e);
+        if (!err)
+            frag_now = replay_observe(&x, e);
     }
-    pool_stats_get(p, &s);
+    pool_stats s;
+    pool_stats_get(x.p, &s);
     r->peak_allocated = s.allocated_peak;
     r->end_allocated = s.allocated;
-    r->end_live_blocks = map.count;
+    r->end_live_blocks = x.map.count;
     r->fences = s.fences;
     r->seg_reserves = s.seg_reserves;
     r->stitches = s.stitches;
     r->stitched_bytes = s.stitched_bytes_total;
-    r->frag_mean = last_time > start ? frag_area / (double)(last_time - start) : 0.0;
-    pool_destroy(p);
-    free(dev.rooms);
-    free(map.key);
-    free(map.val);
-    free(mark);
+    r->frag_mean = last_time > x.start ? frag_area / (double)(last_time - x.start) : 0.0;
+    pool_destroy(x.p);
+    free(x.dev.rooms);
+    free(x.map.key);
+    free(x.map.val);
+    free(x.mark);
     if (err) {
         replay_result_free(r);
         return err < 0 ? err : -EINVAL;

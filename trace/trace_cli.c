@@ -11,9 +11,6 @@
  *   cupool-trace dump TRACE        one record per line, as encode reads
  *   cupool-trace encode -o TRACE [--source text|torch] [--pid N]
  *                       [--comm NAME] < TEXT
- *   cupool-trace check-env         checks every CUPOOL_* variable of the
- *                       environment with the shim's own parser (for
- *                       `cupool run`): each mistake on one line, exit 2
  *
  * Text records: TIME_NS OP DEVICE ADDR SIZE [RESULT], OP one of alloc,
  * free, fence, reserve, release, flush, oom; '#' starts a comment.
@@ -30,6 +27,7 @@
 #include "replay.h"
 #include "stats.h"
 #include "trace.h"
+#include "trace_gz.h"
 
 static const char *me = "cupool"; /* what the user typed */
 
@@ -373,6 +371,61 @@ static int write_timeline(const char *path, const replay_result *r)
     return 0;
 }
 
+/* replay's table for device d: the trace's figures, one row per policy,
+ * then what ran out of memory. */
+static void text_device(const args *a, const trace *t, int d,
+                        const replay_policy *const *pol, int np,
+                        const replay_result *res)
+{
+    const replay_result *r0 = &res[0];
+    char b1[32], b2[32], b3[32];
+    uint64_t nalloc = 0, nfree = 0; /* the trace's, whatever the policy */
+    for (size_t i = 0; i < t->n; i++) {
+        if (trace_device(&t->rec[i]) != (unsigned)d ||
+            trace_result_of(&t->rec[i]) != TRACE_R_OK)
+            continue;
+        nalloc += trace_op_of(&t->rec[i]) == TRACE_ALLOC;
+        nfree += trace_op_of(&t->rec[i]) == TRACE_FREE;
+    }
+    printf("\ndevice %d: %" PRIu64 " allocations, %" PRIu64 " frees", d,
+           nalloc, nfree);
+    if (r0->recorded_peak_reserved)
+        printf("; as recorded: peak reserved %s, %" PRIu64 " fences",
+               stats_fmt_bytes(r0->recorded_peak_reserved, b1, sizeof(b1)),
+               r0->recorded_fences);
+    if (r0->recorded_ooms)
+        printf(", %" PRIu64 " out-of-memory", r0->recorded_ooms);
+    if (a->capacity || a->max_reserved)
+        printf("\nreplayed with capacity %s, cap %s",
+               a->capacity ? stats_fmt_bytes(a->capacity, b2, sizeof(b2)) : "unlimited",
+               a->max_reserved ? stats_fmt_bytes(a->max_reserved, b3, sizeof(b3)) : "none");
+    printf("\n%-8s %14s %14s %10s %10s %9s %9s %9s %7s\n", "policy",
+           "peak reserved", "peak alloc", "frag@peak", "frag mean",
+           "frag max", "fences", "segments", "OOM");
+    for (int k = 0; k < np; k++) {
+        const replay_result *r = &res[k];
+        printf("%-8s %14s %14s %9.1f%% %9.1f%% %8.1f%% %9" PRIu64 " %9" PRIu64
+               " %7" PRIu64 "\n", pol[k]->name,
+               stats_fmt_bytes(r->peak_reserved, b1, sizeof(b1)),
+               stats_fmt_bytes(r->peak_allocated, b2, sizeof(b2)),
+               100 * r->frag_at_peak, 100 * r->frag_mean, 100 * r->frag_max,
+               r->fences, r->seg_reserves, r->ooms);
+    }
+    for (int k = 0; k < np; k++)
+        if (res[k].ooms)
+            print_oom(pol[k], &res[k]);
+    for (int k = 0; k < np; k++)
+        if (res[k].recorded_ooms)
+            printf("  %s: of the %" PRIu64 " requests that ran out of memory "
+                   "when recorded, %" PRIu64 " would be served here (OOM counts "
+                   "only the replay's own failures)\n", pol[k]->name,
+                   res[k].recorded_ooms, res[k].recorded_ooms_served);
+    if (r0->unmatched_frees)
+        printf("  %" PRIu64 " frees of blocks allocated before the trace "
+               "began (or not served in the replay) were skipped\n",
+               r0->unmatched_frees);
+}
+
 static int cmd_replay(const args *a)
 {
     const replay_policy *pol[16];
@@ -386,7 +439,7 @@ static int cmd_replay(const args *a)
     if (load_devices(a, &t, devs))
         return 1;
     double secs = t.n ? (double)(t.rec[t.n - 1].time - t.rec[0].time) / 1e9 : 0;
-    char b1[32], b2[32], b3[32], name[1024], comm[sizeof(t.hdr.comm) + 1];
+    char b1[32], name[1024], comm[sizeof(t.hdr.comm) + 1];
     if (a->json) {
         static char q[6 * 4096 + 3];
         stats_json_string(a->trace, q, sizeof(q));
@@ -431,51 +484,7 @@ static int cmd_replay(const args *a)
                 json_result(pol[k], &res[k], k == np - 1);
             printf("  ]}");
         } else {
-            uint64_t nalloc = 0, nfree = 0; /* the trace's, whatever the policy */
-            for (size_t i = 0; i < t.n; i++) {
-                if (trace_device(&t.rec[i]) != (unsigned)d ||
-                    trace_result_of(&t.rec[i]) != TRACE_R_OK)
-                    continue;
-                nalloc += trace_op_of(&t.rec[i]) == TRACE_ALLOC;
-                nfree += trace_op_of(&t.rec[i]) == TRACE_FREE;
-            }
-            printf("\ndevice %d: %" PRIu64 " allocations, %" PRIu64 " frees", d,
-                   nalloc, nfree);
-            if (r0->recorded_peak_reserved)
-                printf("; as recorded: peak reserved %s, %" PRIu64 " fences",
-                       stats_fmt_bytes(r0->recorded_peak_reserved, b1, sizeof(b1)),
-                       r0->recorded_fences);
-            if (r0->recorded_ooms)
-                printf(", %" PRIu64 " out-of-memory", r0->recorded_ooms);
-            if (a->capacity || a->max_reserved)
-                printf("\nreplayed with capacity %s, cap %s",
-                       a->capacity ? stats_fmt_bytes(a->capacity, b2, sizeof(b2)) : "unlimited",
-                       a->max_reserved ? stats_fmt_bytes(a->max_reserved, b3, sizeof(b3)) : "none");
-            printf("\n%-8s %14s %14s %10s %10s %9s %9s %9s %7s\n", "policy",
-                   "peak reserved", "peak alloc", "frag@peak", "frag mean",
-                   "frag max", "fences", "segments", "OOM");
-            for (int k = 0; k < np; k++) {
-                const replay_result *r = &res[k];
-                printf("%-8s %14s %14s %9.1f%% %9.1f%% %8.1f%% %9" PRIu64 " %9" PRIu64
-                       " %7" PRIu64 "\n", pol[k]->name,
-                       stats_fmt_bytes(r->peak_reserved, b1, sizeof(b1)),
-                       stats_fmt_bytes(r->peak_allocated, b2, sizeof(b2)),
-                       100 * r->frag_at_peak, 100 * r->frag_mean, 100 * r->frag_max,
-                       r->fences, r->seg_reserves, r->ooms);
-            }
-            for (int k = 0; k < np; k++)
-                if (res[k].ooms)
-                    print_oom(pol[k], &res[k]);
-            for (int k = 0; k < np; k++)
-                if (res[k].recorded_ooms)
-                    printf("  %s: of the %" PRIu64 " requests that ran out of memory "
-                           "when recorded, %" PRIu64 " would be served here (OOM counts "
-                           "only the replay's own failures)\n", pol[k]->name,
-                           res[k].recorded_ooms, res[k].recorded_ooms_served);
-            if (r0->unmatched_frees)
-                printf("  %" PRIu64 " frees of blocks allocated before the trace "
-                       "began (or not served in the replay) were skipped\n",
-                       r0->unmatched_frees);
+            text_device(a, &t, d, pol, np, res);
         }
         if (a->timeline && !rc)
             rc = write_timeline(a->timeline, &res[0]);

@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "trace.h"
+#include "trace_gz.h"
 
 enum { GZ_FREE = 64 << 20, GZ_RATIO = 200 };
 

@@ -155,21 +155,10 @@ static void legend(FILE *f, int i, const char *color, const char *label,
     fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">%s</text>\n", x + 30, y, label);
 }
 
-int plot_svg(FILE *f, const trace *t, const replay_opts *o,
-             const replay_result *r, const char *title, bool by_event)
+/* The document's start, the title and the figures under it. */
+static void svg_head(FILE *f, const replay_opts *o, const replay_result *r,
+                     const char *title)
 {
-    uint64_t span = r->nsamples ? r->sample[r->nsamples - 1].time : 0;
-    bool by_index = by_event || span == 0;
-    axis x = by_index ? (axis){.max = r->nsamples > 1 ? (double)r->nsamples - 1 : 1,
-                               .step = nice_step(r->nsamples ? (double)r->nsamples : 1, 8),
-                               .scale = 1, .unit = "events"}
-                      : time_axis(span);
-    uint64_t ymax = r->peak_reserved > r->recorded_peak_reserved ? r->peak_reserved
-                                                                 : r->recorded_peak_reserved;
-    if (o->max_reserved && o->max_reserved > ymax)
-        ymax = o->max_reserved;
-    axis y = bytes_axis(ymax);
-
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, "
@@ -189,7 +178,13 @@ int plot_svg(FILE *f, const trace *t, const replay_opts *o,
         fprintf(f, "; recorded peak reserved %s",
                 stats_fmt_bytes(r->recorded_peak_reserved, rp, sizeof(rp)));
     fputs("</text>\n", f);
+}
 
+/* The grid, the axes with their labels, and the cap if there is one. */
+static void svg_grid(FILE *f, const replay_opts *o, const axis *xa, const axis *ya,
+                     bool by_index)
+{
+    const axis x = *xa, y = *ya;
     /* Grid and axes. */
     for (double v = 0; v <= y.max + y.step / 2; v += y.step) {
         double py = px_y(&y, v);
@@ -209,7 +204,6 @@ int plot_svg(FILE *f, const trace *t, const replay_opts *o,
             ML + PW / 2, H - 14, by_index ? "allocation events (in order)"
             : !strcmp(x.unit, "s") ? "time (s)" : !strcmp(x.unit, "ms") ? "time (ms)"
                                                                     : "time (\xc2\xb5s)");
-
     /* The cap, if any. */
     if (o->max_reserved) {
         double py = px_y(&y, (double)o->max_reserved);
@@ -218,22 +212,14 @@ int plot_svg(FILE *f, const trace *t, const replay_opts *o,
                 "text-anchor=\"end\" fill=\"%s\">cap</text>\n", ML, py, ML + PW, py,
                 C_OOM, ML + PW - 4, py - 4, C_OOM);
     }
+}
 
-    /* Series. */
-    int nl = 0;
-    if (r->recorded_peak_reserved) {
-        polyline(f, r, 3, &x, &y, by_index, C_RECORDED, " stroke-dasharray=\"6,4\"");
-        legend(f, nl++, C_RECORDED, "reserved, as recorded", true);
-    }
-    polyline(f, r, 0, &x, &y, by_index, C_RESERVED, "");
-    legend(f, nl++, C_RESERVED, "reserved (replayed)", false);
-    polyline(f, r, 1, &x, &y, by_index, C_ALLOCATED, "");
-    legend(f, nl++, C_ALLOCATED, "allocated", false);
-    polyline(f, r, 2, &x, &y, by_index, C_LARGEST, "");
-    legend(f, nl++, C_LARGEST, "largest free block", false);
-
-    /* Events: recorded out-of-memory and flushes, and the replay's first
-     * out-of-memory. Markers closer than 3 px are drawn once. */
+/* Events: recorded out-of-memory and flushes, and the replay's first
+ * out-of-memory. Markers closer than 3 px are drawn once. */
+static void svg_events(FILE *f, const trace *t, const replay_opts *o,
+                       const replay_result *r, const axis *xa, bool by_index)
+{
+    const axis x = *xa;
     uint64_t start = 0, idx = 0;
     bool started = false;
     double last_oom = -10, last_flush = -10;
@@ -265,6 +251,40 @@ int plot_svg(FILE *f, const trace *t, const replay_opts *o,
                  r->first_oom.fragmentation ? "fragmentation" : "no memory");
         marker(f, px_x(&x, v), C_OOM, label, false, 2);
     }
+}
+
+int plot_svg(FILE *f, const trace *t, const replay_opts *o,
+             const replay_result *r, const char *title, bool by_event)
+{
+    uint64_t span = r->nsamples ? r->sample[r->nsamples - 1].time : 0;
+    bool by_index = by_event || span == 0;
+    axis x = by_index ? (axis){.max = r->nsamples > 1 ? (double)r->nsamples - 1 : 1,
+                               .step = nice_step(r->nsamples ? (double)r->nsamples : 1, 8),
+                               .scale = 1, .unit = "events"}
+                      : time_axis(span);
+    uint64_t ymax = r->peak_reserved > r->recorded_peak_reserved ? r->peak_reserved
+                                                                 : r->recorded_peak_reserved;
+    if (o->max_reserved && o->max_reserved > ymax)
+        ymax = o->max_reserved;
+    axis y = bytes_axis(ymax);
+
+    svg_head(f, o, r, title);
+    svg_grid(f, o, &x, &y, by_index);
+
+    /* Series. */
+    int nl = 0;
+    if (r->recorded_peak_reserved) {
+        polyline(f, r, 3, &x, &y, by_index, C_RECORDED, " stroke-dasharray=\"6,4\"");
+        legend(f, nl++, C_RECORDED, "reserved, as recorded", true);
+    }
+    polyline(f, r, 0, &x, &y, by_index, C_RESERVED, "");
+    legend(f, nl++, C_RESERVED, "reserved (replayed)", false);
+    polyline(f, r, 1, &x, &y, by_index, C_ALLOCATED, "");
+    legend(f, nl++, C_ALLOCATED, "allocated", false);
+    polyline(f, r, 2, &x, &y, by_index, C_LARGEST, "");
+    legend(f, nl++, C_LARGEST, "largest free block", false);
+
+    svg_events(f, t, o, r, &x, by_index);
     fputs("</svg>\n", f);
     return ferror(f) ? -1 : 0;
 }
