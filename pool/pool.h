@@ -166,7 +166,11 @@ typedef struct pool_config {
     size_t max_split;         /* blocks this large are never split: 0 = none */
     size_t oversize_slack;    /* a request >= max_split may take an unsplit
                                  block at most this much larger: 20 MiB */
-    size_t max_reserved;      /* cap on reserved bytes: 0 = none */
+    size_t max_reserved;      /* cap on this pool's reserved bytes: 0 =
+                                 none. A cap over several pools (the
+                                 shim's shards, and memory it passes on)
+                                 is the backend's: reserve answers -EDQUOT,
+                                 which the pool treats alike */
     size_t release_threshold; /* idle bytes (fully free segments) kept
                                  cached: SIZE_MAX = keep everything */
     size_t fence_interval;    /* small requests: at most one fence per
@@ -205,7 +209,7 @@ typedef struct pool_config {
     X(flushes, "pool_flush calls")                                           \
     X(trims, "free ranges inside segments given back to the backend")        \
     X(stitches, "segments stitched from free memory (and fresh memory for "  \
-      "the rest)")                                                           \
+      "the rest), and idle ones grown in place")                             \
     X(stitched_bytes_total, "bytes of those segments that were free memory "  \
       "already held, not fresh")                                             \
     X(failures, "allocations that failed for lack of memory")                \

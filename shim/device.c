@@ -967,7 +967,9 @@ static pool *create_locked(shim_device *d, int shard)
             d->vmm = v;
     }
     shim_work_watch(); /* before any block is handed out */
-    pc.max_reserved = 0; /* the device's cap, in be_reserve */
+    /* The device's cap spans its shards and the memory passed on: it is
+     * be_reserve's and passed.c's, not one pool's. */
+    pc.max_reserved = 0;
     pc.release_threshold = shim_cfg.release_threshold;
     shim_shard *sh = &d->shards[shard];
     sh->dev = d;

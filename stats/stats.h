@@ -52,8 +52,11 @@
     P(X, driver_free, released_bytes_total, BYTES, COUNTER, "bytes returned to the driver") \
     P(X, trims, trims, COUNT, COUNTER, "free ranges inside segments returned to the " \
       "driver (CUPOOL_VMM)")                                                  \
-    P(X, stitches, stitches, COUNT, COUNTER, "segments stitched from free memory already " \
-      "held, and fresh memory for the rest (CUPOOL_STITCH)")                  \
+    P(X, stitches, stitches, COUNT, COUNTER, "segments stitched from free "   \
+      "memory already held and fresh memory for the rest, and idle ones "     \
+      "grown in place (CUPOOL_STITCH)")                                       \
+    P(X, stitched_bytes, stitched_bytes_total, BYTES, COUNTER, "bytes those "  \
+      "stitches mapped of memory already held, not fresh (CUPOOL_STITCH)")    \
     P(X, fences, fences, COUNT, COUNTER, "fences before reuse (fences_skipped of them " \
       "needed no CUDA call)")                                                 \
     P(X, fence_deferrals, fence_deferrals, COUNT, COUNTER, "fences impossible (graph capture)") \

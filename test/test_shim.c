@@ -418,8 +418,11 @@ static void test_vmm(void **s)
 static void test_stitch(void **s)
 {
     (void)s;
-    result *r = run("stitch", "CUPOOL_STITCH=1", "CUPOOL_MAX_RESERVED=28M", NULL);
+    result *r = run("stitch", "CUPOOL_STITCH=1", "CUPOOL_MAX_RESERVED=28M",
+                    "CUPOOL_STATS_AT_EXIT=1", "CUPOOL_STATS_FORMAT=json", NULL);
     assert_int_equal(r->status, 0);
+    /* Two stitches, each of both 8 MiB holes: the statistics say so. */
+    assert_non_null(strstr(r->err, "\"stitches\":2,\"stitched_bytes\":33554432,"));
     assert_non_null(strstr(r->out, "stitched: 8 mappings, 0 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "restitched: 4194304 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "flushed: 0 bytes mapped, 0 in use, 0 unsynced unmaps"));
