@@ -278,10 +278,13 @@ static int parse_option(const option *o, const char *s, shim_config *c)
         if (!strcasecmp(s, "unlimited"))
             return *(uint64_t *)field = UINT64_MAX, 0;
         return stats_parse_size(s, field);
-    case OPT_FENCE:
+    case OPT_FENCE: /* each enum written as itself, never through an int */
+        if ((err = parse_name(s, fence_names, &i)) == 0)
+            *(shim_fence_mode *)field = (shim_fence_mode)i;
+        return err;
     case OPT_LOG:
-        if ((err = parse_name(s, o->kind == OPT_FENCE ? fence_names : log_names, &i)) == 0)
-            *(int *)field = i;
+        if ((err = parse_name(s, log_names, &i)) == 0)
+            *(shim_log_level *)field = (shim_log_level)i;
         return err;
     case OPT_SIGNAL:
         return shim_parse_signal(s, field);
