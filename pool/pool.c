@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "grow.h"
 #include "pool_internal.h"
 
 enum { SLAB_BLOCKS = 256 };
@@ -77,14 +78,8 @@ static int nodes_reserve(pool *p, int n)
         have++;
     if (have >= n)
         return 0;
-    if (p->nslabs == p->slabs_cap) {
-        size_t cap = p->slabs_cap ? p->slabs_cap * 2 : 16;
-        void **s = realloc(p->slabs, cap * sizeof(*s));
-        if (!s)
-            return -ENOMEM;
-        p->slabs = s;
-        p->slabs_cap = cap;
-    }
+    if (!pool_grow((void **)&p->slabs, &p->slabs_cap, p->nslabs, sizeof(*p->slabs)))
+        return -ENOMEM;
     pool_block *slab = calloc(SLAB_BLOCKS, sizeof(*slab));
     if (!slab)
         return -ENOMEM;
@@ -176,6 +171,13 @@ static void index_del(pool *p, pool_block *b)
 
 static bool stitched(const pool_segment *s) { return s->parts != NULL; }
 
+/* A stitched segment all of whose memory is one clean free block: it may
+ * be unstitched, or grown in place. */
+static bool stitched_idle(const pool_segment *s)
+{
+    return stitched(s) && s->live == 0 && !s->first->next && !s->first->dirty;
+}
+
 /* Bytes segment s adds to idle_bytes while it holds no live block: a
  * stitched segment holds no memory of its own. */
 static size_t idle_size(const pool_segment *s)
@@ -202,15 +204,8 @@ long pool_segment_find(const pool *p, uintptr_t addr)
 /* Makes room in p->segs for one more segment. 0 or -ENOMEM. */
 static int segs_room(pool *p)
 {
-    if (p->nsegs < p->segs_cap)
-        return 0;
-    size_t cap = p->segs_cap ? p->segs_cap * 2 : 16;
-    pool_segment **a = realloc(p->segs, cap * sizeof(*a));
-    if (!a)
-        return -ENOMEM;
-    p->segs = a;
-    p->segs_cap = cap;
-    return 0;
+    return pool_grow((void **)&p->segs, &p->segs_cap, p->nsegs, sizeof(*p->segs))
+               ? 0 : -ENOMEM;
 }
 
 static int segs_insert(pool *p, pool_segment *s)
@@ -409,13 +404,9 @@ static long units_collect(pool *p, bool to_stitch, uint64_t seq, part **out)
             trim_span(p, b, &lo, &hi);
             if (hi == lo)
                 continue;
-            if (n == cap) {
-                part *g = realloc(c, (cap = cap ? 2 * cap : 64) * sizeof(*c));
-                if (!g) {
-                    free(c);
-                    return -1;
-                }
-                c = g;
+            if (!pool_grow((void **)&c, &cap, n, sizeof(*c))) {
+                free(c);
+                return -1;
             }
             c[n++] = (part){b, b->addr, lo, hi - lo};
         }
@@ -694,7 +685,7 @@ static size_t unstitch_idle(pool *p)
     size_t n = 0;
     for (size_t i = p->nsegs; p->stitched_segs && i-- > 0;) {
         pool_segment *s = p->segs[i];
-        if (stitched(s) && s->live == 0 && !s->first->next && !s->first->dirty) {
+        if (stitched_idle(s)) {
             segment_unstitch(p, i);
             n++;
         }
@@ -724,6 +715,20 @@ static pool_block *part_carve(pool *p, pool_block *b, uintptr_t lo,
     return b;
 }
 
+/* Takes collected units from the front of c (nc of them), the last one
+ * cut short, until want bytes: returns the bytes taken (less than want if
+ * c runs out) and in *n how many units. */
+static size_t units_take(part *c, long nc, size_t want, size_t *n)
+{
+    size_t have = 0;
+    for (*n = 0; *n < (size_t)nc && have < want; (*n)++) {
+        if (c[*n].size > want - have)
+            c[*n].size = want - have;
+        have += c[*n].size;
+    }
+    return have;
+}
+
 /* Extends the largest idle stitched segment (one clean free block) that
  * is smaller than a large request of size bytes but at least half of it,
  * with the whole units under clean free blocks (no fresh memory; of
@@ -737,22 +742,18 @@ static int stitch_extend(pool *p, size_t size, pool_block **out)
     pool_segment *t = NULL;
     for (size_t i = 0; p->be.extend && i < p->nsegs; i++) {
         pool_segment *s = p->segs[i];
-        if (stitched(s) && s->live == 0 && !s->first->next && !s->first->dirty &&
-            s->size < want && s->size >= want / 2 && (!t || s->size > t->size))
+        if (stitched_idle(s) && s->size < want && s->size >= want / 2 &&
+            (!t || s->size > t->size))
             t = s;
     }
     if (!t)
         return 1;
-    size_t extra = want - t->size, n = 0, have = 0;
+    size_t extra = want - t->size, n;
     part *c = NULL;
     long nc = units_collect(p, true, t->seq, &c);
     if (nc < 0)
         return -ENOMEM;
-    while (n < (size_t)nc && have < extra) {
-        if (c[n].size > extra - have)
-            c[n].size = extra - have;
-        have += c[n++].size;
-    }
+    size_t have = units_take(c, nc, extra, &n);
     pool_span *sp = have < extra ? NULL : malloc(n * sizeof(*sp));
     pool_block **parts = !sp ? NULL : realloc(t->parts, (t->nparts + n) * sizeof(*parts));
     int err = have < extra ? 1 : !sp || !parts ? -ENOMEM : nodes_reserve(p, (int)(2 * n));
@@ -806,12 +807,7 @@ static int stitch_grow(pool *p, size_t size, pool_block **out)
     long nc = want ? units_collect(p, true, UINT64_MAX, &c) : 0;
     if (nc <= 0)
         return 1;
-    size_t n = 0, have = 0;
-    while (n < (size_t)nc && have < want) {
-        if (c[n].size > want - have)
-            c[n].size = want - have;
-        have += c[n++].size;
-    }
+    size_t n, have = units_take(c, nc, want, &n);
     size_t fresh = want - have, np = n + (fresh != 0);
     pool_span *sp = malloc(np * sizeof(*sp));
     pool_segment *s = calloc(1, sizeof(*s));

@@ -73,6 +73,15 @@ typedef struct pool_span {
     size_t size;
 } pool_span;
 
+/* The bytes of n spans. */
+static inline size_t pool_spans_size(const pool_span *s, size_t n)
+{
+    size_t size = 0;
+    for (size_t i = 0; i < n; i++)
+        size += s[i].size;
+    return size;
+}
+
 typedef struct pool_backend {
     /* Reserve a segment of exactly size bytes (a multiple of POOL_ALIGN);
      * store its POOL_ALIGN-aligned base in *base. Returns 0, or a negative

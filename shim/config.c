@@ -58,8 +58,8 @@ static const option options[] = {
      "on a flush); no IPC export of pooled blocks, no peer access"},
     {"CUPOOL_STITCH", OPT_BOOL, F(stitch), "0",
      "1 (with VMM segments, which it turns on) serves a large request that "
-     "no free block fits by mapping free granules, and fresh ones for the "
-     "rest, into one new range, rather than growing by all of it"},
+     "no free block fits by mapping free units (CUPOOL_VMM_UNIT), and fresh "
+     "ones for the rest, into one new range, rather than growing by all of it"},
     {"CUPOOL_VMM_UNIT", OPT_SIZE, F(vmm_unit), "0",
      "VMM segments are built of physical allocations this large (a "
      "power-of-two multiple of the device's granularity); the pool gives "

@@ -362,12 +362,8 @@ static int be_stitch(void *ctx, const pool_span *parts, size_t n, uintptr_t *bas
     shim_shard *sh = ctx;
     shim_device *d = sh->dev;
     int err = shim_vmm_stitch(d->vmm, parts, n, base);
-    if (!err) {
-        size_t size = 0;
-        for (size_t k = 0; k < n; k++)
-            size += parts[k].size;
-        shim_owner_set(*base, size, d->id, (int)(sh - d->shards));
-    }
+    if (!err)
+        shim_owner_set(*base, pool_spans_size(parts, n), d->id, (int)(sh - d->shards));
     return err;
 }
 
@@ -377,12 +373,9 @@ static int be_extend(void *ctx, uintptr_t base, size_t size,
     shim_shard *sh = ctx;
     shim_device *d = sh->dev;
     int err = shim_vmm_extend(d->vmm, base, size, parts, n);
-    if (!err) {
-        size_t more = 0;
-        for (size_t k = 0; k < n; k++)
-            more += parts[k].size;
-        shim_owner_set(base + size, more, d->id, (int)(sh - d->shards));
-    }
+    if (!err)
+        shim_owner_set(base + size, pool_spans_size(parts, n), d->id,
+                       (int)(sh - d->shards));
     return err;
 }
 
@@ -581,7 +574,7 @@ static void event_give(shim_device *d, cudaEvent_t e)
 {
     if (!e)
         return;
-    if (shim_grow((void **)&d->spare_events, &d->spare_cap, d->nspare, sizeof(e)))
+    if (pool_grow((void **)&d->spare_events, &d->spare_cap, d->nspare, sizeof(e)))
         d->spare_events[d->nspare++] = e;
     else
         cu_event_destroy(d, e);
@@ -603,7 +596,7 @@ static void fence_retire(shim_device *d)
  * d->lock. 0, -ENOMEM or -EIO. */
 static int poll_begin_locked(shim_device *d, uint64_t *ticket)
 {
-    if (!shim_grow((void **)&d->fences, &d->fences_cap, d->nfences, sizeof(*d->fences)))
+    if (!pool_grow((void **)&d->fences, &d->fences_cap, d->nfences, sizeof(*d->fences)))
         return -ENOMEM;
     shim_fence f = {0};
     size_t nb = 0;
@@ -1193,7 +1186,7 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
         return;
     }
     pthread_mutex_lock(&d->lock);
-    if (shim_grow((void **)&d->streams, &d->streams_cap, d->nstreams, sizeof(*d->streams)))
+    if (pool_grow((void **)&d->streams, &d->streams_cap, d->nstreams, sizeof(*d->streams)))
         d->streams[d->nstreams++] = (shim_stream){s, ev, nb};
     /* A block a fence made clean by ordering the non-blocking streams after
      * the legacy stream's work may still be in use by that work: a new

@@ -136,7 +136,7 @@ static int map_locked(const shim_ipc_api *api, const cudaIpcMemHandle_t *h,
             return cudaSuccess;
         }
     }
-    if (!shim_grow((void **)&segs, &segs_cap, nsegs, sizeof(*segs)))
+    if (!pool_grow((void **)&segs, &segs_cap, nsegs, sizeof(*segs)))
         return cudaErrorMemoryAllocation;
     void *base = NULL;
     shim_inside++;
@@ -176,7 +176,7 @@ int shim_ipc_open(const shim_ipc_api *api, void **ptr, const void *h, unsigned i
         return cudaErrorInvalidValue;
     pthread_mutex_lock(&lock);
     size_t seg;
-    int e = shim_grow((void **)&ptrs, &ptrs_cap, nptrs, sizeof(*ptrs))
+    int e = pool_grow((void **)&ptrs, &ptrs_cap, nptrs, sizeof(*ptrs))
                 ? map_locked(api, &seg_h, flags, &seg) : cudaErrorMemoryAllocation;
     if (!e) {
         ptrs[nptrs++] = (opened){segs[seg].base + offset, seg};

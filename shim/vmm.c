@@ -198,7 +198,7 @@ static bool drop(shim_vmm *v, vmm_range *r, size_t from, size_t to)
 /* Inserts r into v->r, sorted by base. Needs v->lock. False: no memory. */
 static bool insert_locked(shim_vmm *v, const vmm_range *r)
 {
-    if (!shim_grow((void **)&v->r, &v->cap, v->n, sizeof(*v->r)))
+    if (!pool_grow((void **)&v->r, &v->cap, v->n, sizeof(*v->r)))
         return false;
     size_t i = v->n;
     while (i > 0 && v->r[i - 1].base > r->base) {
@@ -232,7 +232,8 @@ static CUresult range_reserve(shim_vmm *v, size_t size, bool borrowed,
  * was used yet, so there is no need to wait for the device. */
 static void range_undo(shim_vmm *v, vmm_range *r)
 {
-    drop(v, r, 0, r->size / v->gran);
+    if (r->g) /* NULL: no host memory for the entries, nothing mapped */
+        drop(v, r, 0, r->size / v->gran);
     if (r->base)
         drv.cuMemAddressFree(r->base, r->size);
     free(r->g);
@@ -331,16 +332,14 @@ int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
     pthread_mutex_lock(&v->lock);
     if (e == CUDA_SUCCESS)
         e = map_parts(v, &r, 0, parts, n);
-    if (e == CUDA_SUCCESS && !insert_locked(v, &r)) {
-        drop(v, &r, 0, size / v->gran);
+    if (e == CUDA_SUCCESS && !insert_locked(v, &r))
         e = CUDA_ERROR_OUT_OF_MEMORY;
-    }
     pthread_mutex_unlock(&v->lock);
     if (e == CUDA_SUCCESS) {
         *base = r.base;
         return 0;
     }
-    range_undo(v, &r);
+    range_undo(v, &r); /* unmaps what map_parts mapped */
     if (e != CUDA_ERROR_OUT_OF_MEMORY)
         shim_log(SHIM_LOG_ERROR, "device %d: stitching %zu bytes from %zu "
                  "parts failed: %s", v->dev, size, n, errstr(e));
@@ -416,7 +415,7 @@ void shim_vmm_unmap(shim_vmm *v, uintptr_t addr, size_t size)
 int shim_vmm_defer(shim_vmm *v, uintptr_t addr, size_t size)
 {
     pthread_mutex_lock(&v->lock);
-    int err = shim_grow((void **)&v->later, &v->later_cap, v->nlater, sizeof(*v->later))
+    int err = pool_grow((void **)&v->later, &v->later_cap, v->nlater, sizeof(*v->later))
                   ? 0 : -ENOMEM;
     if (!err)
         v->later[v->nlater++] = (span){addr, size};

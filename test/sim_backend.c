@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "sim_backend.h"
 
 static int sim_reserve(void *ctx, size_t size, uintptr_t *base)
@@ -15,14 +16,8 @@ static int sim_reserve(void *ctx, size_t size, uintptr_t *base)
     }
     if (s->capacity && size > s->capacity - s->used)
         return -ENOMEM;
-    if (s->nsegs == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        sim_segment *n = realloc(s->segs, cap * sizeof(*n));
-        if (!n)
-            return -ENOMEM;
-        s->segs = n;
-        s->cap = cap;
-    }
+    if (!pool_grow((void **)&s->segs, &s->cap, s->nsegs, sizeof(*s->segs)))
+        return -ENOMEM;
     *base = s->next_base;
     s->segs[s->nsegs++] = (sim_segment){s->next_base, size};
     /* Leave a gap so that adjacent segments never look contiguous. */
@@ -78,13 +73,8 @@ static int sim_trim(void *ctx, uintptr_t addr, size_t size)
             continue;
         /* [g.base, addr) and [addr + size, end) stay held. */
         size_t n = (addr > g.base) + (addr + size < g.base + g.size);
-        if (n == 2 && s->nsegs == s->cap) {
-            sim_segment *m = realloc(s->segs, 2 * s->cap * sizeof(*m));
-            if (!m)
-                return -ENOMEM;
-            s->segs = m;
-            s->cap *= 2;
-        }
+        if (n == 2 && !pool_grow((void **)&s->segs, &s->cap, s->nsegs, sizeof(*s->segs)))
+            return -ENOMEM;
         s->segs[i] = s->segs[--s->nsegs];
         if (addr > g.base)
             s->segs[s->nsegs++] = (sim_segment){g.base, addr - g.base};
@@ -224,14 +214,8 @@ static int sim_stitch_map(void *ctx, const pool_span *parts, size_t n, uintptr_t
     size_t size = parts_check(s, parts, n, -1);
     if (!size)
         return -EINVAL;
-    if (s->nst == s->st_cap) {
-        size_t cap = s->st_cap ? 2 * s->st_cap : 16;
-        sim_stitch *g = realloc(s->st, cap * sizeof(*g));
-        if (!g)
-            return -ENOMEM;
-        s->st = g;
-        s->st_cap = cap;
-    }
+    if (!pool_grow((void **)&s->st, &s->st_cap, s->nst, sizeof(*s->st)))
+        return -ENOMEM;
     pool_span *copy = parts_copy(parts, n, NULL, 0);
     if (!copy)
         return -ENOMEM;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "replay.h"
 #include "stats.h"
 
@@ -85,31 +86,16 @@ static void dev_release(void *ctx, uintptr_t base, size_t size)
     d->used -= size;
 }
 
-/* Bytes of parts. */
-static size_t parts_size(const pool_span *parts, size_t n)
-{
-    size_t size = 0;
-    for (size_t i = 0; i < n; i++)
-        size += parts[i].size;
-    return size;
-}
-
 /* A stitch takes fresh addresses and no memory: its parts are held. Like
  * CUPOOL_STITCH's, it keeps twice its size of addresses to extend into. */
 static int dev_stitch(void *ctx, const pool_span *parts, size_t n, uintptr_t *base)
 {
     device *d = ctx;
-    size_t size = parts_size(parts, n);
+    size_t size = pool_spans_size(parts, n);
     if (size > (UINT64_MAX - d->next - d->align) / 2)
         return -ENOMEM;
-    if (d->nrooms == d->rooms_cap) {
-        size_t cap = d->rooms_cap ? 2 * d->rooms_cap : 16;
-        room *r = realloc(d->rooms, cap * sizeof(*r));
-        if (!r)
-            return -ENOMEM;
-        d->rooms = r;
-        d->rooms_cap = cap;
-    }
+    if (!pool_grow((void **)&d->rooms, &d->rooms_cap, d->nrooms, sizeof(*d->rooms)))
+        return -ENOMEM;
     uint64_t span = (2 * size + d->align - 1) & ~(d->align - 1);
     d->rooms[d->nrooms++] = (room){d->next, span};
     *base = (uintptr_t)d->next;
@@ -123,7 +109,7 @@ static int dev_extend(void *ctx, uintptr_t base, size_t size,
     device *d = ctx;
     for (size_t i = d->nrooms; i-- > 0;)
         if (d->rooms[i].base == base)
-            return parts_size(parts, n) <= d->rooms[i].size - size ? 0 : -ENOSPC;
+            return pool_spans_size(parts, n) <= d->rooms[i].size - size ? 0 : -ENOSPC;
     return -EINVAL;
 }
 

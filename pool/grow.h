@@ -1,8 +1,9 @@
 /*
- * grow.h - the one way shim/ grows an array: doubling, from 16.
+ * grow.h - the one way cupool grows an array: doubling, from 16. Below
+ * every layer (the pool, the shim, the trace tools and the tests use it).
  */
-#ifndef CUPOOL_SHIM_GROW_H
-#define CUPOOL_SHIM_GROW_H
+#ifndef CUPOOL_POOL_GROW_H
+#define CUPOOL_POOL_GROW_H
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -10,7 +11,7 @@
 /* Makes *a (an array of *cap elements of each bytes, n of them used) hold
  * at least n + 1, doubling its capacity. False, with *a unchanged, if out
  * of host memory. */
-static inline bool shim_grow(void **a, size_t *cap, size_t n, size_t each)
+static inline bool pool_grow(void **a, size_t *cap, size_t n, size_t each)
 {
     if (n < *cap)
         return true;
