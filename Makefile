@@ -33,7 +33,7 @@ SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 
 # Unit and property tests of pool/, built with ASan+UBSan.
-POOL_TESTS := test_pool test_pool_random test_pool_frag
+POOL_TESTS := test_pool test_pool_random test_pool_frag test_addrmap
 # Threaded tests, built with TSan.
 TSAN_TESTS := test_pool_threads
 

@@ -1,27 +1,26 @@
 /*
- * addrmap.c - live blocks by address: open addressing, linear probing,
- * backward-shift deletion (no tombstones, so probe lengths stay short under
- * endless alloc/free churn). Load factor at most 1/2.
+ * addrmap.c - see addrmap.h.
  *
- * Keys are block addresses: nonzero and POOL_ALIGN-aligned, so the low nine
- * bits carry nothing and are shifted out before hashing.
+ * Keys are block addresses (POOL_ALIGN-aligned: the low nine bits carry
+ * nothing) or small handles (only the low bits do): the hash folds the
+ * bits above the ninth onto the low ones before mixing, so both spread.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool_internal.h"
+#include "addrmap.h"
 
 struct pool_addrmap_slot {
     uintptr_t key;   /* 0 = empty */
-    pool_block *val;
+    void *val;
 };
 
 enum { ADDRMAP_MIN = 64 };
 
 static size_t slot_of(const pool_addrmap *m, uintptr_t key)
 {
-    uint64_t h = (uint64_t)(key >> 9) * 0x9E3779B97F4A7C15ull;
+    uint64_t h = ((uint64_t)key ^ (uint64_t)key >> 9) * 0x9E3779B97F4A7C15ull;
     return (size_t)(h ^ (h >> 29)) & m->mask;
 }
 
@@ -71,7 +70,7 @@ int pool_addrmap_reserve(pool_addrmap *m)
     return resize(m, cap * 2);
 }
 
-void pool_addrmap_put(pool_addrmap *m, uintptr_t key, pool_block *b)
+void pool_addrmap_put(pool_addrmap *m, uintptr_t key, void *b)
 {
     size_t i = slot_of(m, key);
     while (m->slots[i].key)
@@ -81,7 +80,7 @@ void pool_addrmap_put(pool_addrmap *m, uintptr_t key, pool_block *b)
     m->count++;
 }
 
-pool_block *pool_addrmap_get(const pool_addrmap *m, uintptr_t key)
+void *pool_addrmap_get(const pool_addrmap *m, uintptr_t key)
 {
     if (!key)
         return NULL;
@@ -91,17 +90,17 @@ pool_block *pool_addrmap_get(const pool_addrmap *m, uintptr_t key)
     return NULL;
 }
 
-pool_block *pool_addrmap_take(pool_addrmap *m, uintptr_t key)
+void *pool_addrmap_take(pool_addrmap *m, uintptr_t key)
 {
     if (!key)
-        return NULL; /* 0 marks empty slots; it is never a block */
+        return NULL; /* 0 marks empty slots; it is never a key */
     size_t i = slot_of(m, key);
     while (m->slots[i].key != key) {
         if (!m->slots[i].key)
             return NULL;
         i = (i + 1) & m->mask;
     }
-    pool_block *b = m->slots[i].val;
+    void *b = m->slots[i].val;
     /* Backward shift: pull later entries of the cluster into the hole when
      * their home slot does not lie cyclically in (hole, j]. */
     for (size_t j = (i + 1) & m->mask; m->slots[j].key; j = (j + 1) & m->mask) {
@@ -116,4 +115,22 @@ pool_block *pool_addrmap_take(pool_addrmap *m, uintptr_t key)
     m->slots[i].val = NULL;
     m->count--;
     return b;
+}
+
+size_t pool_addrmap_drop_if(pool_addrmap *m, bool (*drop)(uintptr_t key, void *val, void *ctx),
+                            void *ctx)
+{
+    size_t n = 0;
+    for (size_t i = 0; m->slots && i <= m->mask;) {
+        struct pool_addrmap_slot e = m->slots[i];
+        if (e.key && drop(e.key, e.val, ctx)) {
+            /* A later entry may have shifted into slot i: look again. One
+             * shifted from the table's start (visited) is only asked twice. */
+            pool_addrmap_take(m, e.key);
+            n++;
+        } else {
+            i++;
+        }
+    }
+    return n;
 }

@@ -143,6 +143,10 @@ static int check_counters(const pool *p, const totals *t, char *why,
     if (t->reserved != st->reserved || st->cached != st->reserved - st->allocated)
         return fail(why, len, "reserved bytes: counted %lu, walked %lu",
                     (unsigned long)st->reserved, (unsigned long)t->reserved);
+    uint64_t used = atomic_load(&p->own_budget.used);
+    if (p->budget == &p->own_budget && used != st->reserved)
+        return fail(why, len, "the budget holds %lu bytes, reserved %lu",
+                    (unsigned long)used, (unsigned long)st->reserved);
     if (t->idle != p->idle_bytes)
         return fail(why, len, "idle bytes: counted %zu, walked %lu",
                     p->idle_bytes, (unsigned long)t->idle);

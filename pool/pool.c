@@ -27,6 +27,7 @@ void pool_config_default(pool_config *cfg)
     cfg->max_split = 0;
     cfg->oversize_slack = 20 * MIB;
     cfg->max_reserved = 0;
+    cfg->budget = NULL;
     cfg->release_threshold = SIZE_MAX;
     cfg->fence_interval = 64;
     cfg->fence_slack = 0;
@@ -42,6 +43,8 @@ int pool_config_validate(const pool_config *c)
         return -EINVAL;
     if (c->small_max > c->small_segment || c->fence_interval == 0 ||
         c->fence_slack > 100000)
+        return -EINVAL;
+    if (c->budget && c->max_reserved) /* one cap: the budget's */
         return -EINVAL;
     if (c->fit != POOL_FIT_BEST && c->fit != POOL_FIT_FIRST &&
         c->fit != POOL_FIT_NOSPLIT)
@@ -185,20 +188,15 @@ static size_t idle_size(const pool_segment *s)
     return stitched(s) ? 0 : s->size;
 }
 
+static pool_span segment_at(const void *p, size_t i)
+{
+    const pool_segment *s = ((const pool *)p)->segs[i];
+    return (pool_span){s->base, s->size};
+}
+
 long pool_segment_find(const pool *p, uintptr_t addr)
 {
-    size_t lo = 0, hi = p->nsegs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const pool_segment *s = p->segs[mid];
-        if (addr < s->base)
-            hi = mid;
-        else if (addr - s->base >= s->size)
-            lo = mid + 1;
-        else
-            return (long)mid;
-    }
-    return -1;
+    return pool_span_find(p, p->nsegs, segment_at, addr);
 }
 
 /* Makes room in p->segs for one more segment. 0 or -ENOMEM. */
@@ -237,6 +235,7 @@ static void segment_release(pool *p, size_t i)
             (p->nsegs - i - 1) * sizeof(*p->segs));
     p->nsegs--;
     p->be.release(p->be.ctx, s->base, s->size);
+    pool_budget_give(p->budget, s->size);
     p->st.reserved -= s->size;
     cached_update(p);
     p->st.seg_releases++;
@@ -365,6 +364,7 @@ static int segment_cut(pool *p, size_t i, pool_block *b, uintptr_t lo,
         index_add(p, b);
     if (rem)
         index_add(p, rem);
+    pool_budget_give(p->budget, hi - lo);
     p->st.reserved -= hi - lo;
     cached_update(p);
     p->st.trims++;
@@ -451,12 +451,16 @@ static size_t trim_free(pool *p, size_t need)
 static int segment_grow(pool *p, enum pool_kind kind, size_t size,
                         pool_block **out)
 {
-    if (p->cfg.max_reserved && (size > p->cfg.max_reserved ||
-                                p->st.reserved > p->cfg.max_reserved - size))
+    if (pool_budget_take(p->budget, size) != 0) {
+        if (p->be.observe)
+            p->be.observe(p->be.ctx, POOL_EV_CAP, -EDQUOT, 0, size);
         return -EDQUOT;
+    }
     pool_segment *s = malloc(sizeof(*s));
-    if (!s)
+    if (!s) {
+        pool_budget_give(p->budget, size);
         return -ENOMEM;
+    }
     uintptr_t base = 0;
     int err = p->be.reserve(p->be.ctx, size, &base);
     if (!err && (!base || base % POOL_ALIGN)) {
@@ -470,6 +474,7 @@ static int segment_grow(pool *p, enum pool_kind kind, size_t size,
             p->be.release(p->be.ctx, base, size);
     }
     if (err) {
+        pool_budget_give(p->budget, size);
         free(s);
         return err;
     }
@@ -596,7 +601,7 @@ static int block_grow(pool *p, enum pool_kind kind, size_t size,
     size_t seg = segment_size(p, kind, size);
     if (!seg)
         return -EOVERFLOW;
-    if (p->cfg.max_reserved && seg > p->cfg.max_reserved)
+    if (pool_budget_never(p->budget, seg))
         return -EDQUOT;
     int err = grow_once(p, kind, size, seg, out);
     if ((err == -EDQUOT || err == -ENOMEM) && p->be.fence_begin && any_dirty(p)) {
@@ -1193,7 +1198,9 @@ size_t pool_flush(pool *p)
 void pool_set_max_reserved(pool *p, size_t max_reserved)
 {
     pthread_mutex_lock(&p->lock);
-    p->cfg.max_reserved = max_reserved;
+    if (p->budget == &p->own_budget)
+        p->cfg.max_reserved = max_reserved;
+    pool_budget_set_limit(p->budget, max_reserved);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -1244,6 +1251,9 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
         return -ENOMEM;
     p->cfg = *cfg;
     p->be = *be;
+    p->budget = cfg->budget ? cfg->budget : &p->own_budget;
+    if (!cfg->budget)
+        pool_budget_set_limit(&p->own_budget, cfg->max_reserved);
     p->epoch = 1;
     p->ngens = be->fence_begin ? POOL_FENCES_MAX + 1 : 1;
     p->gens = calloc(p->ngens, sizeof(*p->gens));
@@ -1294,6 +1304,7 @@ void pool_destroy(pool *p)
             p->be.release(p->be.ctx, p->segs[i]->base, p->segs[i]->size);
         free(p->segs[i]);
     }
+    pool_budget_give(p->budget, p->st.reserved);
     for (size_t i = 0; i < p->nslabs; i++)
         free(p->slabs[i]);
     free(p->slabs);
@@ -1338,6 +1349,7 @@ void pool_forget(pool *p)
     p->ninflight = 0;
     p->clean_upto = p->epoch++;
     pool_addrmap_clear(&p->live);
+    pool_budget_give(p->budget, p->st.reserved); /* the device has none of it */
     p->st.requested = p->st.allocated = p->st.reserved = p->st.cached = 0;
     p->idle_bytes = 0;
     p->allocs_since_fence = 0;

@@ -55,6 +55,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "budget.h"
+
 #define POOL_ALIGN ((size_t)512)
 
 /* The stitch unit (trim_unit) CUPOOL_STITCH and 'cupool replay --stitch'
@@ -80,6 +82,26 @@ static inline size_t pool_spans_size(const pool_span *s, size_t n)
     for (size_t i = 0; i < n; i++)
         size += s[i].size;
     return size;
+}
+
+/* Index of the range among n sorted, disjoint ones that holds addr, or
+ * -1; at(ctx, i) is range i (inlined where at is known). */
+static inline long pool_span_find(const void *ctx, size_t n,
+                                  pool_span (*at)(const void *ctx, size_t i),
+                                  uintptr_t addr)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        pool_span r = at(ctx, mid);
+        if (addr < r.addr)
+            hi = mid;
+        else if (addr - r.addr >= r.size)
+            lo = mid + 1;
+        else
+            return (long)mid;
+    }
+    return -1;
 }
 
 typedef struct pool_backend {
@@ -115,7 +137,8 @@ typedef struct pool_backend {
      * lock served them (a block's free always before its reuse). ev is
      * POOL_EV_ALLOC (err 0, the block's address, the bytes asked for) or
      * POOL_EV_FREE (err 0, -EINVAL or -EALREADY; the address; the bytes
-     * asked for when the block was allocated, or 0). */
+     * asked for when the block was allocated, or 0) or POOL_EV_CAP (err
+     * -EDQUOT, address 0: the budget refused a segment of size bytes). */
     void (*observe)(void *ctx, int ev, int err, uintptr_t addr, size_t size);
     /* Optional: gives back the memory behind [addr, addr + size), a range
      * of trim_unit multiples inside a segment and inside one free block,
@@ -151,7 +174,7 @@ typedef struct pool_backend {
     void *ctx;
 } pool_backend;
 
-enum { POOL_EV_ALLOC = 1, POOL_EV_FREE = 2 };
+enum { POOL_EV_ALLOC = 1, POOL_EV_FREE = 2, POOL_EV_CAP = 3 };
 
 /* How a request picks its block. Only POOL_FIT_BEST is meant for service;
  * the others exist so that `cupool replay` can show what best fit buys on a
@@ -175,11 +198,14 @@ typedef struct pool_config {
     size_t max_split;         /* blocks this large are never split: 0 = none */
     size_t oversize_slack;    /* a request >= max_split may take an unsplit
                                  block at most this much larger: 20 MiB */
-    size_t max_reserved;      /* cap on this pool's reserved bytes: 0 =
-                                 none. A cap over several pools (the
-                                 shim's shards, and memory it passes on)
-                                 is the backend's: reserve answers -EDQUOT,
-                                 which the pool treats alike */
+    size_t max_reserved;      /* cap on this pool's reserved bytes (the
+                                 limit of a budget of its own): 0 = none */
+    pool_budget *budget;      /* a budget shared with other pools (and
+                                 whatever else its owner charges to it),
+                                 whose limit is the cap instead; NULL =
+                                 the pool's own. max_reserved must then
+                                 be 0. The owner keeps it alive while
+                                 any pool using it is */
     size_t release_threshold; /* idle bytes (fully free segments) kept
                                  cached: SIZE_MAX = keep everything */
     size_t fence_interval;    /* small requests: at most one fence per
@@ -275,8 +301,8 @@ void pool_let_go(pool *p);
  * A zero-byte request succeeds, stores 0 and allocates nothing (as
  * cudaMalloc does). Returns 0, or:
  *   -EOVERFLOW  size is too large to round up;
- *   -EDQUOT     serving it would exceed max_reserved, even after releasing
- *               every fully free segment;
+ *   -EDQUOT     serving it would pass the budget's limit, even after
+ *               releasing every fully free segment;
  *   -ENOMEM     the backend had no memory, even after that release;
  *   other       the backend's fence error.
  * On error *addr is left untouched and the pool is unchanged (bar released
@@ -307,8 +333,9 @@ int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size);
  * block. Returns the number of bytes released (never negative). */
 size_t pool_flush(pool *p);
 
-/* Changes the cap on reserved bytes (0 = none). Takes effect at the next
- * growth; nothing already reserved is released. */
+/* Changes the cap on reserved bytes (0 = none): the limit of the pool's
+ * budget, its own or, if shared, every pool's that uses it. Takes effect at
+ * the next growth; nothing already reserved is released. */
 void pool_set_max_reserved(pool *p, size_t max_reserved);
 
 /* Copies the pool's statistics into *out. segments counts stitched ones. */

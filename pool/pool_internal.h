@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "addrmap.h"
 #include "pool.h"
 
 enum pool_kind { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KINDS = 2 };
@@ -133,30 +134,14 @@ size_t pool_dirty_max(const pool_dirty *d);
 bool pool_dirty_contains(const pool_dirty *d, const pool_block *b);
 int pool_dirty_check(const pool_dirty *d, size_t *count, char *why, size_t len);
 
-/* addrmap.c: open-addressing map from live block address to block. */
-typedef struct pool_addrmap {
-    struct pool_addrmap_slot *slots;
-    size_t mask;   /* capacity - 1; capacity is a power of two */
-    size_t count;
-} pool_addrmap;
-
-int pool_addrmap_init(pool_addrmap *m);
-void pool_addrmap_fini(pool_addrmap *m);
-void pool_addrmap_clear(pool_addrmap *m);
-/* Makes room for one more entry; the only call that allocates. 0/-ENOMEM. */
-int pool_addrmap_reserve(pool_addrmap *m);
-/* Inserts key (nonzero, not present). Needs a prior pool_addrmap_reserve. */
-void pool_addrmap_put(pool_addrmap *m, uintptr_t key, pool_block *b);
-pool_block *pool_addrmap_get(const pool_addrmap *m, uintptr_t key);
-/* Removes key and returns its block, or NULL if absent. */
-pool_block *pool_addrmap_take(pool_addrmap *m, uintptr_t key);
-
 struct pool {
     pthread_mutex_t lock;
     pool_config cfg;
     pool_backend be;
     pool_stats st;               /* gauges and counters; derived fields are
                                     filled by pool_stats_get */
+    pool_budget *budget;         /* cfg.budget, or own_budget */
+    pool_budget own_budget;      /* limit: cfg.max_reserved */
     uint64_t epoch;              /* current epoch, starts at 1: a free
                                     stamps it on its block; each fence (or
                                     fence begun) moves on to the next */

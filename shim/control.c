@@ -111,7 +111,7 @@ void shim_stats_view(stats_view *v)
             continue;
         stats_device *d = &v->dev[v->ndevices++];
         stats_device_from_pool(d, i, &ps);
-        d->cap = shim_devices[i].cap;
+        d->cap = pool_budget_limit(&shim_devices[i].budget);
         d->syncs = atomic_load(&shim_devices[i].syncs);
         d->fences_skipped = atomic_load(&shim_devices[i].fences_skipped);
         d->fence_orders = atomic_load(&shim_devices[i].fence_orders);
@@ -407,7 +407,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
     shim_device_stats(dev, &ps);
     stats_device d;
     stats_device_from_pool(&d, dev, &ps);
-    d.cap = shim_devices[dev].cap;
+    d.cap = pool_budget_limit(&shim_devices[dev].budget);
     size_t dfree = 0, dtotal = 0;
     shim_device_mem_info(dev, &dfree, &dtotal);
     char c[32], r[32], a[32], f[32], l[32], df[32];

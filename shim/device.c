@@ -269,17 +269,12 @@ static int cuda_reserve(const shim_device *d, size_t size, uintptr_t *base)
     return !e ? 0 : e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 
+/* The pool took size bytes from the device's budget (the cap) already. */
 static int be_reserve(void *ctx, size_t size, uintptr_t *base)
 {
     shim_shard *sh = ctx;
     shim_device *d = sh->dev;
-    /* The cap covers every shard of the device. */
     uint64_t now = atomic_fetch_add(&d->reserved, size) + size;
-    if (d->cap && now + atomic_load(&d->passed) > d->cap) {
-        atomic_fetch_sub(&d->reserved, size);
-        shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_CAP, d->id, 0, size);
-        return -EDQUOT;
-    }
     int err = d->vmm ? shim_vmm_map(d->vmm, size, base) : cuda_reserve(d, size, base);
     if (!err) {
         /* The peak counts what the driver gave, never a failed request. */
@@ -852,6 +847,8 @@ static void be_observe(void *ctx, int ev, int err, uintptr_t addr, size_t size)
     shim_shard *sh = ctx;
     if (ev == POOL_EV_ALLOC)
         shim_trace_put(sh->ring, false, TRACE_ALLOC, TRACE_R_OK, sh->id, addr, size);
+    else if (ev == POOL_EV_CAP)
+        shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_CAP, sh->id, 0, size);
     else
         shim_trace_put(sh->ring, false, TRACE_FREE, err ? TRACE_R_BADFREE : TRACE_R_OK,
                        sh->id, addr, 0);
@@ -862,8 +859,7 @@ static void be_observe(void *ctx, int ev, int err, uintptr_t addr, size_t size)
  * request; small requests (CUPOOL_SMALL_MAX or less) go to the calling
  * thread's shard, assigned round robin at its first allocation, so threads
  * allocating small blocks do not queue on one lock. The cap is the
- * device's, enforced in be_reserve over all shards; the pools themselves
- * have none. Pools are never freed (a device reset empties them in place):
+ * device's budget, which every shard's pool takes from (pool/budget.h). Pools are never freed (a device reset empties them in place):
  * other threads may hold them. */
 
 static _Thread_local int my_shard = -1;
@@ -880,20 +876,29 @@ static uint64_t device_cap(int dev, uint64_t total)
     return shim_cap_bytes(cap_option(dev), total);
 }
 
+/* Sets the budget's limit from the options, given the device's size. */
+static uint64_t cap_set(shim_device *d, uint64_t total)
+{
+    uint64_t cap = device_cap(d->id, total);
+    pool_budget_set_limit(&d->budget, cap);
+    atomic_store(&d->cap_known, true);
+    return cap;
+}
+
 uint64_t shim_device_cap(int dev)
 {
     shim_device *d = &shim_devices[dev];
-    if (shim_device_shard_if_any(dev, 0))
-        return d->cap;
+    if (atomic_load(&d->cap_known))
+        return pool_budget_limit(&d->budget);
     const shim_cap *cap = cap_option(dev);
     if (!cap->percent)
-        return cap->bytes;
+        return cap_set(d, 0);
     /* A share of the device: its size from the driver, which takes none
-     * of the runtime's locks. */
+     * of the runtime's locks. Unknown while the driver cannot say. */
     size_t f = 0, t = 0;
     if (shim_drv_resolve() != 0 || shim_drv.cuMemGetInfo_v2(&f, &t) != CUDA_SUCCESS)
         return 0;
-    return device_cap(dev, t);
+    return cap_set(d, t);
 }
 
 enum { HOLD_MS = 200 };
@@ -938,7 +943,7 @@ static pool *create_locked(shim_device *d, int shard)
         shim_device_api(d->id);
         size_t free_b = 0, total = 0;
         shim_device_mem_info(d->id, &free_b, &total);
-        d->cap = device_cap(d->id, total);
+        cap_set(d, total);
         CUcontext c = NULL;
         if (shim_drv_resolve() == 0 && shim_drv.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c)
             atomic_store(&d->ctx, c);
@@ -949,7 +954,7 @@ static pool *create_locked(shim_device *d, int shard)
          * mappings. Under a cap: the granule, so that trims and stitches
          * reach every free granule (memory is what runs out there). */
         size_t unit = shim_cfg.vmm_unit ? shim_cfg.vmm_unit
-                      : shim_cfg.stitch && !d->cap ? POOL_STITCH_UNIT : 0;
+                      : shim_cfg.stitch && !shim_device_cap(d->id) ? POOL_STITCH_UNIT : 0;
         shim_vmm *v = shim_vmm_open(d->id, unit);
         size_t u = v ? shim_vmm_granule(v) : 0;
         if (v && (pc.small_segment % u || pc.large_round % u))
@@ -960,9 +965,9 @@ static pool *create_locked(shim_device *d, int shard)
             d->vmm = v;
     }
     shim_work_watch(); /* before any block is handed out */
-    /* The device's cap spans its shards and the memory passed on: it is
-     * be_reserve's and passed.c's, not one pool's. */
+    /* The device's cap spans its shards and the memory passed on. */
     pc.max_reserved = 0;
+    pc.budget = &d->budget;
     pc.release_threshold = shim_cfg.release_threshold;
     shim_shard *sh = &d->shards[shard];
     sh->dev = d;
@@ -993,7 +998,8 @@ static pool *create_locked(shim_device *d, int shard)
     if (shard == 0)
         shim_log(SHIM_LOG_INFO, "device %d: pool ready, cap %s, fence %s%s, "
                  "%zu shards, %s segments", d->id,
-                 d->cap ? stats_fmt_bytes(d->cap, c, sizeof(c)) : "none",
+                 shim_device_cap(d->id) ? stats_fmt_bytes(shim_device_cap(d->id), c, sizeof(c))
+                                        : "none",
                  shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
                  : shim_cfg.fence == SHIM_FENCE_POLL ? "poll"
                  : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",

@@ -50,7 +50,11 @@ typedef struct shim_device {
     int id;
     shim_shard shards[SHIM_SHARDS_MAX]; /* the backends' contexts */
     _Atomic(pool *) pools[SHIM_SHARDS_MAX]; /* shards, created on first use */
-    uint64_t cap;              /* bytes over all shards; 0 = none */
+    /* The cap: every shard's pool takes from it for each segment, and
+     * passed.c for the memory passed on; its limit is 0 until known
+     * (shim_device_cap). */
+    pool_budget budget;
+    atomic_bool cap_known;
     _Atomic uint64_t reserved; /* bytes reserved by all shards */
     _Atomic uint64_t reserved_peak;
     pthread_mutex_t lock;      /* guards streams and events */

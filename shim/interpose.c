@@ -160,7 +160,7 @@ void shim_mem_info_adjust(int dev, size_t *free_b, size_t *total_b)
     if (!shim_device_stats(dev, &s))
         return;
     size_t f = *free_b, t = *total_b;
-    uint64_t cap = d->cap, used = s.allocated + atomic_load(&d->passed);
+    uint64_t cap = pool_budget_limit(&d->budget), used = s.allocated + atomic_load(&d->passed);
     /* Cached bytes are free to this process; a cap bounds both figures. */
     uint64_t avail = (uint64_t)f + s.cached;
     uint64_t total = t;

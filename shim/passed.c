@@ -1,109 +1,68 @@
 /*
- * passed.c - see passed.h. One map from (kind, key) to (device, size),
- * open addressing with linear probing and backward-shift deletion, under
- * one mutex: these calls are the slow ones (each is a driver call of
- * microseconds), never the pool's fast path.
+ * passed.c - see passed.h. One map per kind from key to (device, size)
+ * (pool/addrmap.h), under one mutex: these calls are the slow ones (each
+ * is a driver call of microseconds), never the pool's fast path.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "addrmap.h"
 #include "device.h"
 #include "log.h"
 #include "passed.h"
 #include "stats.h"
 
 typedef struct entry {
-    uintptr_t key; /* 0 = empty */
     uint64_t size;
-    int dev, kind;
+    int dev;
 } entry;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static entry *slots;
-static size_t mask, count;
+static pool_addrmap maps[SHIM_PASSED_HANDLE + 1]; /* by kind; made at first use */
 
-static size_t slot_of(uintptr_t key, int kind)
+/* The map of kind, with room for one more. Needs lock. */
+static pool_addrmap *room(int kind)
 {
-    uint64_t h = ((uint64_t)key ^ (uint64_t)kind << 60) * 0x9E3779B97F4A7C15ull;
-    return (size_t)(h ^ (h >> 29)) & mask;
+    pool_addrmap *m = &maps[kind];
+    if (!m->slots && pool_addrmap_init(m) != 0)
+        return NULL;
+    return pool_addrmap_reserve(m) == 0 ? m : NULL;
 }
 
-static void put(entry e)
+/* Counts size bytes passed on, taken from the budget already. */
+static void passed_add(shim_device *d, uint64_t size)
 {
-    size_t i = slot_of(e.key, e.kind);
-    while (slots[i].key)
-        i = (i + 1) & mask;
-    slots[i] = e;
-    count++;
-}
-
-/* Room for one more at load 1/2 or less. Needs lock. */
-static bool room(void)
-{
-    if (slots && 2 * (count + 1) <= mask + 1)
-        return true;
-    size_t old_n = slots ? mask + 1 : 0, n = old_n ? 2 * old_n : 64;
-    entry *old = slots, *s = calloc(n, sizeof(*s));
-    if (!s)
-        return false;
-    slots = s;
-    mask = n - 1;
-    count = 0;
-    for (size_t i = 0; i < old_n; i++)
-        if (old[i].key)
-            put(old[i]);
-    free(old);
-    return true;
-}
-
-/* Removes slot i, shifting the probe chain behind it back. Needs lock. */
-static void drop(size_t i)
-{
-    size_t j = i;
-    for (;;) {
-        slots[i].key = 0;
-        for (;;) {
-            j = (j + 1) & mask;
-            if (!slots[j].key) {
-                count--;
-                return;
-            }
-            size_t home = slot_of(slots[j].key, slots[j].kind);
-            /* j may move to i if its home is not in (i, j]. */
-            if (i <= j ? (home <= i || home > j) : (home <= i && home > j))
-                break;
-        }
-        slots[i] = slots[j];
-        i = j;
-    }
-}
-
-static void note_peak(shim_device *d, uint64_t now)
-{
+    uint64_t now = atomic_fetch_add(&d->passed, size) + size;
     uint64_t peak = atomic_load(&d->passed_peak);
     while (now > peak && !atomic_compare_exchange_weak(&d->passed_peak, &peak, now))
         ;
 }
 
+/* Stops counting size bytes passed on, and gives them back to the budget. */
+static void passed_sub(shim_device *d, uint64_t size)
+{
+    atomic_fetch_sub(&d->passed, size);
+    pool_budget_give(&d->budget, size);
+}
+
 int shim_passed_take(int dev, size_t size, const char *call)
 {
     shim_device *d = &shim_devices[dev];
-    /* Never makes the pool (its creation calls the runtime, which may be
-     * the caller, holding its locks: NCCL's and the runtime's own
-     * cuMemCreate come here). */
-    uint64_t cap = call ? shim_device_cap(dev) : 0;
-    if (!cap) {
-        note_peak(d, atomic_fetch_add(&d->passed, size) + size);
+    if (!call) {
+        pool_budget_charge(&d->budget, size);
+        passed_add(d, size);
         return 0;
     }
+    /* Never makes the pool (its creation calls the runtime, which may be
+     * the caller, holding its locks: NCCL's and the runtime's own
+     * cuMemCreate come here); the cap is known without it. */
+    uint64_t cap = shim_device_cap(dev);
     for (int attempt = 0;; attempt++) {
-        uint64_t now = atomic_fetch_add(&d->passed, size) + size;
-        if (now + atomic_load(&d->reserved) <= cap) {
-            note_peak(d, now);
+        if (pool_budget_take(&d->budget, size) == 0) {
+            passed_add(d, size);
             return 0;
         }
-        atomic_fetch_sub(&d->passed, size);
         if (attempt == 1 || !shim_device_shard_if_any(dev, 0) || shim_device_flush(dev) == 0)
             break;
     }
@@ -118,7 +77,7 @@ int shim_passed_take(int dev, size_t size, const char *call)
 
 void shim_passed_untake(int dev, size_t size)
 {
-    atomic_fetch_sub(&shim_devices[dev].passed, size);
+    passed_sub(&shim_devices[dev], size);
 }
 
 void shim_passed_settle(int dev, bool ok, int kind, uintptr_t key, size_t took, size_t size)
@@ -139,43 +98,48 @@ void shim_passed_settle(int dev, bool ok, int kind, uintptr_t key, size_t took, 
 
 void shim_passed_record(int dev, int kind, uintptr_t key, size_t size)
 {
+    entry *e = malloc(sizeof(*e));
     pthread_mutex_lock(&lock);
-    bool ok = key && room();
-    if (ok)
-        put((entry){key, size, dev, kind});
+    pool_addrmap *m = e && key ? room(kind) : NULL;
+    if (m) {
+        *e = (entry){size, dev};
+        pool_addrmap_put(m, key, e);
+    }
     pthread_mutex_unlock(&lock);
-    if (!ok) /* never freed as far as the count knows: say so */
+    if (!m) { /* never freed as far as the count knows: say so */
+        free(e);
         shim_log(SHIM_LOG_WARN, "device %d: out of host memory; %zu bytes passed "
                  "on stay counted after they are freed", dev, size);
+    }
 }
 
 bool shim_passed_release(int kind, uintptr_t key)
 {
-    bool found = false;
     pthread_mutex_lock(&lock);
-    if (slots && key) {
-        for (size_t i = slot_of(key, kind); slots[i].key; i = (i + 1) & mask) {
-            if (slots[i].key != key || slots[i].kind != kind)
-                continue;
-            atomic_fetch_sub(&shim_devices[slots[i].dev].passed, slots[i].size);
-            drop(i);
-            found = true;
-            break;
-        }
-    }
+    entry *e = maps[kind].slots ? pool_addrmap_take(&maps[kind], key) : NULL;
+    if (e)
+        passed_sub(&shim_devices[e->dev], e->size);
     pthread_mutex_unlock(&lock);
-    return found;
+    free(e);
+    return e != NULL;
+}
+
+static bool on_device(uintptr_t key, void *val, void *dev)
+{
+    (void)key;
+    entry *e = val;
+    if (e->dev != *(int *)dev)
+        return false;
+    free(e);
+    return true;
 }
 
 void shim_passed_forget_device(int dev)
 {
     pthread_mutex_lock(&lock);
-    for (size_t i = 0; slots && i <= mask;) {
-        if (slots[i].key && slots[i].dev == dev)
-            drop(i); /* a later entry may have moved into i: look again */
-        else
-            i++;
-    }
-    atomic_store(&shim_devices[dev].passed, 0);
+    for (size_t k = 0; k < sizeof(maps) / sizeof(maps[0]); k++)
+        if (maps[k].slots)
+            pool_addrmap_drop_if(&maps[k], on_device, &dev);
+    pool_budget_give(&shim_devices[dev].budget, atomic_exchange(&shim_devices[dev].passed, 0));
     pthread_mutex_unlock(&lock);
 }

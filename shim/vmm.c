@@ -65,8 +65,6 @@ typedef struct vmm_range {
     bool borrowed; /* stitched: the pieces are others' */
 } vmm_range;
 
-typedef struct span { uintptr_t addr; size_t size; } span;
-
 struct shim_vmm {
     int dev;
     size_t gran; /* the driver's granularity */
@@ -76,7 +74,7 @@ struct shim_vmm {
     pthread_mutex_t lock;
     vmm_range *r; /* sorted by base */
     size_t n, cap;
-    span *later;  /* shim_vmm_defer */
+    pool_span *later; /* shim_vmm_defer */
     size_t nlater, later_cap;
 };
 
@@ -140,20 +138,16 @@ size_t shim_vmm_unit(const shim_vmm *v) { return v->unit; }
 
 size_t shim_vmm_granule(const shim_vmm *v) { return v->gran; }
 
+static pool_span range_at(const void *v, size_t i)
+{
+    const vmm_range *r = &((const shim_vmm *)v)->r[i];
+    return (pool_span){r->base, r->size};
+}
+
 /* Index of the range holding addr, or -1. Needs v->lock. */
 static long find(const shim_vmm *v, uintptr_t addr)
 {
-    size_t lo = 0, hi = v->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (addr < v->r[mid].base)
-            hi = mid;
-        else if (addr - v->r[mid].base >= v->r[mid].size)
-            lo = mid + 1;
-        else
-            return (long)mid;
-    }
-    return -1;
+    return pool_span_find(v, v->n, range_at, addr);
 }
 
 /* Records piece h of len granules at granule i of range r. */
@@ -418,7 +412,7 @@ int shim_vmm_defer(shim_vmm *v, uintptr_t addr, size_t size)
     int err = pool_grow((void **)&v->later, &v->later_cap, v->nlater, sizeof(*v->later))
                   ? 0 : -ENOMEM;
     if (!err)
-        v->later[v->nlater++] = (span){addr, size};
+        v->later[v->nlater++] = (pool_span){addr, size};
     pthread_mutex_unlock(&v->lock);
     return err;
 }

@@ -251,6 +251,59 @@ static void test_cap_releases_idle_then_retries(void **state)
     assert_int_equal(s.failures, 0);
 }
 
+/* Two pools and memory reserved beside them under one budget: every
+ * segment either pool holds is taken from it, every release, trim and
+ * forget gives back, and whoever would pass the limit is refused. */
+static void test_shared_budget(void **state)
+{
+    fixture *fx = *state, other;
+    memset(&other, 0, sizeof(other));
+    pool_budget b = {0};
+    pool_budget_set_limit(&b, 10 * MIB);
+    test_config(&fx->cfg);
+    fx->cfg.budget = &b;
+    sim_backend_init(&fx->sim, 0, &fx->be);
+    sim_backend_enable_trim(&fx->sim, &fx->be, 2 * MIB);
+    assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+    fx_open(&other, 0, &fx->cfg);
+    uintptr_t a = xalloc(fx, 5 * MIB);        /* 6 MiB taken */
+    uintptr_t c = xalloc(&other, 3 * MIB);    /* 4 MiB more: the limit */
+    assert_int_equal(atomic_load(&b.used), 10 * MIB);
+    uintptr_t x = 7;
+    assert_int_equal(pool_alloc(other.p, 512, &x), -EDQUOT); /* not its cap */
+    assert_int_equal(x, 7);
+    assert_int_equal(stats(&other).reserved, 4 * MIB);
+    /* Memory held beside the pools counts too. */
+    xfree(&other, c);
+    assert_int_equal(pool_budget_take(&b, 4 * MIB), -EDQUOT); /* other's idle */
+    assert_int_equal(pool_flush(other.p), 4 * MIB);
+    assert_int_equal(atomic_load(&b.used), 6 * MIB);
+    assert_int_equal(pool_budget_take(&b, 4 * MIB), 0);
+    assert_int_equal(pool_alloc(other.p, 512, &x), -EDQUOT);
+    pool_budget_give(&b, 4 * MIB);
+    /* A release gives back; the other pool may then grow. */
+    xfree(fx, a);
+    assert_int_equal(pool_flush(fx->p), 6 * MIB);
+    assert_int_equal(atomic_load(&b.used), 0);
+    xfree(&other, xalloc(&other, 9 * MIB));
+    assert_int_equal(pool_flush(other.p), 10 * MIB);
+    /* One cap: a budget and max_reserved together are refused. */
+    pool_config bad = fx->cfg;
+    bad.max_reserved = MIB;
+    pool *q = NULL;
+    assert_int_equal(pool_create(&bad, &fx->be, &q), -EINVAL);
+    /* Memory a device reset took leaves the budget; so does a destroyed
+     * pool's. */
+    xalloc(fx, 3 * MIB);
+    xalloc(&other, 512);
+    assert_int_equal(atomic_load(&b.used), 6 * MIB);
+    pool_forget(fx->p);
+    fx->sim.used = 0; /* the reset freed it */
+    assert_int_equal(atomic_load(&b.used), 2 * MIB);
+    fx_close(&other);
+    assert_int_equal(atomic_load(&b.used), 0);
+}
+
 static void test_backend_failure_retry_and_error(void **state)
 {
     fixture *fx = *state;
@@ -1364,6 +1417,7 @@ int main(void)
         T(test_grow_when_full),
         T(test_cap_fails_cleanly),
         T(test_cap_releases_idle_then_retries),
+        T(test_shared_budget),
         T(test_backend_failure_retry_and_error),
         T(test_device_capacity),
         T(test_flush),

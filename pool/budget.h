@@ -1,0 +1,68 @@
+/*
+ * budget.h - the cap on reserved bytes: how many are taken, how many may
+ * be. A pool takes from its budget before every segment it reserves and
+ * gives back what it releases. A budget of its own (pool_config's
+ * max_reserved) caps one pool; a shared one (pool_config's budget) caps
+ * several pools and anything else charged to it, as the shim's device cap
+ * spans the device's shards and the memory it passes on to CUDA.
+ *
+ * Thread safety: lock-free; any number of threads and pools may use one.
+ */
+#ifndef CUPOOL_POOL_BUDGET_H
+#define CUPOOL_POOL_BUDGET_H
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct pool_budget {
+    _Atomic uint64_t used;  /* bytes taken */
+    _Atomic uint64_t limit; /* bytes that may be taken: 0 = no cap */
+} pool_budget;
+
+static inline uint64_t pool_budget_limit(const pool_budget *b)
+{
+    return atomic_load_explicit(&b->limit, memory_order_relaxed);
+}
+
+static inline void pool_budget_set_limit(pool_budget *b, uint64_t limit)
+{
+    atomic_store_explicit(&b->limit, limit, memory_order_relaxed);
+}
+
+/* True if size bytes alone pass the limit: no release can make room. */
+static inline bool pool_budget_never(const pool_budget *b, uint64_t size)
+{
+    uint64_t lim = pool_budget_limit(b);
+    return lim && size > lim;
+}
+
+/* Takes size bytes: 0, or -EDQUOT with nothing taken if the bytes taken
+ * would pass the limit. Two threads never both pass it. */
+static inline int pool_budget_take(pool_budget *b, uint64_t size)
+{
+    uint64_t used = atomic_load_explicit(&b->used, memory_order_relaxed);
+    do {
+        uint64_t lim = pool_budget_limit(b);
+        if (lim && (size > lim || used > lim - size))
+            return -EDQUOT;
+    } while (!atomic_compare_exchange_weak_explicit(&b->used, &used, used + size,
+                                                    memory_order_relaxed,
+                                                    memory_order_relaxed));
+    return 0;
+}
+
+/* Takes size bytes whatever the limit: memory held already. */
+static inline void pool_budget_charge(pool_budget *b, uint64_t size)
+{
+    atomic_fetch_add_explicit(&b->used, size, memory_order_relaxed);
+}
+
+/* Gives back size bytes taken or charged. */
+static inline void pool_budget_give(pool_budget *b, uint64_t size)
+{
+    atomic_fetch_sub_explicit(&b->used, size, memory_order_relaxed);
+}
+
+#endif /* CUPOOL_POOL_BUDGET_H */
