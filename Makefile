@@ -20,8 +20,8 @@ CUDA_INC := -I$(CUDA)/include
 POOL_SRC := pool/pool.c pool/bins.c pool/dirty.c pool/tree.c pool/addrmap.c pool/check.c
 POOL_HDR := $(wildcard pool/*.h)
 TEST_HDR := $(wildcard test/*.h)
-SIM_SRC  := test/sim_backend.c
-TEST_INC := -Ipool -Itest
+SIM_SRC  := trace/sim_backend.c
+TEST_INC := -Ipool -Itrace -Itest
 
 STATS_SRC := stats/format.c stats/page.c stats/trace.c
 STATS_HDR := $(wildcard stats/*.h)
@@ -122,7 +122,8 @@ $(BUILD)/cupool-options: shim/options_cli.c shim/config.c stats/format.c $(POOL_
 
 # The trace tools behind `cupool replay/plot/import-torch`: the real pool
 # code on a simulated device.
-TRACE_SRC := trace/trace_gz.c trace/replay.c trace/plot.c stats/trace.c stats/format.c
+TRACE_SRC := trace/trace_gz.c trace/replay.c trace/plot.c trace/sim_backend.c stats/trace.c \
+             stats/format.c
 TRACE_HDR := $(wildcard trace/*.h)
 $(BUILD)/cupool-trace: trace/trace_cli.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -155,17 +156,17 @@ $(BUILD)/pool/%.o: pool/%.c $(POOL_HDR)
 $(BUILD)/libcupool_pool.a: $(patsubst %.c,$(BUILD)/%.o,$(POOL_SRC))
 	ar rcs $@ $^
 
-$(BUILD)/asan/%: test/%.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR)
+$(BUILD)/asan/%: test/%.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR) $(TRACE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) \
 	    -lcmocka -lpthread -o $@
 
-$(BUILD)/tsan/%: test/%.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR)
+$(BUILD)/tsan/%: test/%.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR) $(TRACE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(TSAN) $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) \
 	    -lcmocka -lpthread -o $@
 
-$(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR)
+$(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR) $(TRACE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -O2 $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) -lpthread -lm -o $@
 

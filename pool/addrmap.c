@@ -58,7 +58,8 @@ void pool_addrmap_fini(pool_addrmap *m)
 
 void pool_addrmap_clear(pool_addrmap *m)
 {
-    memset(m->slots, 0, (m->mask + 1) * sizeof(*m->slots));
+    if (m->slots)
+        memset(m->slots, 0, (m->mask + 1) * sizeof(*m->slots));
     m->count = 0;
 }
 
@@ -67,7 +68,7 @@ int pool_addrmap_reserve(pool_addrmap *m)
     size_t cap = m->mask + 1;
     if ((m->count + 1) * 2 <= cap)
         return 0;
-    return resize(m, cap * 2);
+    return resize(m, m->slots ? cap * 2 : ADDRMAP_MIN);
 }
 
 void pool_addrmap_put(pool_addrmap *m, uintptr_t key, void *b)
@@ -82,7 +83,7 @@ void pool_addrmap_put(pool_addrmap *m, uintptr_t key, void *b)
 
 void *pool_addrmap_get(const pool_addrmap *m, uintptr_t key)
 {
-    if (!key)
+    if (!key || !m->slots)
         return NULL;
     for (size_t i = slot_of(m, key); m->slots[i].key; i = (i + 1) & m->mask)
         if (m->slots[i].key == key)
@@ -92,7 +93,7 @@ void *pool_addrmap_get(const pool_addrmap *m, uintptr_t key)
 
 void *pool_addrmap_take(pool_addrmap *m, uintptr_t key)
 {
-    if (!key)
+    if (!key || !m->slots)
         return NULL; /* 0 marks empty slots; it is never a key */
     size_t i = slot_of(m, key);
     while (m->slots[i].key != key) {

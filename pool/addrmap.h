@@ -20,7 +20,8 @@ typedef struct pool_addrmap {
     size_t count;
 } pool_addrmap;
 
-/* 0 or -ENOMEM. */
+/* 0 or -ENOMEM. A map of zeroes is an empty map too (its first reserve
+ * allocates). */
 int pool_addrmap_init(pool_addrmap *m);
 void pool_addrmap_fini(pool_addrmap *m);
 void pool_addrmap_clear(pool_addrmap *m);

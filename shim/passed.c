@@ -19,16 +19,7 @@ typedef struct entry {
 } entry;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pool_addrmap maps[SHIM_PASSED_HANDLE + 1]; /* by kind; made at first use */
-
-/* The map of kind, with room for one more. Needs lock. */
-static pool_addrmap *room(int kind)
-{
-    pool_addrmap *m = &maps[kind];
-    if (!m->slots && pool_addrmap_init(m) != 0)
-        return NULL;
-    return pool_addrmap_reserve(m) == 0 ? m : NULL;
-}
+static pool_addrmap maps[SHIM_PASSED_HANDLE + 1]; /* by kind: entry */
 
 /* Counts size bytes passed on, taken from the budget already. */
 static void passed_add(shim_device *d, uint64_t size)
@@ -100,13 +91,13 @@ void shim_passed_record(int dev, int kind, uintptr_t key, size_t size)
 {
     entry *e = malloc(sizeof(*e));
     pthread_mutex_lock(&lock);
-    pool_addrmap *m = e && key ? room(kind) : NULL;
-    if (m) {
+    bool ok = e && key && pool_addrmap_reserve(&maps[kind]) == 0;
+    if (ok) {
         *e = (entry){size, dev};
-        pool_addrmap_put(m, key, e);
+        pool_addrmap_put(&maps[kind], key, e);
     }
     pthread_mutex_unlock(&lock);
-    if (!m) { /* never freed as far as the count knows: say so */
+    if (!ok) { /* never freed as far as the count knows: say so */
         free(e);
         shim_log(SHIM_LOG_WARN, "device %d: out of host memory; %zu bytes passed "
                  "on stay counted after they are freed", dev, size);
@@ -116,7 +107,7 @@ void shim_passed_record(int dev, int kind, uintptr_t key, size_t size)
 bool shim_passed_release(int kind, uintptr_t key)
 {
     pthread_mutex_lock(&lock);
-    entry *e = maps[kind].slots ? pool_addrmap_take(&maps[kind], key) : NULL;
+    entry *e = pool_addrmap_take(&maps[kind], key);
     if (e)
         passed_sub(&shim_devices[e->dev], e->size);
     pthread_mutex_unlock(&lock);
@@ -138,8 +129,7 @@ void shim_passed_forget_device(int dev)
 {
     pthread_mutex_lock(&lock);
     for (size_t k = 0; k < sizeof(maps) / sizeof(maps[0]); k++)
-        if (maps[k].slots)
-            pool_addrmap_drop_if(&maps[k], on_device, &dev);
+        pool_addrmap_drop_if(&maps[k], on_device, &dev);
     pool_budget_give(&shim_devices[dev].budget, atomic_exchange(&shim_devices[dev].passed, 0));
     pthread_mutex_unlock(&lock);
 }

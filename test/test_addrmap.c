@@ -100,6 +100,21 @@ static void walk(uintptr_t (*key_of)(size_t i))
     pool_addrmap_fini(&m);
 }
 
+/* A map of zeroes is empty, and grows at its first reserve. */
+static void test_zero_map(void **s)
+{
+    (void)s;
+    pool_addrmap m = {0};
+    int v = 1;
+    assert_null(pool_addrmap_get(&m, 512));
+    assert_null(pool_addrmap_take(&m, 512));
+    pool_addrmap_clear(&m);
+    assert_int_equal(pool_addrmap_reserve(&m), 0);
+    pool_addrmap_put(&m, 512, &v);
+    assert_ptr_equal(pool_addrmap_get(&m, 512), &v);
+    pool_addrmap_fini(&m);
+}
+
 static uintptr_t address(size_t i) { return (uintptr_t)0x7f0000000000ull + i * 512 * 3; }
 static uintptr_t handle(size_t i) { return i + 1; }
 
@@ -111,6 +126,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_addresses),
         cmocka_unit_test(test_handles),
+        cmocka_unit_test(test_zero_map),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "addrmap.h"
 #include "grow.h"
 #include "replay.h"
+#include "sim_backend.h"
 #include "stats.h"
 
 static const replay_policy policies[] = {
@@ -42,177 +44,6 @@ void replay_devices(const trace *t, uint64_t set[4])
     }
 }
 
-/* ---- the simulated device ----------------------------------------------- */
-
-typedef struct room { uint64_t base, size; } room;
-
-typedef struct device {
-    uint64_t capacity, used, next, align;
-    uint64_t fences;
-    room *rooms;          /* addresses each stitch may extend into */
-    size_t nrooms, rooms_cap;
-} device;
-
-/* The most a simulated device holds when no capacity is given, and the
- * most a trace may record as reserved: far beyond any device, and far
- * below where a 64-bit sum of it could wrap. */
-#define REPLAY_SPACE ((uint64_t)1 << 62)
-
-static int dev_reserve(void *ctx, size_t size, uintptr_t *base)
-{
-    device *d = ctx;
-    uint64_t cap = d->capacity ? d->capacity : REPLAY_SPACE;
-    uint64_t span = size > REPLAY_SPACE ? 0 : (size + d->align - 1) & ~(d->align - 1);
-    if (!span || size > cap - d->used || span > UINT64_MAX - d->next)
-        return -ENOMEM; /* addresses are never reused: they may run out too */
-    d->used += size;
-    *base = (uintptr_t)d->next; /* never reused: no stale address aliases */
-    d->next += span;
-    return 0;
-}
-
-static int dev_trim(void *ctx, uintptr_t addr, size_t size)
-{
-    device *d = ctx;
-    (void)addr;
-    d->used -= size;
-    return 0;
-}
-
-static void dev_release(void *ctx, uintptr_t base, size_t size)
-{
-    device *d = ctx;
-    (void)base;
-    d->used -= size;
-}
-
-/* A stitch takes fresh addresses and no memory: its parts are held. Like
- * CUPOOL_STITCH's, it keeps twice its size of addresses to extend into. */
-static int dev_stitch(void *ctx, const pool_span *parts, size_t n, uintptr_t *base)
-{
-    device *d = ctx;
-    size_t size = pool_spans_size(parts, n);
-    if (size > (UINT64_MAX - d->next - d->align) / 2)
-        return -ENOMEM;
-    if (!pool_grow((void **)&d->rooms, &d->rooms_cap, d->nrooms, sizeof(*d->rooms)))
-        return -ENOMEM;
-    uint64_t span = (2 * size + d->align - 1) & ~(d->align - 1);
-    d->rooms[d->nrooms++] = (room){d->next, span};
-    *base = (uintptr_t)d->next;
-    d->next += span;
-    return 0;
-}
-
-static int dev_extend(void *ctx, uintptr_t base, size_t size,
-                      const pool_span *parts, size_t n)
-{
-    device *d = ctx;
-    for (size_t i = d->nrooms; i-- > 0;)
-        if (d->rooms[i].base == base)
-            return pool_spans_size(parts, n) <= d->rooms[i].size - size ? 0 : -ENOSPC;
-    return -EINVAL;
-}
-
-static void dev_unstitch(void *ctx, uintptr_t base, size_t size)
-{
-    device *d = ctx;
-    (void)size;
-    for (size_t i = d->nrooms; i-- > 0;)
-        if (d->rooms[i].base == base) {
-            d->rooms[i] = d->rooms[--d->nrooms];
-            return;
-        }
-}
-
-static int dev_fence(void *ctx)
-{
-    ((device *)ctx)->fences++;
-    return 0;
-}
-
-/* ---- trace address -> replay address ------------------------------------ */
-
-typedef struct amap {
-    uint64_t *key, *val;   /* key 0 = empty */
-    size_t mask, count;
-} amap;
-
-static size_t slot_of(const amap *m, uint64_t k)
-{
-    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
-}
-
-static int amap_grow(amap *m)
-{
-    size_t cap = m->mask ? 2 * (m->mask + 1) : 1024;
-    amap n = {calloc(cap, sizeof(uint64_t)), calloc(cap, sizeof(uint64_t)), cap - 1, 0};
-    if (!n.key || !n.val) {
-        free(n.key);
-        free(n.val);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; m->mask && i <= m->mask; i++) {
-        if (!m->key[i])
-            continue;
-        size_t s = slot_of(&n, m->key[i]);
-        while (n.key[s])
-            s = (s + 1) & n.mask;
-        n.key[s] = m->key[i];
-        n.val[s] = m->val[i];
-        n.count++;
-    }
-    free(m->key);
-    free(m->val);
-    *m = n;
-    return 0;
-}
-
-/* Index of k's slot, or of the empty slot where it would go. */
-static size_t amap_find(const amap *m, uint64_t k)
-{
-    size_t s = slot_of(m, k);
-    while (m->key[s] && m->key[s] != k)
-        s = (s + 1) & m->mask;
-    return s;
-}
-
-static int amap_put(amap *m, uint64_t k, uint64_t v)
-{
-    if ((m->count + 1) * 4 > (m->mask + 1) * 3 || !m->mask)
-        if (amap_grow(m))
-            return -ENOMEM;
-    size_t s = amap_find(m, k);
-    m->count += !m->key[s];
-    m->key[s] = k;
-    m->val[s] = v;
-    return 0;
-}
-
-/* Removes k; returns its value, or 0 if absent. Backward-shift deletion. */
-static uint64_t amap_take(amap *m, uint64_t k)
-{
-    if (!m->mask)
-        return 0;
-    size_t s = amap_find(m, k);
-    if (!m->key[s])
-        return 0;
-    uint64_t v = m->val[s];
-    m->key[s] = 0;
-    m->count--;
-    for (size_t j = (s + 1) & m->mask; m->key[j]; j = (j + 1) & m->mask) {
-        size_t home = slot_of(m, m->key[j]);
-        /* Move j into the hole s unless home lies cyclically in (s, j]. */
-        bool stays = s <= j ? (home > s && home <= j) : (home > s || home <= j);
-        if (stays)
-            continue;
-        m->key[s] = m->key[j];
-        m->val[s] = m->val[j];
-        m->key[j] = 0;
-        s = j;
-    }
-    return v;
-}
-
 /* ---- the replay ----------------------------------------------------------- */
 
 enum { REORDER_RECORDS = 256, REORDER_NS = 20000 };
@@ -242,7 +73,7 @@ static size_t find_near(const trace *t, size_t i, unsigned dev, trace_op op,
 
 /* Makes the pool a replay runs: the policy's configuration on a simulated
  * device that can trim and stitch as the options say. */
-static int replay_pool(const replay_opts *o, device *dev, pool **p)
+static int replay_pool(const replay_opts *o, sim_backend *dev, pool **p)
 {
     pool_config cfg;
     pool_config_default(&cfg);
@@ -255,17 +86,14 @@ static int replay_pool(const replay_opts *o, device *dev, pool **p)
     /* As CUPOOL_STITCH: large units without a cap, the granule under one. */
     size_t unit = o->trim_unit ? o->trim_unit
                   : !o->stitch ? 0 : o->max_reserved ? (size_t)2 << 20 : POOL_STITCH_UNIT;
-    *dev = (device){.capacity = o->capacity, .next = UINT64_C(1) << 40,
-                    .align = unit > (2u << 20) ? unit : 2u << 20};
-    pool_backend be = {.reserve = dev_reserve, .release = dev_release,
-                       .fence = dev_fence, .ctx = dev, .trim_unit = unit};
+    pool_backend be;
+    sim_backend_init(dev, (size_t)o->capacity, &be);
     if (o->trim_unit)
-        be.trim = dev_trim;
-    if (o->stitch) { /* as CUPOOL_STITCH: no trim unless asked for */
-        be.stitch = dev_stitch;
-        be.unstitch = dev_unstitch;
-        be.extend = dev_extend;
-    }
+        sim_backend_enable_trim(dev, &be, unit);
+    else if (unit)
+        sim_backend_set_unit(dev, &be, unit);
+    if (o->stitch) /* as CUPOOL_STITCH: no trim unless asked for */
+        sim_backend_enable_stitch(dev, &be);
     return pool_create(&cfg, &be, p);
 }
 
@@ -275,8 +103,8 @@ typedef struct run {
     const replay_opts *o;
     replay_result *r;
     pool *p;
-    device dev;
-    amap map;            /* trace address -> replay address */
+    sim_backend dev;
+    pool_addrmap map;    /* trace address -> replay address */
     unsigned char *mark; /* per record: M_APPLIED, M_FREE_AFTER */
     uint64_t rec_reserved, start;
 } run;
@@ -310,7 +138,7 @@ static int replay_alloc(run *x, size_t i, const trace_record *e)
     if (err)
         return err;
     r->allocs++;
-    uint64_t stale = amap_take(&x->map, e->addr);
+    uintptr_t stale = (uintptr_t)pool_addrmap_take(&x->map, e->addr);
     if (stale) {
         /* Its free comes a little later in the file, or was never
          * recorded: free it now. */
@@ -329,7 +157,12 @@ static int replay_alloc(run *x, size_t i, const trace_record *e)
         r->frees++;
         return 0;
     }
-    return amap_put(&x->map, e->addr, a);
+    if (!e->addr || !a) /* a zero-byte block: nothing to free */
+        return 0;
+    if (pool_addrmap_reserve(&x->map) != 0)
+        return -ENOMEM;
+    pool_addrmap_put(&x->map, e->addr, (void *)a);
+    return 0;
 }
 
 /* Record i, a free: of the block the address maps to, or, if its
@@ -339,7 +172,7 @@ static void replay_free(run *x, size_t i, const trace_record *e)
     replay_result *r = x->r;
     if (trace_result_of(e) != TRACE_R_OK || x->mark[i])
         return;
-    uint64_t mine = amap_take(&x->map, e->addr);
+    uintptr_t mine = (uintptr_t)pool_addrmap_take(&x->map, e->addr);
     if (mine && pool_free(x->p, mine) == 0) {
         r->frees++;
         return;
@@ -376,7 +209,7 @@ static int replay_other(run *x, const trace_record *e)
         r->recorded_fences += res == TRACE_R_OK;
         break;
     case TRACE_RESERVE:
-        if (res == TRACE_R_OK && size > REPLAY_SPACE - x->rec_reserved)
+        if (res == TRACE_R_OK && size > SIM_SPACE - x->rec_reserved)
             return -EOVERFLOW; /* no device holds this */
         if (res == TRACE_R_OK)
             x->rec_reserved += size;
@@ -430,7 +263,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     for (size_t i = 0; i < t->n; i++)
         count += trace_device(&t->rec[i]) == o->device;
     x.mark = calloc(t->n ? t->n : 1, 1);
-    if (!x.mark || (o->samples && count &&
+    if (!x.mark || pool_addrmap_init(&x.map) != 0 || (o->samples && count &&
                     !(r->sample = malloc(count * sizeof(*r->sample)))))
         err = -ENOMEM;
     uint64_t last_time = 0;
@@ -468,9 +301,12 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     r->stitched_bytes = s.stitched_bytes_total;
     r->frag_mean = last_time > x.start ? frag_area / (double)(last_time - x.start) : 0.0;
     pool_destroy(x.p);
-    free(x.dev.rooms);
-    free(x.map.key);
-    free(x.map.val);
+    /* The device checks the pool: no release, trim or stitch of memory it
+     * did not hand out. */
+    if (!err && (x.dev.bad_releases || x.dev.bad_trims || x.dev.bad_stitches))
+        err = -EPROTO;
+    sim_backend_fini(&x.dev);
+    pool_addrmap_fini(&x.map);
     free(x.mark);
     if (err) {
         replay_result_free(r);

@@ -82,8 +82,11 @@ typedef struct replay_result {
     uint64_t nsamples;
 } replay_result;
 
-/* Replays t's records of opts->device. Returns 0, or a negative errno
- * (-EINVAL: bad policy or config, -ENOMEM: host memory). */
+/* Replays t's records of opts->device on the simulated device
+ * (sim_backend.h). Returns 0, or a negative errno (-EINVAL: bad policy or
+ * config, -ENOMEM: host memory, -EOVERFLOW: the trace reserves more than
+ * any device holds, -EPROTO: the device caught the pool releasing,
+ * trimming or stitching memory it did not hold). */
 int replay_run(const trace *t, const replay_opts *opts, replay_result *r);
 void replay_result_free(replay_result *r);
 

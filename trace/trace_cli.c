@@ -304,7 +304,10 @@ static const char *replay_error(int err)
 {
     return err == -EOVERFLOW ? "the trace reserves more than 4 EiB at once: no device "
                                "holds that, so it is not a trace of one (refused)"
-                             : strerror(-err);
+           : err == -EPROTO ? "the pool released, trimmed or stitched memory the "
+                              "simulated device had not given it (a bug in the pool: "
+                              "please report it with the trace)"
+                            : strerror(-err);
 }
 
 static void json_result(const replay_policy *p, const replay_result *r, bool last)

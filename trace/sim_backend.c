@@ -7,6 +7,50 @@
 #include "grow.h"
 #include "sim_backend.h"
 
+/* Takes span bytes of fresh addresses (and a gap, so that neighbours never
+ * look contiguous), aligned to the unit: 0, or -ENOMEM if they ran out. */
+static int addresses(sim_backend *s, size_t span, uintptr_t *base)
+{
+    uintptr_t u = s->trim_unit ? s->trim_unit : 1;
+    if (span > SIM_SPACE || s->next_base > SIM_SPACE)
+        return -ENOMEM;
+    *base = s->next_base;
+    s->next_base = (s->next_base + span + POOL_ALIGN + u - 1) & ~(u - 1);
+    return 0;
+}
+
+/* Holds the range [base, base + size): 0 or -ENOMEM. */
+static int hold(sim_backend *s, uintptr_t base, size_t size)
+{
+    sim_segment *g = malloc(sizeof(*g));
+    if (!g || pool_addrmap_reserve(&s->segs) != 0) {
+        free(g);
+        return -ENOMEM;
+    }
+    *g = (sim_segment){base, size};
+    pool_addrmap_put(&s->segs, base, g);
+    s->nsegs++;
+    if (size > s->seg_max)
+        s->seg_max = size;
+    return 0;
+}
+
+/* The range held that holds addr, or NULL. Every range's base is a
+ * multiple of the unit (of 1 without one: then only a base is found), so
+ * the bases below addr are looked up one unit at a time, as far down as
+ * the largest range reaches. */
+static sim_segment *holding(const sim_backend *s, uintptr_t addr)
+{
+    uintptr_t u = s->trim_unit ? s->trim_unit : 1;
+    for (uintptr_t b = addr & ~(u - 1);; b -= u) {
+        sim_segment *g = pool_addrmap_get(&s->segs, b);
+        if (g) /* the nearest base at or below addr: ranges are disjoint */
+            return addr - g->base < g->size ? g : NULL;
+        if (!s->trim_unit || b < u || addr - (b - u) >= s->seg_max)
+            return NULL;
+    }
+}
+
 static int sim_reserve(void *ctx, size_t size, uintptr_t *base)
 {
     sim_backend *s = ctx;
@@ -16,14 +60,10 @@ static int sim_reserve(void *ctx, size_t size, uintptr_t *base)
     }
     if (s->capacity && size > s->capacity - s->used)
         return -ENOMEM;
-    if (!pool_grow((void **)&s->segs, &s->cap, s->nsegs, sizeof(*s->segs)))
+    uintptr_t b;
+    if (addresses(s, size, &b) != 0 || hold(s, b, size) != 0)
         return -ENOMEM;
-    *base = s->next_base;
-    s->segs[s->nsegs++] = (sim_segment){s->next_base, size};
-    /* Leave a gap so that adjacent segments never look contiguous. */
-    s->next_base += size + POOL_ALIGN;
-    if (s->trim_unit)
-        s->next_base = (s->next_base + s->trim_unit - 1) & ~(s->trim_unit - 1);
+    *base = b;
     s->used += size;
     s->reserves++;
     return 0;
@@ -48,15 +88,15 @@ static void sim_release(void *ctx, uintptr_t base, size_t size)
         s->bad_releases++;
         return;
     }
-    for (size_t i = 0; i < s->nsegs; i++) {
-        if (s->segs[i].base == base && s->segs[i].size == size) {
-            s->segs[i] = s->segs[--s->nsegs];
-            s->used -= size;
-            s->releases++;
-            return;
-        }
+    sim_segment *g = pool_addrmap_get(&s->segs, base);
+    if (!g || g->size != size) {
+        s->bad_releases++;
+        return;
     }
-    s->bad_releases++;
+    free(pool_addrmap_take(&s->segs, base));
+    s->nsegs--;
+    s->used -= size;
+    s->releases++;
 }
 
 static int sim_trim(void *ctx, uintptr_t addr, size_t size)
@@ -67,24 +107,22 @@ static int sim_trim(void *ctx, uintptr_t addr, size_t size)
     if (!size || addr % s->trim_unit || size % s->trim_unit ||
         stitched_into(s, addr, size))
         goto bad;
-    for (size_t i = 0; i < s->nsegs; i++) {
-        sim_segment g = s->segs[i];
-        if (addr < g.base || addr + size > g.base + g.size)
-            continue;
-        /* [g.base, addr) and [addr + size, end) stay held. */
-        size_t n = (addr > g.base) + (addr + size < g.base + g.size);
-        if (n == 2 && !pool_grow((void **)&s->segs, &s->cap, s->nsegs, sizeof(*s->segs)))
-            return -ENOMEM;
-        s->segs[i] = s->segs[--s->nsegs];
-        if (addr > g.base)
-            s->segs[s->nsegs++] = (sim_segment){g.base, addr - g.base};
-        if (addr + size < g.base + g.size)
-            s->segs[s->nsegs++] = (sim_segment){addr + size,
-                                                g.base + g.size - addr - size};
-        s->used -= size;
-        s->trims++;
-        return 0;
+    sim_segment *h = holding(s, addr);
+    if (!h || addr + size > h->base + h->size)
+        goto bad;
+    /* [h->base, addr) and [addr + size, end) stay held. */
+    uintptr_t end = h->base + h->size;
+    if (addr + size < end && hold(s, addr + size, end - addr - size) != 0)
+        return -ENOMEM;
+    if (addr > h->base) {
+        h->size = addr - h->base;
+    } else {
+        free(pool_addrmap_take(&s->segs, h->base));
+        s->nsegs--;
     }
+    s->used -= size;
+    s->trims++;
+    return 0;
 bad:
     s->bad_trims++;
     return -EINVAL;
@@ -152,13 +190,9 @@ uintptr_t sim_backend_phys(const sim_backend *s, uintptr_t va, size_t *len)
 {
     long i = stitch_find(s, va);
     if (i < 0) {
-        for (size_t k = 0; k < s->nsegs; k++)
-            if (va >= s->segs[k].base && va - s->segs[k].base < s->segs[k].size) {
-                *len = s->segs[k].base + s->segs[k].size - va;
-                return va;
-            }
-        *len = 0;
-        return 0;
+        const sim_segment *g = holding(s, va);
+        *len = g ? g->base + g->size - va : 0;
+        return g ? va : 0;
     }
     size_t off = va - s->st[i].base;
     for (size_t k = 0;; k++) {
@@ -217,12 +251,11 @@ static int sim_stitch_map(void *ctx, const pool_span *parts, size_t n, uintptr_t
     if (!pool_grow((void **)&s->st, &s->st_cap, s->nst, sizeof(*s->st)))
         return -ENOMEM;
     pool_span *copy = parts_copy(parts, n, NULL, 0);
-    if (!copy)
+    if (!copy || addresses(s, 2 * size, base) != 0) {
+        free(copy);
         return -ENOMEM;
-    *base = s->next_base;
-    s->st[s->nst++] = (sim_stitch){s->next_base, size, n, 2 * size, copy};
-    s->next_base = (s->next_base + 2 * size + POOL_ALIGN + s->trim_unit - 1) &
-                   ~(s->trim_unit - 1);
+    }
+    s->st[s->nst++] = (sim_stitch){*base, size, n, 2 * size, copy};
     s->stitches++;
     return 0;
 }
@@ -276,19 +309,33 @@ void sim_backend_enable_stitch(sim_backend *sim, pool_backend *be)
     be->extend = sim_extend;
 }
 
+static bool drop_all(uintptr_t key, void *g, void *ctx)
+{
+    (void)key;
+    (void)ctx;
+    free(g);
+    return true;
+}
+
 void sim_backend_fini(sim_backend *sim)
 {
     for (size_t i = 0; i < sim->nst; i++)
         free(sim->st[i].parts);
     free(sim->st);
-    free(sim->segs);
+    pool_addrmap_drop_if(&sim->segs, drop_all, NULL);
+    pool_addrmap_fini(&sim->segs);
     memset(sim, 0, sizeof(*sim));
+}
+
+void sim_backend_set_unit(sim_backend *sim, pool_backend *be, size_t unit)
+{
+    sim->trim_unit = unit;
+    sim->next_base = (sim->next_base + unit - 1) & ~(unit - 1);
+    be->trim_unit = unit;
 }
 
 void sim_backend_enable_trim(sim_backend *sim, pool_backend *be, size_t unit)
 {
-    sim->trim_unit = unit;
-    sim->next_base = (sim->next_base + unit - 1) & ~(unit - 1);
+    sim_backend_set_unit(sim, be, unit);
     be->trim = sim_trim;
-    be->trim_unit = unit;
 }
