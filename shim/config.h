@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "log.h"
 #include "pool.h"
 
 #define SHIM_MAX_DEVICES 64
@@ -21,10 +22,6 @@
 typedef enum shim_fence_mode {
     SHIM_FENCE_BARRIER, SHIM_FENCE_SYNC, SHIM_FENCE_NONE, SHIM_FENCE_POLL
 } shim_fence_mode;
-
-typedef enum shim_log_level {
-    SHIM_LOG_OFF, SHIM_LOG_ERROR, SHIM_LOG_WARN, SHIM_LOG_INFO, SHIM_LOG_DEBUG
-} shim_log_level;
 
 /* A cap: none, a byte count, or a percentage of the device's memory. */
 typedef struct shim_cap {

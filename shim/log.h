@@ -9,7 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+typedef enum shim_log_level {
+    SHIM_LOG_OFF, SHIM_LOG_ERROR, SHIM_LOG_WARN, SHIM_LOG_INFO, SHIM_LOG_DEBUG
+} shim_log_level;
 
 void shim_log_set_level(shim_log_level level);
 
