@@ -79,10 +79,11 @@ endef
 # runtime on it (libcudart.so.13 with the real version node), the scenario
 # program linked against the runtime, and the driver-API program linked
 # only against the driver (as a static runtime, CuPy or XLA reach it).
+SIMCUDA_SRC := test/simcuda/simcuda.c test/simcuda/simcupti.c test/simcuda/simvmm.c
 define shim_rt
-$(1)/sim/libcuda.so.1: test/simcuda/simcuda.c test/simcuda/simcuda.h
+$(1)/sim/libcuda.so.1: $(SIMCUDA_SRC) test/simcuda/simcuda.h test/simcuda/simcuda_internal.h
 	@mkdir -p $$(dir $$@)
-	$$(CC) $(2) -fPIC -shared $$(CUDA_INC) -Wl,-soname,libcuda.so.1 $$< \
+	$$(CC) $(2) -fPIC -shared $$(CUDA_INC) -Wl,-soname,libcuda.so.1 $(SIMCUDA_SRC) \
 	    -ldl -lpthread -o $$@
 $(1)/sim/libcudart.so.13: test/simcuda/simcudart.c test/simcuda/libcudart.map $(1)/sim/libcuda.so.1
 	$$(CC) $(2) -fPIC -shared $$(CUDA_INC) -Wl,-soname,libcudart.so.13 \

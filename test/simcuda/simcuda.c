@@ -2,7 +2,8 @@
  * simcuda.c - the simulated CUDA driver for CPU tests, libcuda.so.1; see
  * simcuda.h. It holds the state: the runtime's calls are here as simrt_
  * functions that the simulated libcudart.so.13 (simcudart.c) forwards to,
- * and the driver's under its own names. Only what cupool calls (and what
+ * and the driver's under its own names; its virtual memory calls are in
+ * simvmm.c and CUPTI in simcupti.c. Only what cupool calls (and what
  * tests call around it) is implemented.
  */
 #include <dlfcn.h>
@@ -22,19 +23,19 @@
 #include <cupti_result.h>
 
 #include "simcuda.h"
+#include "simcuda_internal.h"
 
-#define EXPORT __attribute__((visibility("default")))
-enum { MAX_DEV = 8, MAX_ALLOCS = 1 << 16, MAX_STREAMS = 256 };
+enum { MAX_ALLOCS = 1 << 16, MAX_STREAMS = 256 };
 
 /* fd: the memory's file with SIMCUDA_IPC=1 (another process maps it through
  * /proc/PID/fd, as CUDA IPC maps device memory), else -1. */
 typedef struct alloc { void *p; size_t size; int dev; int fd; } alloc;
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
 static alloc allocs[MAX_ALLOCS];
 static int nallocs;
-static simcuda_stats st[MAX_DEV];
-static int ndev = -1;
+simcuda_stats sim_st[SIM_MAX_DEV];
+int sim_ndev = -1;
 static cudaStream_t capturing_streams[MAX_STREAMS];
 /* Each capture's mode, thread, and whether a forbidden call invalidated it. */
 static enum cudaStreamCaptureMode capture_mode[MAX_STREAMS];
@@ -42,7 +43,7 @@ static pthread_t capture_thread[MAX_STREAMS];
 static bool capture_invalid[MAX_STREAMS];
 static _Thread_local enum cudaStreamCaptureMode thread_mode; /* global: 0 */
 static _Thread_local int current;
-static bool work_pending[MAX_DEV]; /* recorded since the last sync */
+bool sim_work_pending[SIM_MAX_DEV]; /* recorded since the last sync */
 /* Streams running long work (simcuda_set_busy): an event recorded on one
  * is not ready until its work ends; gen counts the ends. */
 static struct { cudaStream_t s; unsigned long gen; bool busy; } busy_streams[MAX_STREAMS];
@@ -63,17 +64,17 @@ static int busy_slot(cudaStream_t s)
 }
 static _Thread_local cudaError_t last_error;
 
-static void setup(void)
+void sim_setup(void)
 {
-    if (ndev >= 0)
+    if (sim_ndev >= 0)
         return;
     const char *d = getenv("SIMCUDA_DEVICES"), *c = getenv("SIMCUDA_CAPACITY");
-    ndev = d ? atoi(d) : 2;
-    if (ndev < 1 || ndev > MAX_DEV)
-        ndev = 2;
+    sim_ndev = d ? atoi(d) : 2;
+    if (sim_ndev < 1 || sim_ndev > SIM_MAX_DEV)
+        sim_ndev = 2;
     unsigned long long cap = c ? strtoull(c, NULL, 0) : 16ull << 30;
-    for (int i = 0; i < ndev; i++)
-        st[i].capacity = cap;
+    for (int i = 0; i < sim_ndev; i++)
+        sim_st[i].capacity = cap;
 }
 
 static cudaError_t fail(cudaError_t e)
@@ -82,98 +83,30 @@ static cudaError_t fail(cudaError_t e)
     return e;
 }
 
-/* ---- CUPTI, driver domain only -------------------------------------------
- * Every runtime call below that stands for a driver call reports it (entry,
- * then return) to the one subscriber, unless that call was turned off. */
-static CUpti_CallbackFunc cupti_cb;
-static atomic_bool cupti_off[CUPTI_DRIVER_TRACE_CBID_SIZE];
-static atomic_bool cupti_domain_on;
-
-static void drv_call(CUpti_CallbackId id)
-{
-    if (!atomic_load(&cupti_domain_on) || id >= CUPTI_DRIVER_TRACE_CBID_SIZE ||
-        atomic_load(&cupti_off[id]))
-        return;
-    CUpti_CallbackData d = {.callbackSite = CUPTI_API_ENTER};
-    cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
-    d.callbackSite = CUPTI_API_EXIT;
-    cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
-}
-
-/* SIMCUDA_CUPTI_TAKEN=1: another tool holds CUPTI already. */
-EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb,
-                                  void *ud)
-{
-    (void)ud;
-    const char *t = getenv("SIMCUDA_CUPTI_TAKEN");
-    if (cupti_cb || (t && *t == '1'))
-        return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-    cupti_cb = cb;
-    *sub = (CUpti_SubscriberHandle)&cupti_cb;
-    return CUPTI_SUCCESS;
-}
-
-EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle sub)
-{
-    (void)sub;
-    atomic_store(&cupti_domain_on, false);
-    cupti_cb = NULL;
-    return CUPTI_SUCCESS;
-}
-
-EXPORT CUptiResult cuptiEnableDomain(uint32_t on, CUpti_SubscriberHandle sub,
-                                     CUpti_CallbackDomain domain)
-{
-    if (sub != (CUpti_SubscriberHandle)&cupti_cb || domain != CUPTI_CB_DOMAIN_DRIVER_API)
-        return CUPTI_ERROR_INVALID_PARAMETER;
-    for (int i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
-        atomic_store(&cupti_off[i], !on);
-    atomic_store(&cupti_domain_on, on != 0);
-    return CUPTI_SUCCESS;
-}
-
-EXPORT CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle sub,
-                                       CUpti_CallbackDomain domain, CUpti_CallbackId id)
-{
-    if (sub != (CUpti_SubscriberHandle)&cupti_cb || domain != CUPTI_CB_DOMAIN_DRIVER_API ||
-        id >= CUPTI_DRIVER_TRACE_CBID_SIZE)
-        return CUPTI_ERROR_INVALID_PARAMETER;
-    atomic_store(&cupti_off[id], !on);
-    return CUPTI_SUCCESS;
-}
-
-EXPORT CUptiResult cuptiGetResultString(CUptiResult r, const char **s)
-{
-    *s = r == CUPTI_SUCCESS ? "CUPTI_SUCCESS"
-         : r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
-             ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" : "CUPTI_ERROR";
-    return CUPTI_SUCCESS;
-}
-
 void simcuda_get_stats(int dev, simcuda_stats *out) EXPORT;
 void simcuda_get_stats(int dev, simcuda_stats *out)
 {
-    pthread_mutex_lock(&lock);
-    setup();
-    *out = st[dev];
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&sim_lock);
+    sim_setup();
+    *out = sim_st[dev];
+    pthread_mutex_unlock(&sim_lock);
 }
 
 void simcuda_set_busy(cudaStream_t s, int on) EXPORT;
 void simcuda_set_busy(cudaStream_t s, int on)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     int i = busy_slot(s);
     if (busy_streams[i].busy && !on)
         busy_streams[i].gen++;
     busy_streams[i].busy = on;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
 }
 
 void simcuda_set_capturing(cudaStream_t s, int on) EXPORT;
 void simcuda_set_capturing(cudaStream_t s, int on)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (on && !capturing_streams[i]) {
             capturing_streams[i] = s;
@@ -187,7 +120,7 @@ void simcuda_set_capturing(cudaStream_t s, int on)
         if (!on && capturing_streams[i] == s)
             capturing_streams[i] = NULL;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
 }
 
 /* CUDA's rule for potentially unsafe calls during graph captures: a
@@ -200,7 +133,7 @@ static bool forbidden_by_capture(void)
     if (thread_mode == cudaStreamCaptureModeRelaxed)
         return false;
     bool no = false;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (!capturing_streams[i] || capture_mode[i] == cudaStreamCaptureModeRelaxed)
             continue;
@@ -211,7 +144,7 @@ static bool forbidden_by_capture(void)
             no = true;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return no;
 }
 
@@ -225,13 +158,13 @@ static cudaError_t sim_alloc(void **ptr, size_t size, int dev)
         *ptr = NULL;
         return cudaSuccess;
     }
-    pthread_mutex_lock(&lock);
-    setup();
+    pthread_mutex_lock(&sim_lock);
+    sim_setup();
     cudaError_t e = cudaSuccess;
     void *p = MAP_FAILED;
     int fd = -1;
     const char *ipc = getenv("SIMCUDA_IPC");
-    if (size > st[dev].capacity - st[dev].used || nallocs == MAX_ALLOCS)
+    if (size > sim_st[dev].capacity - sim_st[dev].used || nallocs == MAX_ALLOCS)
         e = cudaErrorMemoryAllocation;
     else if (ipc && *ipc == '1')
         p = (fd = memfd_create("simcuda", 0)) >= 0 && ftruncate(fd, (off_t)size) == 0
@@ -246,43 +179,43 @@ static cudaError_t sim_alloc(void **ptr, size_t size, int dev)
     }
     if (e == cudaSuccess) {
         allocs[nallocs++] = (alloc){p, size, dev, fd};
-        st[dev].used += size;
-        st[dev].mallocs++;
+        sim_st[dev].used += size;
+        sim_st[dev].mallocs++;
         *ptr = p;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return e == cudaSuccess ? e : fail(e);
 }
 
 EXPORT cudaError_t simrt_cudaMalloc(void **ptr, size_t size)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2);
     return sim_alloc(ptr, size, current);
 }
 
 EXPORT cudaError_t simrt_cudaFree(void *ptr)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2);
     if (!ptr)
         return cudaSuccess;
     if (forbidden_by_capture())
         return fail(cudaErrorStreamCaptureUnsupported);
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     for (int i = 0; i < nallocs; i++) {
         if (allocs[i].p != ptr)
             continue;
         munmap(ptr, allocs[i].size);
         if (allocs[i].fd >= 0)
             close(allocs[i].fd);
-        st[allocs[i].dev].used -= allocs[i].size;
-        st[allocs[i].dev].frees++;
-        st[allocs[i].dev].syncs++; /* the real cudaFree synchronizes */
+        sim_st[allocs[i].dev].used -= allocs[i].size;
+        sim_st[allocs[i].dev].frees++;
+        sim_st[allocs[i].dev].syncs++; /* the real cudaFree synchronizes */
         allocs[i] = allocs[--nallocs];
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&sim_lock);
         return cudaSuccess;
     }
-    st[current].bad_frees++;
-    pthread_mutex_unlock(&lock);
+    sim_st[current].bad_frees++;
+    pthread_mutex_unlock(&sim_lock);
     return fail(cudaErrorInvalidValue);
 }
 
@@ -321,45 +254,45 @@ EXPORT cudaError_t simrt_cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExte
 
 EXPORT cudaError_t simrt_cudaMemGetInfo(size_t *free_b, size_t *total)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2);
-    pthread_mutex_lock(&lock);
-    setup();
-    *free_b = st[current].capacity - st[current].used;
-    *total = st[current].capacity;
-    pthread_mutex_unlock(&lock);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2);
+    pthread_mutex_lock(&sim_lock);
+    sim_setup();
+    *free_b = sim_st[current].capacity - sim_st[current].used;
+    *total = sim_st[current].capacity;
+    pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
 }
 
 EXPORT cudaError_t simrt_cudaDeviceReset(void)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     for (int i = 0; i < nallocs;) {
         if (allocs[i].dev == current) {
             munmap(allocs[i].p, allocs[i].size);
             if (allocs[i].fd >= 0)
                 close(allocs[i].fd);
-            st[current].used -= allocs[i].size;
+            sim_st[current].used -= allocs[i].size;
             allocs[i] = allocs[--nallocs];
         } else {
             i++;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
 }
 
 EXPORT cudaError_t simrt_cudaGetDeviceCount(int *n)
 {
-    pthread_mutex_lock(&lock);
-    setup();
-    *n = ndev;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&sim_lock);
+    sim_setup();
+    *n = sim_ndev;
+    pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
 }
 
 EXPORT cudaError_t simrt_cudaGetDevice(int *d)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice_v2);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice_v2);
     *d = current;
     return cudaSuccess;
 }
@@ -383,21 +316,21 @@ EXPORT cudaError_t simrt_cudaGetLastError(void)
 
 EXPORT cudaError_t simrt_cudaDeviceSynchronize(void)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
-    pthread_mutex_lock(&lock);
-    st[current].syncs++;
-    work_pending[current] = false;
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
+    pthread_mutex_lock(&sim_lock);
+    sim_st[current].syncs++;
+    sim_work_pending[current] = false;
     for (int i = 0; i < MAX_STREAMS; i++) {
         busy_streams[i].gen += busy_streams[i].busy;
         busy_streams[i].busy = false;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
 }
 
 EXPORT cudaError_t simrt_cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventCreate);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventCreate);
     (void)f;
     *e = (cudaEvent_t)calloc(1, sizeof(sim_event));
     return cudaSuccess;
@@ -411,42 +344,42 @@ EXPORT cudaError_t simrt_cudaEventDestroy(cudaEvent_t e)
 
 EXPORT cudaError_t simrt_cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventRecord);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventRecord);
     sim_event *ev = (sim_event *)e;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     int b = busy_slot(s);
     *ev = (sim_event){s, busy_streams[b].gen, busy_streams[b].busy};
-    st[current].event_records++;
-    st[current].legacy_records += s == cudaStreamLegacy;
-    work_pending[current] = true;
-    pthread_mutex_unlock(&lock);
+    sim_st[current].event_records++;
+    sim_st[current].legacy_records += s == cudaStreamLegacy;
+    sim_work_pending[current] = true;
+    pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
 }
 
 /* Ready unless recorded on a stream whose long work has not ended. */
 EXPORT cudaError_t simrt_cudaEventQuery(cudaEvent_t e)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventQuery);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventQuery);
     const sim_event *ev = (const sim_event *)e;
-    pthread_mutex_lock(&lock);
-    st[current].event_queries++;
+    pthread_mutex_lock(&sim_lock);
+    sim_st[current].event_queries++;
     bool ready = true;
     if (ev->pending) {
         int b = busy_slot(ev->s);
         ready = busy_streams[b].gen != ev->gen;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return ready ? cudaSuccess : cudaErrorNotReady;
 }
 
 EXPORT cudaError_t simrt_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent);
     (void)s, (void)e, (void)f;
-    pthread_mutex_lock(&lock);
-    st[current].stream_waits++;
-    work_pending[current] = true;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&sim_lock);
+    sim_st[current].stream_waits++;
+    sim_work_pending[current] = true;
+    pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
 }
 
@@ -455,16 +388,16 @@ EXPORT cudaError_t simrt_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t 
 {
     (void)s;
     memset(p, v, n);
-    pthread_mutex_lock(&lock);
-    work_pending[current] = true;
-    pthread_mutex_unlock(&lock);
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async);
+    pthread_mutex_lock(&sim_lock);
+    sim_work_pending[current] = true;
+    pthread_mutex_unlock(&sim_lock);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async);
     return cudaSuccess;
 }
 
 EXPORT cudaError_t simrt_cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int f, int p)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamCreateWithPriority);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamCreateWithPriority);
     (void)f, (void)p;
     *s = (cudaStream_t)malloc(16);
     return cudaSuccess;
@@ -489,10 +422,10 @@ EXPORT cudaError_t simrt_cudaStreamDestroy(cudaStream_t s)
 static bool is_capturing(cudaStream_t s)
 {
     bool on = false;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     for (int i = 0; i < MAX_STREAMS; i++)
         on |= capturing_streams[i] && capturing_streams[i] == s;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return on;
 }
 
@@ -501,11 +434,11 @@ static cudaError_t begin_capture(cudaStream_t s, enum cudaStreamCaptureMode m)
     if (is_capturing(s))
         return fail(cudaErrorIllegalState);
     simcuda_set_capturing(s, 1);
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     for (int i = 0; i < MAX_STREAMS; i++)
         if (capturing_streams[i] == s)
             capture_mode[i] = m;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
 }
 
@@ -514,11 +447,11 @@ static cudaError_t end_capture(cudaStream_t s, cudaGraph_t *g)
     if (!is_capturing(s))
         return fail(cudaErrorIllegalState);
     bool invalid = false;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     for (int i = 0; i < MAX_STREAMS; i++)
         if (capturing_streams[i] == s)
             invalid = capture_invalid[i];
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     simcuda_set_capturing(s, 0);
     if (invalid) {
         *g = NULL;
@@ -556,15 +489,15 @@ EXPORT cudaError_t simrt_cudaGraphDestroy(cudaGraph_t g)
 
 EXPORT cudaError_t simrt_cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamIsCapturing);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamIsCapturing);
     *status = cudaStreamCaptureStatusNone;
-    pthread_mutex_lock(&lock);
-    st[current].capture_queries++;
+    pthread_mutex_lock(&sim_lock);
+    sim_st[current].capture_queries++;
     for (int i = 0; i < MAX_STREAMS; i++)
         if (capturing_streams[i] && capturing_streams[i] == s)
             *status = capture_invalid[i] ? cudaStreamCaptureStatusInvalidated
                                          : cudaStreamCaptureStatusActive;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
 }
 
@@ -583,19 +516,19 @@ typedef struct sim_handle { char magic[8]; int32_t pid, fd; uint64_t size; } sim
 
 EXPORT cudaError_t simrt_cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *ptr)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     for (int i = 0; i < nallocs; i++) {
         char *b = allocs[i].p;
         if ((char *)ptr >= b && (char *)ptr < b + allocs[i].size) {
             sim_handle sh = {SIM_HANDLE_MAGIC, (int32_t)getpid(), allocs[i].fd,
                              allocs[i].size};
-            pthread_mutex_unlock(&lock);
+            pthread_mutex_unlock(&sim_lock);
             memset(h, 0, sizeof(*h));
             memcpy(h->reserved, &sh, sizeof(sh));
             return cudaSuccess;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return fail(cudaErrorInvalidValue);
 }
 
@@ -620,12 +553,12 @@ EXPORT cudaError_t simrt_cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, un
     close(fd);
     if (m == MAP_FAILED)
         return fail(cudaErrorMemoryAllocation);
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     bool kept = false;
     for (int i = 0; i < 256 && !kept; i++)
         if (!imports[i].p)
             imports[i].p = m, imports[i].size = sh.size, kept = true;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     if (!kept) {
         munmap(m, sh.size);
         return fail(cudaErrorMemoryAllocation);
@@ -636,16 +569,16 @@ EXPORT cudaError_t simrt_cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, un
 
 EXPORT cudaError_t simrt_cudaIpcCloseMemHandle(void *p)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&sim_lock);
     for (int i = 0; i < 256; i++) {
         if (imports[i].p == p) {
             munmap(p, imports[i].size);
             imports[i].p = NULL;
-            pthread_mutex_unlock(&lock);
+            pthread_mutex_unlock(&sim_lock);
             return cudaSuccess;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sim_lock);
     return fail(cudaErrorInvalidValue);
 }
 
@@ -665,195 +598,13 @@ EXPORT const char *simrt_cudaGetErrorString(cudaError_t e)
     }
 }
 
-/* ---- the driver's virtual memory calls ------------------------------------
- * A reservation is an inaccessible mapping of host address space; a
- * physical allocation (handle) is counted against the device's capacity;
- * mapping one makes its range readable and writable (the real driver wants
- * cuMemSetAccess for that; the sim checks that it comes, see below). */
-
-enum { GRANULE = 2 << 20, MAX_HANDLES = 1 << 16 };
-
-typedef struct handle { size_t size; int dev, maps; bool released, used; } handle;
-static handle handles[MAX_HANDLES];
-
-static CUresult drv_device_get(CUdevice *d, int ordinal)
-{
-    setup();
-    if (ordinal < 0 || ordinal >= ndev)
-        return CUDA_ERROR_INVALID_DEVICE;
-    *d = ordinal;
-    return CUDA_SUCCESS;
-}
-
-static CUresult drv_device_attr(int *v, CUdevice_attribute a, CUdevice d)
-{
-    (void)d;
-    *v = a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED &&
-         !getenv("SIMCUDA_NO_VMM");
-    return CUDA_SUCCESS;
-}
-
-static CUresult drv_granularity(size_t *g, const CUmemAllocationProp *p,
-                                CUmemAllocationGranularity_flags f)
-{
-    (void)p, (void)f;
-    *g = GRANULE;
-    return CUDA_SUCCESS;
-}
-
-static CUresult drv_reserve(CUdeviceptr *ptr, size_t size, size_t align,
-                            CUdeviceptr addr, unsigned long long flags)
-{
-    (void)addr, (void)flags;
-    if (!size || size % GRANULE || (align && align % GRANULE))
-        return CUDA_ERROR_INVALID_VALUE;
-    /* Over-reserve to align the base. */
-    size_t a = align ? align : GRANULE;
-    char *p = mmap(NULL, size + a, PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    uintptr_t b = ((uintptr_t)p + a - 1) & ~(uintptr_t)(a - 1);
-    if (b > (uintptr_t)p)
-        munmap(p, b - (uintptr_t)p);
-    munmap((char *)b + size, (uintptr_t)p + a - b);
-    *ptr = (CUdeviceptr)b;
-    return CUDA_SUCCESS;
-}
-
-static CUresult drv_address_free(CUdeviceptr ptr, size_t size)
-{
-    return munmap((void *)ptr, size) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-}
-
-static void handle_drop(int i)
-{
-    handle *h = &handles[i];
-    if (h->released && h->maps == 0) {
-        st[h->dev].used -= h->size;
-        h->used = false;
-    }
-}
-
-static CUresult drv_create(CUmemGenericAllocationHandle *out, size_t size,
-                           const CUmemAllocationProp *p, unsigned long long f)
-{
-    (void)f;
-    if (!size || size % GRANULE || p->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
-    setup();
-    int dev = p->location.id, i = 1;
-    while (i < MAX_HANDLES && handles[i].used)
-        i++;
-    CUresult r = CUDA_SUCCESS;
-    if (dev < 0 || dev >= ndev)
-        r = CUDA_ERROR_INVALID_DEVICE;
-    else if (i == MAX_HANDLES || size > st[dev].capacity - st[dev].used)
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-    if (r == CUDA_SUCCESS) {
-        handles[i] = (handle){.size = size, .dev = dev, .used = true};
-        st[dev].used += size;
-        *out = (CUmemGenericAllocationHandle)i;
-    }
-    pthread_mutex_unlock(&lock);
-    return r;
-}
-
-static CUresult drv_release(CUmemGenericAllocationHandle hd)
-{
-    pthread_mutex_lock(&lock);
-    CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released) {
-        handles[hd].released = true;
-        handle_drop((int)hd);
-        r = CUDA_SUCCESS;
-    }
-    pthread_mutex_unlock(&lock);
-    return r;
-}
-
-/* Mapped ranges: address -> handle, to check unmaps. */
-typedef struct mapping { uintptr_t addr; size_t size; int h; } mapping;
-static mapping maps[MAX_HANDLES];
-static int nmaps;
-
-static CUresult drv_map(CUdeviceptr ptr, size_t size, size_t off,
-                        CUmemGenericAllocationHandle hd, unsigned long long f)
-{
-    (void)f;
-    pthread_mutex_lock(&lock);
-    CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released &&
-        off == 0 && size == handles[hd].size && nmaps < MAX_HANDLES &&
-        mmap((void *)ptr, size, PROT_NONE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED) {
-        maps[nmaps++] = (mapping){ptr, size, (int)hd};
-        handles[hd].maps++;
-        st[handles[hd].dev].vmm_maps++;
-        st[handles[hd].dev].vmm_mapped += size;
-        r = CUDA_SUCCESS;
-    }
-    pthread_mutex_unlock(&lock);
-    return r;
-}
-
-static CUresult drv_unmap(CUdeviceptr ptr, size_t size)
-{
-    pthread_mutex_lock(&lock);
-    CUresult r = CUDA_ERROR_INVALID_VALUE;
-    for (int i = 0; i < nmaps; i++) {
-        if (maps[i].addr != ptr || maps[i].size != size)
-            continue;
-        handle *h = &handles[maps[i].h];
-        /* Back to an inaccessible reservation. */
-        mmap((void *)ptr, size, PROT_NONE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-        st[h->dev].vmm_unmaps++;
-        st[h->dev].unsynced_unmaps += work_pending[h->dev];
-        st[h->dev].vmm_mapped -= size;
-        h->maps--;
-        handle_drop(maps[i].h);
-        maps[i] = maps[--nmaps];
-        r = CUDA_SUCCESS;
-        break;
-    }
-    pthread_mutex_unlock(&lock);
-    return r;
-}
-
-/* Read and write access to every mapping inside the range. */
-static CUresult drv_set_access(CUdeviceptr ptr, size_t size,
-                               const CUmemAccessDesc *d, size_t n)
-{
-    if (n != 1 || d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
-    size_t covered = 0;
-    for (int i = 0; i < nmaps; i++)
-        if (maps[i].addr >= ptr && maps[i].addr + maps[i].size <= ptr + size)
-            covered += maps[i].size;
-    CUresult r = covered == size && !mprotect((void *)ptr, size, PROT_READ | PROT_WRITE)
-                     ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_unlock(&lock);
-    return r;
-}
-
-static CUresult drv_error_string(CUresult e, const char **s)
-{
-    *s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_OUT_OF_MEMORY
-                                             ? "out of memory" : "invalid argument";
-    return CUDA_SUCCESS;
-}
-
-
 /* ---- the driver API ---------------------------------------------------------
  * What a static runtime, a driver-API program, CuPy or XLA call, by the
  * driver's exported names, on the same state as the runtime calls above.
  * One context per device, its primary; the calling thread's is the
  * runtime's current device. */
 
-static char contexts[MAX_DEV];
+static char contexts[SIM_MAX_DEV];
 
 void simrt_set_error(cudaError_t e) EXPORT;
 void simrt_set_error(cudaError_t e) { last_error = e; }
@@ -873,9 +624,9 @@ static CUresult from_rt(cudaError_t e)
 
 static int ctx_device(CUcontext c)
 {
-    setup();
+    sim_setup();
     char *p = (char *)c;
-    return p >= contexts && p < contexts + ndev ? (int)(p - contexts) : -1;
+    return p >= contexts && p < contexts + sim_ndev ? (int)(p - contexts) : -1;
 }
 
 /* The real driver looks itself up with dlsym while it starts: a preloaded
@@ -887,17 +638,27 @@ EXPORT CUresult cuInit(unsigned int flags)
     if (!self || !dlsym(self, "cuGetProcAddress_v2") || !dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"))
         return CUDA_ERROR_NOT_INITIALIZED;
     dlclose(self);
-    pthread_mutex_lock(&lock);
-    setup();
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&sim_lock);
+    sim_setup();
+    pthread_mutex_unlock(&sim_lock);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
 EXPORT CUresult cuDeviceGetCount(int *n) { return from_rt(simrt_cudaGetDeviceCount(n)); }
-EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) { return drv_device_get(d, ordinal); }
+EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
+{
+    sim_setup();
+    if (ordinal < 0 || ordinal >= sim_ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
-    return drv_device_attr(v, a, d);
+    (void)d;
+    *v = a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED &&
+         !getenv("SIMCUDA_NO_VMM");
+    return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d)
 {
@@ -906,7 +667,7 @@ EXPORT CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d)
 
 EXPORT CUresult cuCtxGetCurrent(CUcontext *c)
 {
-    setup();
+    sim_setup();
     *c = (CUcontext)&contexts[current];
     return CUDA_SUCCESS;
 }
@@ -922,7 +683,7 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext c)
 
 EXPORT CUresult cuCtxGetDevice(CUdevice *d)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxGetDevice);
     *d = current;
     return CUDA_SUCCESS;
 }
@@ -931,8 +692,8 @@ EXPORT CUresult cuCtxSynchronize(void) { return from_rt(simrt_cudaDeviceSynchron
 
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
-    setup();
-    if (d < 0 || d >= ndev)
+    sim_setup();
+    if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
     *c = (CUcontext)&contexts[d];
     return CUDA_SUCCESS;
@@ -962,14 +723,14 @@ static CUresult reset_device(int d)
 
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
 {
-    return reset_device(d >= 0 && d < ndev ? d : -1);
+    return reset_device(d >= 0 && d < sim_ndev ? d : -1);
 }
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { return reset_device(ctx_device(c)); }
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
 {
-    drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2);
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2);
     if (!p || !size)
         return CUDA_ERROR_INVALID_VALUE;
     return from_rt(sim_alloc((void **)p, size, current));
@@ -1031,35 +792,12 @@ EXPORT CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstre
     return from_rt(simrt_cudaMemsetAsync((void *)p, v, n, (cudaStream_t)s));
 }
 
-EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
-                                              CUmemAllocationGranularity_flags f)
+EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
 {
-    return drv_granularity(g, p, f);
+    *s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_OUT_OF_MEMORY
+                                             ? "out of memory" : "invalid argument";
+    return CUDA_SUCCESS;
 }
-EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align,
-                                    CUdeviceptr addr, unsigned long long flags)
-{
-    return drv_reserve(ptr, size, align, addr, flags);
-}
-EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { return drv_address_free(ptr, size); }
-EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
-                            const CUmemAllocationProp *p, unsigned long long f)
-{
-    return drv_create(h, size, p, f);
-}
-EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return drv_release(h); }
-EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t off,
-                         CUmemGenericAllocationHandle h, unsigned long long f)
-{
-    return drv_map(ptr, size, off, h, f);
-}
-EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) { return drv_unmap(ptr, size); }
-EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *d,
-                               size_t n)
-{
-    return drv_set_access(ptr, size, d, n);
-}
-EXPORT CUresult cuGetErrorString(CUresult e, const char **s) { return drv_error_string(e, s); }
 
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int f)
 {

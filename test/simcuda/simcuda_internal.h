@@ -1,0 +1,33 @@
+/*
+ * simcuda_internal.h - what the simulated driver's files share: the state
+ * (simcuda.c), the CUPTI report (simcupti.c). Hidden: none of it is the
+ * library's interface.
+ */
+#ifndef CUPOOL_SIMCUDA_INTERNAL_H
+#define CUPOOL_SIMCUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include <cupti_callbacks.h>
+
+#include "simcuda.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define HIDDEN __attribute__((visibility("hidden")))
+
+enum { SIM_MAX_DEV = 8 };
+
+extern HIDDEN pthread_mutex_t sim_lock;    /* guards everything below */
+extern HIDDEN simcuda_stats sim_st[SIM_MAX_DEV];
+extern HIDDEN int sim_ndev;                /* -1 until sim_setup */
+extern HIDDEN bool sim_work_pending[SIM_MAX_DEV]; /* recorded since the last sync */
+
+/* Reads SIMCUDA_DEVICES and SIMCUDA_CAPACITY once. Needs sim_lock. */
+HIDDEN void sim_setup(void);
+
+/* Reports a driver call (entry, then return) to CUPTI's subscriber, if
+ * it subscribed to it. */
+HIDDEN void sim_drv_call(CUpti_CallbackId id);
+
+#endif

@@ -1,0 +1,80 @@
+/*
+ * simcupti.c - the simulated CUPTI: one subscriber, the driver domain only.
+ */
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include <cupti_callbacks.h>
+#include <cupti_driver_cbid.h>
+#include <cupti_result.h>
+
+#include "simcuda_internal.h"
+
+/* ---- CUPTI, driver domain only -------------------------------------------
+ * Every runtime call below that stands for a driver call reports it (entry,
+ * then return) to the one subscriber, unless that call was turned off. */
+static CUpti_CallbackFunc cupti_cb;
+static atomic_bool cupti_off[CUPTI_DRIVER_TRACE_CBID_SIZE];
+static atomic_bool cupti_domain_on;
+
+void sim_drv_call(CUpti_CallbackId id)
+{
+    if (!atomic_load(&cupti_domain_on) || id >= CUPTI_DRIVER_TRACE_CBID_SIZE ||
+        atomic_load(&cupti_off[id]))
+        return;
+    CUpti_CallbackData d = {.callbackSite = CUPTI_API_ENTER};
+    cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+    d.callbackSite = CUPTI_API_EXIT;
+    cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+}
+
+/* SIMCUDA_CUPTI_TAKEN=1: another tool holds CUPTI already. */
+EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb,
+                                  void *ud)
+{
+    (void)ud;
+    const char *t = getenv("SIMCUDA_CUPTI_TAKEN");
+    if (cupti_cb || (t && *t == '1'))
+        return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    cupti_cb = cb;
+    *sub = (CUpti_SubscriberHandle)&cupti_cb;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle sub)
+{
+    (void)sub;
+    atomic_store(&cupti_domain_on, false);
+    cupti_cb = NULL;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiEnableDomain(uint32_t on, CUpti_SubscriberHandle sub,
+                                     CUpti_CallbackDomain domain)
+{
+    if (sub != (CUpti_SubscriberHandle)&cupti_cb || domain != CUPTI_CB_DOMAIN_DRIVER_API)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    for (int i = 0; i < CUPTI_DRIVER_TRACE_CBID_SIZE; i++)
+        atomic_store(&cupti_off[i], !on);
+    atomic_store(&cupti_domain_on, on != 0);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle sub,
+                                       CUpti_CallbackDomain domain, CUpti_CallbackId id)
+{
+    if (sub != (CUpti_SubscriberHandle)&cupti_cb || domain != CUPTI_CB_DOMAIN_DRIVER_API ||
+        id >= CUPTI_DRIVER_TRACE_CBID_SIZE)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    atomic_store(&cupti_off[id], !on);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiGetResultString(CUptiResult r, const char **s)
+{
+    *s = r == CUPTI_SUCCESS ? "CUPTI_SUCCESS"
+         : r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+             ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" : "CUPTI_ERROR";
+    return CUPTI_SUCCESS;
+}

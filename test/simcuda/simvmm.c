@@ -1,0 +1,170 @@
+/*
+ * simvmm.c - the simulated driver's virtual memory calls, on the state of
+ * simcuda.c (simcuda_internal.h).
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+#include <cuda.h>
+
+#include "simcuda.h"
+#include "simcuda_internal.h"
+
+/* ---- the driver's virtual memory calls ------------------------------------
+ * A reservation is an inaccessible mapping of host address space; a
+ * physical allocation (handle) is counted against the device's capacity;
+ * mapping one makes its range readable and writable (the real driver wants
+ * cuMemSetAccess for that; the sim checks that it comes, see below). */
+
+enum { GRANULE = 2 << 20, MAX_HANDLES = 1 << 16 };
+
+typedef struct handle { size_t size; int dev, maps; bool released, used; } handle;
+static handle handles[MAX_HANDLES];
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
+                                              CUmemAllocationGranularity_flags f)
+{
+    (void)p, (void)f;
+    *g = GRANULE;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align,
+                                    CUdeviceptr addr, unsigned long long flags)
+{
+    (void)addr, (void)flags;
+    if (!size || size % GRANULE || (align && align % GRANULE))
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Over-reserve to align the base. */
+    size_t a = align ? align : GRANULE;
+    char *p = mmap(NULL, size + a, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uintptr_t b = ((uintptr_t)p + a - 1) & ~(uintptr_t)(a - 1);
+    if (b > (uintptr_t)p)
+        munmap(p, b - (uintptr_t)p);
+    munmap((char *)b + size, (uintptr_t)p + a - b);
+    *ptr = (CUdeviceptr)b;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    return munmap((void *)ptr, size) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static void handle_drop(int i)
+{
+    handle *h = &handles[i];
+    if (h->released && h->maps == 0) {
+        sim_st[h->dev].used -= h->size;
+        h->used = false;
+    }
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size,
+                            const CUmemAllocationProp *p, unsigned long long f)
+{
+    (void)f;
+    if (!size || size % GRANULE || p->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_lock);
+    sim_setup();
+    int dev = p->location.id, i = 1;
+    while (i < MAX_HANDLES && handles[i].used)
+        i++;
+    CUresult r = CUDA_SUCCESS;
+    if (dev < 0 || dev >= sim_ndev)
+        r = CUDA_ERROR_INVALID_DEVICE;
+    else if (i == MAX_HANDLES || size > sim_st[dev].capacity - sim_st[dev].used)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        handles[i] = (handle){.size = size, .dev = dev, .used = true};
+        sim_st[dev].used += size;
+        *out = (CUmemGenericAllocationHandle)i;
+    }
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle hd)
+{
+    pthread_mutex_lock(&sim_lock);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released) {
+        handles[hd].released = true;
+        handle_drop((int)hd);
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
+
+/* Mapped ranges: address -> handle, to check unmaps. */
+typedef struct mapping { uintptr_t addr; size_t size; int h; } mapping;
+static mapping maps[MAX_HANDLES];
+static int nmaps;
+
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t off,
+                         CUmemGenericAllocationHandle hd, unsigned long long f)
+{
+    (void)f;
+    pthread_mutex_lock(&sim_lock);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released &&
+        off == 0 && size == handles[hd].size && nmaps < MAX_HANDLES &&
+        mmap((void *)ptr, size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED) {
+        maps[nmaps++] = (mapping){ptr, size, (int)hd};
+        handles[hd].maps++;
+        sim_st[handles[hd].dev].vmm_maps++;
+        sim_st[handles[hd].dev].vmm_mapped += size;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    pthread_mutex_lock(&sim_lock);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < nmaps; i++) {
+        if (maps[i].addr != ptr || maps[i].size != size)
+            continue;
+        handle *h = &handles[maps[i].h];
+        /* Back to an inaccessible reservation. */
+        mmap((void *)ptr, size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        sim_st[h->dev].vmm_unmaps++;
+        sim_st[h->dev].unsynced_unmaps += sim_work_pending[h->dev];
+        sim_st[h->dev].vmm_mapped -= size;
+        h->maps--;
+        handle_drop(maps[i].h);
+        maps[i] = maps[--nmaps];
+        r = CUDA_SUCCESS;
+        break;
+    }
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
+
+/* Read and write access to every mapping inside the range. */
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
+                               const CUmemAccessDesc *d, size_t n)
+{
+    if (n != 1 || d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_lock);
+    size_t covered = 0;
+    for (int i = 0; i < nmaps; i++)
+        if (maps[i].addr >= ptr && maps[i].addr + maps[i].size <= ptr + size)
+            covered += maps[i].size;
+    CUresult r = covered == size && !mprotect((void *)ptr, size, PROT_READ | PROT_WRITE)
+                     ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
