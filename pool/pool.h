@@ -188,16 +188,18 @@ typedef enum pool_fit {
                          cached block that fits, whole */
 } pool_fit;
 
-/* Policy. pool_config_default() fills in the defaults given here. */
+/* Policy. pool_config_default() (pool.c) fills in the defaults, the one
+ * place they are written (the shim's option table and the README show
+ * them, and the tests hold both to it). */
 typedef struct pool_config {
-    size_t small_max;         /* largest "small" request: 1 MiB */
-    size_t small_segment;     /* segment size for small requests: 8 MiB */
-    size_t large_round;       /* large segments round up to this: 2 MiB */
+    size_t small_max;         /* largest "small" request */
+    size_t small_segment;     /* segment size for small requests */
+    size_t large_round;       /* large segments round up to this */
     size_t large_split_min;   /* split a large block only if the remainder
-                                 is larger than this: 1 MiB */
+                                 is larger than this */
     size_t max_split;         /* blocks this large are never split: 0 = none */
     size_t oversize_slack;    /* a request >= max_split may take an unsplit
-                                 block at most this much larger: 20 MiB */
+                                 block at most this much larger */
     size_t max_reserved;      /* cap on this pool's reserved bytes (the
                                  limit of a budget of its own): 0 = none */
     pool_budget *budget;      /* a budget shared with other pools (and
@@ -211,12 +213,12 @@ typedef struct pool_config {
     size_t fence_interval;    /* small requests: at most one fence per
                                  this many allocations to reach a better-
                                  fitting dirty block (large requests: 1,
-                                 always); 1 = always: 64 */
+                                 always); 1 = always */
     size_t fence_slack;       /* asynchronous fences: a request may take
                                  a clean block up to this many percent
                                  larger than itself rather than force a
-                                 fence for a better fit: 0 */
-    pool_fit fit;             /* POOL_FIT_BEST */
+                                 fence for a better fit */
+    pool_fit fit;
 } pool_config;
 
 /* Gauges: current value and peak. Counters: monotonic. One list, expanded
@@ -267,7 +269,7 @@ typedef struct pool_stats {
 
 typedef struct pool pool;
 
-/* Fills *cfg with the defaults listed in pool_config. */
+/* Fills *cfg with the defaults (`cupool-options list` shows them). */
 void pool_config_default(pool_config *cfg);
 
 /* Checks a configuration: sizes POOL_ALIGN multiples, small_max <=

@@ -239,6 +239,51 @@ static void test_cross_checks(void **state)
     assert_non_null(warning_with("CUPOOL_FENCE_SLACK=-5 is invalid (expected a whole number of percent"));
 }
 
+/* The README's option table says what the option table says: every
+ * option has a row, with the same default where the default is a value
+ * (an empty one the README describes in words), and every row is an
+ * option (or one of the two read outside it). */
+static void test_readme_lists_every_option(void **state)
+{
+    (void)state;
+    FILE *t = tmpfile(), *r = fopen("README.md", "r");
+    assert_non_null(t);
+    assert_non_null(r);
+    shim_config_describe(fileno(t));
+    rewind(t);
+    static char readme[1 << 17];
+    size_t n = fread(readme, 1, sizeof(readme) - 1, r);
+    readme[n] = 0;
+    fclose(r);
+    char line[1024], name[64], def[64];
+    int options = 0;
+    while (fgets(line, sizeof(line), t) && sscanf(line, "%63s %63s", name, def) == 2) {
+        char row[96];
+        snprintf(row, sizeof(row), "\n| `%s` | ", name);
+        const char *at = strstr(readme, row);
+        if (!at)
+            fail_msg("README.md has no row for %s", name);
+        if (strcmp(def, "(empty)") != 0) {
+            char cell[80];
+            snprintf(cell, sizeof(cell), "`%s`", def);
+            if (strncmp(at + strlen(row), cell, strlen(cell)) != 0)
+                fail_msg("README.md gives %s a default other than %s", name, def);
+        }
+        options++;
+    }
+    fclose(t);
+    assert_true(options > 20);
+    int rows = 0;
+    for (const char *at = readme; (at = strstr(at, "\n| `CUPOOL_")) != NULL; at++, rows++) {
+        const char *end = strchr(at + 4, '`');
+        snprintf(name, sizeof(name), "%.*s", (int)(end - at - 4), at + 4);
+        if (strcmp(name, "CUPOOL_MAX_RESERVED_<N>") && strcmp(name, "CUPOOL_PAGE_DIR") &&
+            shim_option_is_flag(name) < 0)
+            fail_msg("README.md has a row for %s, which is no option", name);
+    }
+    assert_int_equal(rows, options + 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_caps),
         cmocka_unit_test(test_bools_and_signals),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_readme_lists_every_option),
         cmocka_unit_test(test_valid_values),
         cmocka_unit_test(test_invalid_values_warn_and_keep_default),
         cmocka_unit_test(test_cross_checks),
