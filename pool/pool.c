@@ -973,28 +973,12 @@ static bool dirty_fits_before(const pool *p, enum pool_kind kind, size_t size,
     return dirty_fits(p, kind, size, c ? pool_bin_of(c->size) : POOL_BINS, upto);
 }
 
-/* True if a stitch could serve a large request of size bytes from the
- * whole units under clean free blocks alone, with no fresh memory. */
-static bool stitch_serves(pool *p, size_t size)
-{
-    if (!p->be.stitch || p->cfg.fit == POOL_FIT_NOSPLIT)
-        return false;
-    part *c = NULL;
-    long nc = units_collect(p, true, UINT64_MAX, &c);
-    size_t n, want = round_up(size, p->be.trim_unit);
-    bool serves = nc > 0 && units_take(c, nc, want, &n) >= want;
-    free(c);
-    return serves;
-}
-
 /* Finds a clean block with asynchronous fences: retires those done, begins
  * one over the blocks freed since the last, and looks. Then, before it
  * grows or takes a worse fit than a block freed before this call would be
  * (a block freed since then waits for the next call instead), it forces
  * fences done, oldest first, one at a time: the backend orders the streams
- * on the GPU, which costs less than the memory the blocks would take. Not
- * when nothing clean fits a large request but a stitch of clean memory
- * would: that costs neither memory nor a wait on the GPU. */
+ * on the GPU, which costs less than the memory the blocks would take. */
 static int find_async(pool *p, enum pool_kind kind, size_t size, pool_block **b)
 {
     uint64_t entry = p->epoch;
@@ -1002,8 +986,6 @@ static int find_async(pool *p, enum pool_kind kind, size_t size, pool_block **b)
     if (!err)
         err = begin_async(p);
     *b = find_fit(p, kind, size);
-    if (!*b && kind == POOL_LARGE && p->ninflight && stitch_serves(p, size))
-        return err;
     while (!err && p->ninflight &&
            dirty_fits_before(p, kind, size, *b, *b ? entry : p->epoch + 1)) {
         unsigned before = p->ninflight;

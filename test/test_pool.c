@@ -1381,37 +1381,6 @@ static void test_stitch_refused_and_capped(void **state)
 }
 
 /* Stitching needs a unit (trim need not be there) and both calls. */
-/* With asynchronous fences in flight, a large request that nothing clean
- * fits, but that a dirty block would, is served by stitching clean units
- * when they suffice: no fence forced (no wait on the GPU), no fresh memory,
- * and the dirty block stays unused. */
-static void test_stitch_rather_than_force(void **state)
-{
-    fixture *fx = *state;
-    sim_backend_init(&fx->sim, 0, &fx->be);
-    sim_backend_enable_trim(&fx->sim, &fx->be, 2 * MIB);
-    sim_backend_enable_stitch(&fx->sim, &fx->be);
-    sim_backend_enable_async(&fx->sim, &fx->be);
-    test_config(&fx->cfg);
-    assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
-    uintptr_t x = xalloc(fx, 4 * MIB), y = xalloc(fx, 4 * MIB), w = xalloc(fx, 4 * MIB);
-    uintptr_t d = xalloc(fx, 8 * MIB);
-    xfree(fx, x);
-    xfree(fx, y);
-    xfree(fx, w);
-    fx->sim.done = fx->sim.tickets + 1; /* the next fence is done at once */
-    assert_int_equal(xalloc(fx, 4 * MIB), x); /* y and w: clean, 4 MiB each */
-    xfree(fx, d);                             /* dirty until its fence */
-    uint64_t reserved = stats(fx).reserved;
-    uintptr_t a = xalloc(fx, 8 * MIB);
-    assert_int_equal(fx->sim.forces, 0);
-    assert_int_equal(fx->sim.stitches, 1);
-    assert_true(a != d);
-    assert_int_equal(stats(fx).reserved, reserved);
-    size_t len;
-    assert_int_equal(sim_backend_phys(&fx->sim, a, &len), y);
-}
-
 static void test_stitch_needs_unit_and_both(void **state)
 {
     (void)state;
@@ -1489,7 +1458,6 @@ int main(void)
         T(test_stitch_refused_and_capped),
         T(test_stitch_extends),
         cmocka_unit_test(test_stitch_needs_unit_and_both),
-        T(test_stitch_rather_than_force),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }
