@@ -264,6 +264,15 @@ static int cap(void)
     CHECK(drv.alloc(&b, 8 * MiB) == CUDA_SUCCESS);
     CHECK(drv.free(b) == CUDA_SUCCESS);
     CHECK(sim().used <= 8 * MiB);
+    /* A reset frees everything: neither the pool's memory nor what was
+     * passed on counts against the cap after it. */
+    CHECK(drv.alloc_async(&a, 4 * MiB, NULL) == CUDA_SUCCESS); /* the 8 MiB go */
+    CHECK(drv.alloc(&b, 4 * MiB) == CUDA_SUCCESS);
+    CHECK(drv.reset(0) == CUDA_SUCCESS);
+    CHECK(drv.alloc_async(&a, 4 * MiB, NULL) == CUDA_SUCCESS);
+    CHECK(drv.alloc(&b, 4 * MiB) == CUDA_SUCCESS);
+    CHECK(drv.free_async(a, NULL) == CUDA_SUCCESS);
+    CHECK(drv.free(b) == CUDA_SUCCESS);
     printf("cap ok\n");
     return 0;
 }
