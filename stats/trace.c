@@ -156,16 +156,6 @@ int trace_read_all(const char *path, unsigned char **out, size_t *outlen, char *
     return 0;
 }
 
-int trace_load(const char *path, trace *t, char *why, size_t len)
-{
-    unsigned char *buf;
-    size_t got;
-    memset(t, 0, sizeof(*t));
-    if (trace_read_all(path, &buf, &got, why, len))
-        return -1;
-    return trace_parse(path, buf, got, t, why, len);
-}
-
 int trace_parse(const char *path, unsigned char *buf, size_t got, trace *t, char *why,
                 size_t len)
 {

@@ -5,7 +5,7 @@
  * appended as they are drained from per-pool buffers. Records of one pool
  * are in the order its lock served them, with times that never decrease;
  * records of different pools interleave in chunks, so a reader sorts by
- * time (trace_load does, stably, which keeps each pool's order). Times may
+ * time (trace_parse does, stably, which keeps each pool's order). Times may
  * be early by up to a millisecond (shim/recorder.h). A trace cut short
  * (a crash, a kill -9) ends in at most one partial record, which readers
  * ignore and report.
@@ -119,13 +119,12 @@ typedef struct trace {
     size_t bad_records;    /* records with an unknown op, skipped */
 } trace;
 
-/* Reads path ("-" = stdin) into *t. Returns 0, or -1 with a one-line
- * reason in why (cannot open, short or bad header, out of memory). */
-int trace_load(const char *path, trace *t, char *why, size_t len);
-/* The two halves of trace_load. trace_read_all reads a whole file ("-":
- * standard input) into *buf (malloc'd) and *got; trace_parse loads the
- * trace held in buf (which it frees), naming it path in messages. Each
- * returns 0, or -1 with why filled. */
+/* How a trace is loaded (trace_load_any, trace/trace_gz.h, which also
+ * reads gzip'd ones). trace_read_all reads a whole file ("-": standard
+ * input) into *buf (malloc'd) and *got; trace_parse loads the trace held
+ * in buf (which it frees), naming it path in messages: 0, or -1 with a
+ * one-line reason in why (cannot open, short or bad header, out of
+ * memory). */
 int trace_read_all(const char *path, unsigned char **buf, size_t *got, char *why,
                    size_t len);
 int trace_parse(const char *path, unsigned char *buf, size_t got, trace *t, char *why,

@@ -62,7 +62,7 @@ static void write_trace(const ev *e, size_t n)
 
 static int load(trace *t, char *why, size_t len)
 {
-    return trace_load(path, t, why, len);
+    return trace_load_any(path, t, why, len);
 }
 
 static void truncate_to(long size)

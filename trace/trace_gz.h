@@ -9,8 +9,10 @@
 
 #include "trace.h"
 
-/* trace_load for a file that may be gzip'd. A gzip'd file may decompress
- * to at most 64 MiB plus 200 times its size. */
+/* Reads path ("-" = stdin), plain or gzip'd, into *t. Returns 0, or -1
+ * with a one-line reason in why (cannot open, short or bad header, bad
+ * gzip data, out of memory). A gzip'd file may decompress to at most
+ * 64 MiB plus 200 times its size. */
 int trace_load_any(const char *path, trace *t, char *why, size_t len);
 
 #endif
