@@ -87,6 +87,9 @@ static const option options[] = {
      "1 dumps the statistics when the program exits"},
     {"CUPOOL_LIVE_PAGE", OPT_BOOL, F(live_page), "1",
      "keep a live statistics page for 'cupool stat' (0 = none)"},
+    {"CUPOOL_PAGE_DIR", OPT_PATH, F(page_dir), "",
+     "directory of the live pages, for 'cupool stat' too; empty = /dev/shm "
+     "(/tmp without it)"},
     {"CUPOOL_LOG", OPT_LOG, F(log), "warn",
      "messages shown: off, error, warn, info or debug"},
     {"CUPOOL_SMALL_MAX", OPT_SIZE, F(pool.small_max), "1M",

@@ -40,6 +40,10 @@ typedef struct shim_config {
     int stats_signal;               /* 0 = none */
     char stats_file[SHIM_PATH_MAX]; /* "" = stderr; %p = pid */
     char trace[SHIM_PATH_MAX];      /* "" = no trace; %p = pid */
+    char page_dir[SHIM_PATH_MAX];   /* checked here; the pages are made
+                                       where stats_page_dir() says, which
+                                       reads the same variable for the
+                                       shim and for cupool stat alike */
     bool stats_json;                /* CUPOOL_STATS_FORMAT=json */
     bool stats_at_exit;
     bool live_page;

@@ -497,10 +497,10 @@ static void test_cupool_run(void **s)
     assert_non_null(strstr(out, "/libcupool.so"));
     /* Any option of the table, by the one rule: no list to keep. */
     snprintf(cmd, sizeof(cmd), "CUPOOL_LIB=%s/libcupool.so scripts/cupool run --vmm-unit 16M "
-             "--fence-slack 10 --stats-at-exit -- sh -c 'echo \"$CUPOOL_VMM_UNIT "
-             "$CUPOOL_FENCE_SLACK $CUPOOL_STATS_AT_EXIT\"' 2>/dev/null", dir);
+             "--fence-slack 10 --stats-at-exit --page-dir /tmp -- sh -c 'echo \"$CUPOOL_VMM_UNIT "
+             "$CUPOOL_FENCE_SLACK $CUPOOL_STATS_AT_EXIT $CUPOOL_PAGE_DIR\"' 2>/dev/null", dir);
     assert_int_equal(shell(cmd, out, sizeof(out)), 0);
-    assert_string_equal(out, "16M 10 1\n");
+    assert_string_equal(out, "16M 10 1 /tmp\n");
     assert_int_equal(shell("scripts/cupool options", out, sizeof(out)), 0);
     assert_non_null(strstr(out, "CUPOOL_VMM_UNIT"));
     assert_int_equal(shell("scripts/cupool run --bogus -- true 2>&1", out, sizeof(out)), 2);
