@@ -124,6 +124,14 @@ static void cached_update(pool *p)
         p->st.cached_peak = p->st.cached;
 }
 
+/* Bytes the backend took back: out of reserved, and back to the budget. */
+static void reserved_drop(pool *p, size_t bytes)
+{
+    pool_budget_give(p->budget, bytes);
+    p->st.reserved -= bytes;
+    cached_update(p);
+}
+
 /* ---- free index ------------------------------------------------------- */
 
 static enum pool_kind kind_of(const pool_block *b) { return b->seg->kind; }
@@ -235,9 +243,7 @@ static void segment_release(pool *p, size_t i)
             (p->nsegs - i - 1) * sizeof(*p->segs));
     p->nsegs--;
     p->be.release(p->be.ctx, s->base, s->size);
-    pool_budget_give(p->budget, s->size);
-    p->st.reserved -= s->size;
-    cached_update(p);
+    reserved_drop(p, s->size);
     p->st.seg_releases++;
     p->st.released_bytes_total += s->size;
     free(s);
@@ -364,9 +370,7 @@ static int segment_cut(pool *p, size_t i, pool_block *b, uintptr_t lo,
         index_add(p, b);
     if (rem)
         index_add(p, rem);
-    pool_budget_give(p->budget, hi - lo);
-    p->st.reserved -= hi - lo;
-    cached_update(p);
+    reserved_drop(p, hi - lo);
     p->st.trims++;
     p->st.released_bytes_total += hi - lo;
     return 0;

@@ -859,8 +859,9 @@ static void be_observe(void *ctx, int ev, int err, uintptr_t addr, size_t size)
  * request; small requests (CUPOOL_SMALL_MAX or less) go to the calling
  * thread's shard, assigned round robin at its first allocation, so threads
  * allocating small blocks do not queue on one lock. The cap is the
- * device's budget, which every shard's pool takes from (pool/budget.h). Pools are never freed (a device reset empties them in place):
- * other threads may hold them. */
+ * device's budget, which every shard's pool takes from (pool/budget.h).
+ * Pools are never freed (a device reset empties them in place): other
+ * threads may hold them. */
 
 static _Thread_local int my_shard = -1;
 static atomic_uint next_shard;
@@ -948,13 +949,14 @@ static pool *create_locked(shim_device *d, int shard)
         if (shim_drv_resolve() == 0 && shim_drv.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c)
             atomic_store(&d->ctx, c);
     }
+    uint64_t cap = shim_device_cap(d->id); /* known: shard 0 set it */
     if ((shim_cfg.vmm || shim_cfg.stitch) && !d->vmm_tried) {
         d->vmm_tried = true;
         /* Stitching without a cap: large units, a fraction of the
          * mappings. Under a cap: the granule, so that trims and stitches
          * reach every free granule (memory is what runs out there). */
         size_t unit = shim_cfg.vmm_unit ? shim_cfg.vmm_unit
-                      : shim_cfg.stitch && !shim_device_cap(d->id) ? POOL_STITCH_UNIT : 0;
+                      : shim_cfg.stitch && !cap ? POOL_STITCH_UNIT : 0;
         shim_vmm *v = shim_vmm_open(d->id, unit);
         size_t u = v ? shim_vmm_granule(v) : 0;
         if (v && (pc.small_segment % u || pc.large_round % u))
@@ -998,8 +1000,7 @@ static pool *create_locked(shim_device *d, int shard)
     if (shard == 0)
         shim_log(SHIM_LOG_INFO, "device %d: pool ready, cap %s, fence %s%s, "
                  "%zu shards, %s segments", d->id,
-                 shim_device_cap(d->id) ? stats_fmt_bytes(shim_device_cap(d->id), c, sizeof(c))
-                                        : "none",
+                 cap ? stats_fmt_bytes(cap, c, sizeof(c)) : "none",
                  shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
                  : shim_cfg.fence == SHIM_FENCE_POLL ? "poll"
                  : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",

@@ -111,8 +111,9 @@ bool shim_passed_release(int kind, uintptr_t key)
     if (e)
         passed_sub(&shim_devices[e->dev], e->size);
     pthread_mutex_unlock(&lock);
+    bool found = e != NULL; /* e is not to be read once freed */
     free(e);
-    return e != NULL;
+    return found;
 }
 
 static bool on_device(uintptr_t key, void *val, void *dev)

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "addrmap.h"
-#include "grow.h"
 #include "replay.h"
 #include "sim_backend.h"
 #include "stats.h"
