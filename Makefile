@@ -28,7 +28,7 @@ STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c shim/process.c \
             shim/vmm.c shim/cupti.c shim/signals.c shim/driver.c \
-            shim/interpose_driver.c shim/passed.c shim/ipc.c shim/owner.c $(STATS_SRC)
+            shim/interpose_driver.c shim/passed.c shim/ipc.c shim/owner.c shim/comm.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 
@@ -89,7 +89,10 @@ $(1)/sim/libcudart.so.13: test/simcuda/simcudart.c test/simcuda/libcudart.map $(
 	$$(CC) $(2) -fPIC -shared $$(CUDA_INC) -Wl,-soname,libcudart.so.13 \
 	    -Wl,--version-script=test/simcuda/libcudart.map $$< \
 	    -L$(1)/sim -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) -ldl -lpthread -o $$@
-$(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13
+$(1)/sim/libnccl.so.2: test/simcuda/simnccl.c $(1)/sim/libcudart.so.13
+	$$(CC) $(2) -fPIC -shared $$(CUDA_INC) -Wl,-soname,libnccl.so.2 $$< \
+	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) -o $$@
+$(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) \
@@ -253,6 +256,17 @@ $(GPU)/cupti_count.so: test/gpu/cupti_count.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -shared -fPIC -I$(dir $(CUPTI_INC)) $< -L$(CUPTI_LIB) -lcupti \
 	    -Wl,-rpath,$(CUPTI_LIB) -o $@
+
+# NCCL's programs (scripts/gpu-comm): against the libnccl.so.2 of NCCL_LIB,
+# by default the one PyTorch's wheels bring.
+NCCL_FIND := python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))"
+.PHONY: gpu-nccl
+gpu-nccl: $(GPU)/nccl_comm
+$(GPU)/nccl_comm: test/gpu/nccl_comm.cu
+	@mkdir -p $(dir $@)
+	lib=$${NCCL_LIB:-$$($(NCCL_FIND))} && test -e "$$lib/libnccl.so.2" && \
+	$(NVCC) -O2 -arch=$(GPU_ARCH) -cudart shared $< -L"$$lib" -l:libnccl.so.2 \
+	    -Xlinker -rpath="$$lib" -o $@
 
 # The library and the programs behind `cupool` go to $(PREFIX)/lib, where
 # the installed `cupool` finds them; only `cupool` goes on the PATH.

@@ -15,6 +15,7 @@
 #include <cupti_driver_cbid.h>
 #include <cupti_result.h>
 
+#include "comm.h"
 #include "config.h"
 #include "driver.h"
 #include "cupti.h"
@@ -65,10 +66,12 @@ static const CUpti_CallbackId quiet_calls[] = {
 static void CUPTIAPI on_call(void *ud, CUpti_CallbackDomain domain,
                              CUpti_CallbackId id, const void *data)
 {
-    (void)ud, (void)domain, (void)id;
+    (void)ud, (void)domain;
     const CUpti_CallbackData *cd = data;
-    if (cd->callbackSite == CUPTI_API_EXIT)
+    if (cd->callbackSite == CUPTI_API_EXIT) {
         atomic_fetch_add_explicit(&work, 1, memory_order_release);
+        shim_comm_work(id, cd->functionParams);
+    }
 }
 
 typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);

@@ -41,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm.h"
 #include "cupti.h"
 #include "device.h"
 #include "grow.h"
@@ -600,9 +601,17 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
     if (nb && !(f.events = calloc(nb, sizeof(*f.events))))
         return -ENOMEM;
     int e = 0;
+    size_t left = 0;
     for (size_t i = 0; !e && i < d->nstreams; i++) {
-        if (!d->streams[i].nonblocking)
+        shim_stream *st = &d->streams[i];
+        if (!st->nonblocking)
             continue;
+        /* A comm stream whose queued work touches nothing freed since the
+         * last fence that included it is left out (comm.h). */
+        if (!(st->comm_due = shim_comm_needs(st->stream, &st->comm_mark))) {
+            left++;
+            continue;
+        }
         e = event_take(d, &f.events[f.nevents]);
         if (!e && (e = cu_record(d, f.events[f.nevents], d->streams[i].stream)) != 0)
             event_give(d, f.events[f.nevents]);
@@ -621,6 +630,11 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
                  cu_strerror(d, e));
         return -EIO;
     }
+    for (size_t i = 0; i < d->nstreams; i++)
+        if (d->streams[i].nonblocking && d->streams[i].comm_due)
+            shim_comm_covered(d->streams[i].stream, &d->streams[i].comm_mark);
+    if (left)
+        atomic_fetch_add_explicit(&d->fence_streams_left, left, memory_order_relaxed);
     f.ticket = *ticket = ++d->tickets;
     d->fences[d->nfences++] = f;
     return 0;
@@ -782,7 +796,9 @@ static int fence_run(shim_device *d, enum fence_op op, uint64_t work, uint64_t *
 static bool no_new_work(shim_device *d, uint64_t *work)
 {
     *work = SHIM_WORK_NEVER;
-    if (!shim_work_watching())
+    /* With comm streams, the last fence may have left out a stream that a
+     * free since has marked: it does not cover everything. */
+    if (!shim_work_watching() || shim_comm_active())
         return false;
     *work = shim_work_count();
     return *work == atomic_load_explicit(&d->fenced_work, memory_order_relaxed);
@@ -845,6 +861,10 @@ static int be_fence_poll(void *ctx, bool force, uint64_t *done)
 static void be_observe(void *ctx, int ev, int err, uintptr_t addr, size_t size)
 {
     shim_shard *sh = ctx;
+    if (ev == POOL_EV_ALLOC)
+        shim_comm_allocated(addr);
+    else if (ev == POOL_EV_FREE && !err)
+        shim_comm_freed(addr, size);
     if (ev == POOL_EV_ALLOC)
         shim_trace_put(sh->ring, false, TRACE_ALLOC, TRACE_R_OK, sh->id, addr, size);
     else if (ev == POOL_EV_CAP)
@@ -982,7 +1002,8 @@ static pool *create_locked(shim_device *d, int shard)
                        .fence = shim_cfg.fence == SHIM_FENCE_NONE ? NULL : be_fence,
                        .fence_begin = poll ? be_fence_begin : NULL,
                        .fence_poll = poll ? be_fence_poll : NULL,
-                       .observe = tracing ? be_observe : NULL,
+                       .observe = tracing || (poll && shim_work_watching())
+                                      ? be_observe : NULL,
                        .trim = d->vmm ? be_trim : NULL,
                        .trim_unit = d->vmm ? shim_vmm_unit(d->vmm) : 0,
                        .stitch = d->vmm && shim_cfg.stitch ? be_stitch : NULL,
@@ -1194,7 +1215,7 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
     }
     pthread_mutex_lock(&d->lock);
     if (pool_grow((void **)&d->streams, &d->streams_cap, d->nstreams, sizeof(*d->streams)))
-        d->streams[d->nstreams++] = (shim_stream){s, ev, nb};
+        d->streams[d->nstreams++] = (shim_stream){.stream = s, .event = ev, .nonblocking = nb};
     /* A block a fence made clean by ordering the non-blocking streams after
      * the legacy stream's work may still be in use by that work: a new
      * non-blocking stream is ordered after it too. */
@@ -1216,6 +1237,7 @@ void shim_device_untrack_stream(cudaStream_t s)
             if (d->streams[k].event)
                 cu_event_destroy(d, d->streams[k].event);
             d->streams[k] = d->streams[--d->nstreams];
+            shim_comm_forget(s);
             pthread_mutex_unlock(&d->lock);
             return;
         }

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "comm.h"
 #include "config.h"
 #include "driver.h"
 #include "process.h"
@@ -20,6 +21,8 @@ typedef struct shim_stream {
     cudaStream_t stream;
     cudaEvent_t event;     /* recorded on it by the fence (non-blocking) */
     bool nonblocking;
+    bool comm_due;         /* the fence being begun includes it (poll) */
+    shim_comm_mark comm_mark; /* what shim_comm_needs said then */
 } shim_stream;
 
 /* A poll fence begun and not yet done (CUPOOL_FENCE=poll): an event on the
@@ -74,6 +77,7 @@ typedef struct shim_device {
                                   wait, rather than by completion */
     atomic_ulong syncs;        /* device synchronizations by the fence */
     atomic_ulong fences_skipped; /* fences that needed no CUDA call */
+    atomic_ulong fence_streams_left; /* comm streams poll fences left out */
     _Atomic uint64_t fenced_work; /* CUPOOL_CUPTI: the work count read
                                      before the last fence that was issued */
     shim_vmm *vmm;             /* CUPOOL_VMM segments, or NULL */

@@ -178,6 +178,102 @@ static int fence_poll(void)
     return 0;
 }
 
+/* The simulated NCCL (build/sim/libnccl.so.2, beside this program's
+ * rt/: by path, since a sanitizer's dlopen does not search this program's
+ * run path), reached as a program linked against NCCL reaches it: through
+ * the global scope, where the preloaded cupool comes first. */
+typedef int (*nccl_allreduce_fn)(const void *, void *, size_t, int, int, void *, void *);
+typedef int (*nccl_allgather_fn)(const void *, void *, size_t, int, void *, void *);
+typedef int (*nccl_void_fn)(void);
+static void *nccl(const char *name)
+{
+    static void *lib;
+    if (!lib) {
+        char path[4096];
+        ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+        CHECK(n > 0);
+        path[n] = '\0';
+        strcpy(strrchr(path, '/'), "/../sim/libnccl.so.2");
+        CHECK((lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL)) != NULL);
+    }
+    void *f = dlsym(RTLD_DEFAULT, name);
+    CHECK(f != NULL);
+    return f;
+}
+
+/* Frees p with nb busy, then asks for size bytes: the block comes back
+ * with the given number of stream waits (0: nb was left out of the fence;
+ * 2: the legacy stream waited for nb, and nb for it), or a new one if the
+ * pool grew instead. Returns the block. */
+static void *reuse(void *p, size_t size, cudaStream_t nb, unsigned long waits)
+{
+    simcuda_set_busy(nb, 1);
+    OK(cudaFree(p));
+    simcuda_stats s0 = sim(0);
+    void *q;
+    OK(cudaMalloc(&q, size));
+    printf("reuse %zu: %s, %lu stream waits\n", size, q == p ? "same" : "other",
+           sim(0).stream_waits - s0.stream_waits);
+    CHECK(q == p);
+    CHECK(sim(0).stream_waits - s0.stream_waits == waits);
+    simcuda_set_busy(nb, 0);
+    return q;
+}
+
+/* CUPOOL_FENCE=poll, CUPOOL_CUPTI=1: a stream whose queued work is only
+ * collectives is left out of a fence unless a block freed since overlaps
+ * their buffers, or other work came to it (comm.h). */
+static int fence_comm(void)
+{
+    nccl_allreduce_fn allreduce = (nccl_allreduce_fn)nccl("ncclAllReduce");
+    nccl_allgather_fn allgather = (nccl_allgather_fn)nccl("ncclAllGather");
+    nccl_void_fn group_start = (nccl_void_fn)nccl("ncclGroupStart");
+    nccl_void_fn group_end = (nccl_void_fn)nccl("ncclGroupEnd");
+    int (*init_all)(void **, int, const int *) =
+        (int (*)(void **, int, const int *))nccl("ncclCommInitAll");
+    int (*destroy)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
+    cudaStream_t nb;
+    void *comm, *bucket, *out, *a, *b;
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    /* The communicator's own 1 MiB, and a block beside it that fills
+     * their segment: no clean 1 MiB is left but those freed below. */
+    CHECK(init_all(&comm, 1, (int[]){0}) == 0);
+    void *pad;
+    OK(cudaMalloc(&pad, MIB));
+    fill_segment(&a, &b);
+    OK(cudaMalloc(&bucket, 4 * MIB));
+    OK(cudaMalloc(&out, 4 * MIB));
+    /* Work on nb before its first collective: its past is unknown, so
+     * the first fence includes it. */
+    OK(cudaMemsetAsync(a, 0, MIB, nb));
+    CHECK(allreduce(bucket, bucket, MIB, 7, 0, comm, nb) == 0);
+    a = reuse(a, MIB, nb, 2);
+    /* An all-reduce in flight on other memory: left out, no stream waits. */
+    CHECK(allreduce(bucket, bucket, MIB, 7, 0, comm, nb) == 0);
+    a = reuse(a, MIB, nb, 0);
+    a = reuse(a, MIB, nb, 0);
+    /* Other work on nb (a memset of the block): included again. */
+    OK(cudaMemsetAsync(a, 0, MIB, nb));
+    a = reuse(a, MIB, nb, 2);
+    a = reuse(a, MIB, nb, 0);
+    /* The all-reduce's own buffer, freed while it runs: included. */
+    CHECK(allreduce(bucket, bucket, MIB, 7, 0, comm, nb) == 0);
+    bucket = reuse(bucket, 4 * MIB, nb, 2);
+    /* A grouped all-gather names its buffers at the group's end. */
+    CHECK(group_start() == 0);
+    CHECK(allgather(bucket, out, MIB, 7, comm, nb) == 0);
+    CHECK(group_end() == 0);
+    a = reuse(a, MIB, nb, 0);
+    out = reuse(out, 4 * MIB, nb, 2);
+    /* NCCL's own memory, freed inside ncclCommDestroy: every comm stream is
+     * included in the next fence. */
+    CHECK(allreduce(bucket, bucket, MIB, 7, 0, comm, nb) == 0);
+    CHECK(destroy(comm) == 0);
+    a = reuse(a, MIB, nb, 2);
+    OK(cudaStreamDestroy(nb));
+    return 0;
+}
+
 /* CUPOOL_FENCE=poll under a cap of one segment: the pool cannot grow, and
  * the fence is forced: the legacy stream waits for the busy stream, the
  * busy stream for the legacy stream. */
@@ -1474,6 +1570,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
     {"fence_poll", fence_poll}, {"fence_poll_cap", fence_poll_cap},
+    {"fence_comm", fence_comm},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev}, {"shards", shards},
     {"shards_cap", shards_cap}, {"cupti", cupti}, {"sig_chain", sig_chain},

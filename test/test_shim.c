@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "comm.h"
 #include "driver.h"
 #include "real.h"
 #include "signals.h"
@@ -255,6 +256,22 @@ static void test_pairs_hit_the_cache(void **s) { (void)s; PASSES("pairs"); }
 static void test_fence_barrier(void **s) { (void)s; PASSES("fence", "CUPOOL_FENCE=barrier"); }
 static void test_fence_sync(void **s) { (void)s; PASSES("fence_sync", "CUPOOL_FENCE=sync"); }
 static void test_fence_poll(void **s) { (void)s; PASSES("fence_poll", "CUPOOL_FENCE=poll"); }
+/* CUPOOL_CUPTI_LIB=the simulated CUPTI (the driver's library carries it). */
+static const char *sim_cupti(void)
+{
+    static char lib[PATH_MAX + 32];
+    char path[600], full[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/sim/libcuda.so.1", dir);
+    assert_non_null(realpath(path, full));
+    snprintf(lib, sizeof(lib), "CUPOOL_CUPTI_LIB=%s", full);
+    return lib;
+}
+
+static void test_fence_comm(void **s)
+{
+    (void)s;
+    PASSES("fence_comm", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
+}
 static void test_fence_poll_cap(void **s)
 {
     (void)s;
@@ -452,11 +469,7 @@ static void test_stitch(void **s)
 static void test_cupti(void **s)
 {
     (void)s;
-    /* The simulated driver carries the simulated CUPTI. */
-    char path[600], full[PATH_MAX], lib[PATH_MAX + 32];
-    snprintf(path, sizeof(path), "%s/sim/libcuda.so.1", dir);
-    assert_non_null(realpath(path, full));
-    snprintf(lib, sizeof(lib), "CUPOOL_CUPTI_LIB=%s", full);
+    const char *lib = sim_cupti();
     result *r = run("cupti", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "quiet pairs: 50 fences; busy pairs: 50 fences"));
@@ -1408,6 +1421,9 @@ static void test_exports_match_allowlist(void **s)
 #define X_DRV(name, params) #name,
         SHIM_DRV_SERVED(X_DRV)
 #undef X_DRV
+#define X_NCCL(name) #name,
+        SHIM_NCCL_EXPORTS(X_NCCL)
+#undef X_NCCL
         "dlsym", /* driver.c: answers lookups on the driver */
     };
     size_t nwant = sizeof(want) / sizeof(want[0]);
@@ -1452,6 +1468,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fence_barrier),
         cmocka_unit_test(test_fence_sync),
         cmocka_unit_test(test_fence_poll),
+        cmocka_unit_test(test_fence_comm),
         cmocka_unit_test(test_fence_poll_cap),
         cmocka_unit_test(test_capture_defers_fence),
         cmocka_unit_test(test_flush_signal),

@@ -5,7 +5,12 @@ step) trains on the default stream; gradient hooks hand the gradients, in
 they are ready, where a kernel runs about as long as a two-GPU all-reduce of
 the bucket would (COMM_GBPS, default 100 GB/s) and then rewrites each
 gradient. The default stream waits for that stream before the optimizer
-step, and the loop logs loss.item() once a step. Prints one JSON line:
+step, and the loop logs loss.item() once a step. With COMM=nccl the second
+stream is NCCL's own (one rank, through torch.distributed): each bucket
+queues an all-gather whose copy between two persistent buffers lasts as
+long as the all-reduce would, and the gradients are rewritten on the
+default stream once it has waited for NCCL, as DDP does with its buckets;
+NCCL's stream then touches only the buffers it is named. Prints one JSON line:
 median step time (steps after the first 10) and peak reserved memory, as
 PyTorch sees it or as cupool's statistics say (under cupool, with
 CUPOOL_STATS_FILE set)."""
@@ -31,15 +36,55 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 params = [p for p in model.parameters() if p.requires_grad]
 comm = torch.cuda.Stream()
 bucket, bucket_bytes, ready = [], 0, 0
+NCCL = os.environ.get("COMM", "sleep") == "nccl"
+works, waiting = [], []
+
+
+def nccl_setup():
+    """One rank of NCCL, two persistent copy buffers, and the copy rate."""
+    global send, recv, rate
+    import tempfile
+    import torch.distributed as dist
+    store = tempfile.mktemp(prefix="overlap-store-")
+    dist.init_process_group("nccl", init_method=f"file://{store}", rank=0, world_size=1)
+    send = torch.ones(2 << 30, dtype=torch.uint8, device="cuda")
+    recv = torch.empty_like(send)
+    for _ in range(3):
+        dist.all_gather_into_tensor(recv, send)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        dist.all_gather_into_tensor(recv, send)
+    torch.cuda.synchronize()
+    rate = 5 * send.numel() / (time.perf_counter() - t0)
 
 
 def launch(grads):
     nbytes = sum(g.numel() * g.element_size() for g in grads)
+    if NCCL:
+        import torch.distributed as dist
+        n = min(send.numel(), max(1, int(nbytes / (GBPS * 1e9) * rate)))
+        works.append(dist.all_gather_into_tensor(recv[:n], send[:n], async_op=True))
+        waiting.extend(grads)
+        return
     comm.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(comm):
         torch.cuda._sleep(int(nbytes / (GBPS * 1e9) * CLOCK_HZ))
         for g in grads:
             g.mul_(0.5)  # the all-reduce's average writes the gradient
+
+
+def finish_comm():
+    """DDP's end of backward: wait for the collectives, rewrite the grads."""
+    if NCCL:
+        for w in works:
+            w.wait()
+        for g in waiting:
+            g.mul_(0.5)
+        works.clear()
+        waiting.clear()
+    else:
+        torch.cuda.current_stream().wait_stream(comm)
 
 
 def hook(p):
@@ -57,6 +102,8 @@ def hook(p):
 for p in params:
     p.register_post_accumulate_grad_hook(hook)
 
+if NCCL:
+    nccl_setup()
 L = 1024
 B = max(1, TOKENS // L)
 times = []
@@ -67,7 +114,7 @@ for step in range(STEPS):
     loss = model(x).float().pow(2).mean()
     opt.zero_grad(set_to_none=True)
     loss.backward()
-    torch.cuda.current_stream().wait_stream(comm)
+    finish_comm()
     opt.step()
     loss.item()
     torch.cuda.synchronize()
@@ -75,4 +122,8 @@ for step in range(STEPS):
 out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
        "steps": STEPS, "tokens": TOKENS, "loss": round(loss.item(), 6),
        "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
+if NCCL:
+    import torch.distributed as dist
+    out["copy_gbps"] = round(rate / 1e9, 1)
+    dist.destroy_process_group()
 print(json.dumps(with_own_stats(out)))

@@ -21,6 +21,7 @@
 #include <cupti_callbacks.h>
 #include <cupti_driver_cbid.h>
 #include <cupti_result.h>
+#include <cupti.h> /* the driver calls' parameter structures */
 
 #include "simcuda.h"
 #include "simcuda_internal.h"
@@ -386,13 +387,28 @@ EXPORT cudaError_t simrt_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsi
 /* Work: sets bytes of (simulated) device memory, at once. */
 EXPORT cudaError_t simrt_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
-    (void)s;
     memset(p, v, n);
     pthread_mutex_lock(&sim_lock);
     sim_work_pending[current] = true;
     pthread_mutex_unlock(&sim_lock);
-    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async);
+    cuMemsetD8Async_params params = {.dstDevice = (CUdeviceptr)p, .uc = (unsigned char)v,
+                                     .N = n, .hStream = (CUstream)s};
+    sim_drv_call_params(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, &params);
     return cudaSuccess;
+}
+
+/* A kernel launch: work on the stream, touching nothing the simulation
+ * keeps; reported to CUPTI with its stream. */
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                               unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                               CUstream s, void **args, void **extra)
+{
+    pthread_mutex_lock(&sim_lock);
+    sim_work_pending[current] = true;
+    pthread_mutex_unlock(&sim_lock);
+    cuLaunchKernel_params params = {f, gx, gy, gz, bx, by, bz, shmem, s, args, extra};
+    sim_drv_call_params(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, &params);
+    return CUDA_SUCCESS;
 }
 
 EXPORT cudaError_t simrt_cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int f, int p)

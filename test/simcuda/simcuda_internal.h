@@ -29,5 +29,8 @@ HIDDEN void sim_setup(void);
 /* Reports a driver call (entry, then return) to CUPTI's subscriber, if
  * it subscribed to it. */
 HIDDEN void sim_drv_call(CUpti_CallbackId id);
+/* The same, with the call's parameters (its generated_cuda_meta.h
+ * structure; the fields the shim reads are filled). */
+HIDDEN void sim_drv_call_params(CUpti_CallbackId id, const void *params);
 
 #endif

@@ -20,10 +20,15 @@ static atomic_bool cupti_domain_on;
 
 void sim_drv_call(CUpti_CallbackId id)
 {
+    sim_drv_call_params(id, NULL);
+}
+
+void sim_drv_call_params(CUpti_CallbackId id, const void *params)
+{
     if (!atomic_load(&cupti_domain_on) || id >= CUPTI_DRIVER_TRACE_CBID_SIZE ||
         atomic_load(&cupti_off[id]))
         return;
-    CUpti_CallbackData d = {.callbackSite = CUPTI_API_ENTER};
+    CUpti_CallbackData d = {.callbackSite = CUPTI_API_ENTER, .functionParams = params};
     cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
     d.callbackSite = CUPTI_API_EXIT;
     cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);

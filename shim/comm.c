@@ -1,0 +1,513 @@
+/*
+ * comm.c - see comm.h.
+ *
+ * The NCCL calls that queue work are interposed: each notes the memory it
+ * names in the calling thread's window (a group's calls add up until its
+ * end, where NCCL queues them), then calls NCCL's own. The CUPTI callback
+ * (shim_comm_work) gives the window to the streams that get work while the
+ * thread is inside. The NCCL calls that create, grow or tear down a
+ * communicator are interposed only to count who is inside them: memory
+ * allocated or freed meanwhile may be NCCL's own, which its kernels use
+ * without naming.
+ *
+ * Nothing here runs unless CUPTI watches (CUPOOL_CUPTI=1): without it, the
+ * wrappers only call NCCL and no stream is ever a comm stream.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cupti_driver_cbid.h>
+/* The driver calls' parameter structures, as CUPTI's own cupti.h includes
+ * them (which -Ishim hides behind shim/cupti.h): with the old 32-bit
+ * types that cuda.h no longer declares, named only. */
+typedef unsigned int CUdeviceptr_v1;
+typedef struct CUDA_MEMCPY2D_v1_st { int dummy; } CUDA_MEMCPY2D_v1;
+typedef struct CUDA_MEMCPY3D_v1_st { int dummy; } CUDA_MEMCPY3D_v1;
+typedef struct CUDA_ARRAY_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY_DESCRIPTOR_v1;
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY3D_DESCRIPTOR_v1;
+#include <generated_cuda_meta.h>
+
+#include "addrmap.h"
+#include "comm.h"
+#include "cupti.h"
+#include "driver.h"
+#include "log.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+enum {
+    COMM_STREAMS_MAX = 32, /* comm streams tracked; more are fenced as usual */
+    COMM_RANGES_MAX = 64,  /* buffers a stream holds before it is marked */
+    WINDOW_MAX = 64,       /* buffers a call or group names, else "all" */
+};
+
+typedef struct comm_range {
+    uintptr_t lo, hi;      /* [lo, hi) */
+    uint64_t seq;          /* when last named */
+} comm_range;
+
+typedef struct comm_stream {
+    void *stream;          /* NULL: slot unused */
+    _Atomic uint64_t marks;   /* bumped when a fence must include it */
+    _Atomic uint64_t covered; /* the marks a fence has covered */
+    comm_range ranges[COMM_RANGES_MAX];
+    size_t nranges;
+} comm_stream;
+
+/* Guards the table's slots and ranges; the counters are atomic so the
+ * CUPTI callback can mark without it. Taken under a pool's lock (a free)
+ * and under a device's (a fence); takes nothing of cupool's. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static comm_stream table[COMM_STREAMS_MAX];
+static atomic_int nstreams;   /* slots in use */
+static uint64_t seq;          /* buffers named so far */
+static atomic_int inside;     /* threads inside an NCCL call now */
+static pool_addrmap own;      /* blocks allocated while one was: NCCL's */
+
+/* The calling thread: how deep inside NCCL calls, how deep in a group,
+ * and the memory named since its outermost call or group began. */
+static _Thread_local int depth, group;
+static _Thread_local comm_range window[WINDOW_MAX];
+static _Thread_local size_t nwindow;
+static _Thread_local bool window_all;
+
+static bool same_stream(const comm_stream *c, void *s)
+{
+    return c->stream == s;
+}
+
+/* s's slot, or NULL. Needs lock. */
+static comm_stream *find_locked(void *s)
+{
+    for (int i = 0; i < COMM_STREAMS_MAX; i++)
+        if (table[i].stream && same_stream(&table[i], s))
+            return &table[i];
+    return NULL;
+}
+
+static void mark(comm_stream *c)
+{
+    atomic_fetch_add_explicit(&c->marks, 1, memory_order_release);
+}
+
+static void mark_all_locked(void)
+{
+    for (int i = 0; i < COMM_STREAMS_MAX; i++)
+        if (table[i].stream)
+            mark(&table[i]);
+}
+
+/* Says once per call which calls mark every comm stream (CUPOOL_LOG=debug):
+ * a frequent one costs the comm streams their leave. */
+static void tell_unknown(unsigned cbid)
+{
+    static _Atomic uint64_t told[(CUPTI_DRIVER_TRACE_CBID_SIZE + 63) / 64];
+    if (cbid >= CUPTI_DRIVER_TRACE_CBID_SIZE)
+        return;
+    uint64_t bit = 1ull << (cbid % 64);
+    if (!(atomic_fetch_or(&told[cbid / 64], bit) & bit))
+        shim_log(SHIM_LOG_DEBUG, "driver call %u (CUPTI's id) queues work cupool "
+                 "cannot place: every comm stream is fenced after it", cbid);
+}
+
+/* The default streams (NULL, legacy, per-thread) are ordered by every
+ * fence's legacy event: never comm streams. */
+static bool is_default(void *s)
+{
+    return (uintptr_t)s <= (uintptr_t)CU_STREAM_PER_THREAD;
+}
+
+/* Adds the window's buffers to s's, making s a comm stream (marked: its
+ * past is unknown) if it was not. Needs lock. */
+static void take_window_locked(void *s)
+{
+    comm_stream *c = find_locked(s);
+    if (!c) {
+        for (int i = 0; !c && i < COMM_STREAMS_MAX; i++)
+            if (!table[i].stream)
+                c = &table[i];
+        if (!c)
+            return; /* no slot: it stays an ordinary stream */
+        c->stream = s;
+        c->nranges = 0;
+        atomic_store(&c->covered, atomic_load(&c->marks));
+        mark(c);
+        atomic_fetch_add(&nstreams, 1);
+    }
+    if (window_all) {
+        mark(c);
+        return;
+    }
+    for (size_t w = 0; w < nwindow; w++) {
+        size_t i = 0;
+        while (i < c->nranges && (c->ranges[i].lo != window[w].lo || c->ranges[i].hi != window[w].hi))
+            i++;
+        if (i == c->nranges) {
+            if (c->nranges == COMM_RANGES_MAX) {
+                mark(c); /* a fence will cover them all, and drop them */
+                return;
+            }
+            c->ranges[c->nranges++] = window[w];
+        }
+        c->ranges[i].seq = ++seq;
+    }
+}
+
+/* How a driver call's stream is read from its parameters. */
+enum call_kind { CALL_NO_WORK, CALL_STREAM, CALL_UNKNOWN };
+
+#define HSTREAM(name)                                                         \
+    case CUPTI_DRIVER_TRACE_CBID_##name:                                      \
+        if (!p)                                                               \
+            return CALL_UNKNOWN;                                              \
+        *s = ((const name##_params *)p)->hStream;                             \
+        return CALL_STREAM;
+#define NO_WORK(name) case CUPTI_DRIVER_TRACE_CBID_##name:
+
+/* The calls that queue work on a stream they name; the calls that queue
+ * none on a non-default stream (they allocate, load, create, synchronize
+ * or copy synchronously on a default stream); everything else unknown. */
+static enum call_kind call_stream(unsigned cbid, const void *p, void **s)
+{
+    switch (cbid) {
+    HSTREAM(cuLaunchKernel) HSTREAM(cuLaunchKernel_ptsz)
+    HSTREAM(cuLaunchCooperativeKernel) HSTREAM(cuLaunchCooperativeKernel_ptsz)
+    HSTREAM(cuLaunchHostFunc) HSTREAM(cuLaunchHostFunc_ptsz)
+    HSTREAM(cuGraphLaunch) HSTREAM(cuGraphLaunch_ptsz)
+    HSTREAM(cuMemcpyAsync) HSTREAM(cuMemcpyAsync_ptsz)
+    HSTREAM(cuMemcpyPeerAsync) HSTREAM(cuMemcpyPeerAsync_ptsz)
+    HSTREAM(cuMemcpyHtoDAsync_v2) HSTREAM(cuMemcpyHtoDAsync_v2_ptsz)
+    HSTREAM(cuMemcpyDtoHAsync_v2) HSTREAM(cuMemcpyDtoHAsync_v2_ptsz)
+    HSTREAM(cuMemcpyDtoDAsync_v2) HSTREAM(cuMemcpyDtoDAsync_v2_ptsz)
+    HSTREAM(cuMemcpy2DAsync_v2) HSTREAM(cuMemcpy2DAsync_v2_ptsz)
+    HSTREAM(cuMemcpy3DAsync_v2) HSTREAM(cuMemcpy3DAsync_v2_ptsz)
+    HSTREAM(cuMemsetD8Async) HSTREAM(cuMemsetD8Async_ptsz)
+    HSTREAM(cuMemsetD16Async) HSTREAM(cuMemsetD16Async_ptsz)
+    HSTREAM(cuMemsetD32Async) HSTREAM(cuMemsetD32Async_ptsz)
+    HSTREAM(cuMemsetD2D8Async) HSTREAM(cuMemsetD2D8Async_ptsz)
+    HSTREAM(cuMemsetD2D16Async) HSTREAM(cuMemsetD2D16Async_ptsz)
+    HSTREAM(cuMemsetD2D32Async) HSTREAM(cuMemsetD2D32Async_ptsz)
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+        const CUlaunchConfig *c = p ? ((const cuLaunchKernelEx_params *)p)->config : NULL;
+        if (!c)
+            return CALL_UNKNOWN;
+        *s = c->hStream;
+        return CALL_STREAM;
+    }
+    NO_WORK(cuMemAlloc_v2) NO_WORK(cuMemFree_v2) NO_WORK(cuMemAllocPitch_v2)
+    NO_WORK(cuMemAllocHost_v2) NO_WORK(cuMemFreeHost) NO_WORK(cuMemHostAlloc)
+    NO_WORK(cuMemHostGetDevicePointer_v2) NO_WORK(cuMemHostRegister_v2)
+    NO_WORK(cuMemHostUnregister) NO_WORK(cuMemAddressReserve)
+    NO_WORK(cuMemAddressFree) NO_WORK(cuMemCreate) NO_WORK(cuMemRelease)
+    NO_WORK(cuMemMap) NO_WORK(cuMemUnmap) NO_WORK(cuMemSetAccess)
+    NO_WORK(cuMemGetAllocationGranularity) NO_WORK(cuModuleLoadData)
+    NO_WORK(cuModuleLoadDataEx) NO_WORK(cuModuleLoadFatBinary)
+    NO_WORK(cuModuleGetFunction) NO_WORK(cuModuleGetGlobal_v2)
+    NO_WORK(cuModuleUnload) NO_WORK(cuLibraryLoadData) NO_WORK(cuLibraryUnload)
+    NO_WORK(cuLibraryGetKernel) NO_WORK(cuLibraryGetModule)
+    NO_WORK(cuLibraryGetGlobal) NO_WORK(cuFuncSetAttribute)
+    NO_WORK(cuFuncSetCacheConfig) NO_WORK(cuFuncGetParamInfo)
+    NO_WORK(cuKernelSetAttribute) NO_WORK(cuStreamCreate)
+    NO_WORK(cuStreamCreateWithPriority) NO_WORK(cuStreamDestroy_v2)
+    NO_WORK(cuStreamGetAttribute) NO_WORK(cuStreamSetAttribute)
+    NO_WORK(cuDevicePrimaryCtxRetain) NO_WORK(cuDevicePrimaryCtxRelease_v2)
+    NO_WORK(cuIpcGetMemHandle) NO_WORK(cuIpcOpenMemHandle_v2)
+    NO_WORK(cuIpcCloseMemHandle) NO_WORK(cuPointerSetAttribute)
+        return CALL_NO_WORK;
+    default:
+        return CALL_UNKNOWN;
+    }
+}
+#undef HSTREAM
+#undef NO_WORK
+
+void shim_comm_work(unsigned cbid, const void *params)
+{
+    if (!depth && !atomic_load_explicit(&nstreams, memory_order_acquire))
+        return;
+    void *s = NULL;
+    enum call_kind k = call_stream(cbid, params, &s);
+    if (k == CALL_NO_WORK || (k == CALL_STREAM && is_default(s)))
+        return;
+    pthread_mutex_lock(&lock);
+    if (k == CALL_UNKNOWN) {
+        tell_unknown(cbid);
+        mark_all_locked();
+    }
+    else if (depth)
+        take_window_locked(s);
+    else {
+        comm_stream *c = find_locked(s);
+        if (c)
+            mark(c); /* foreign work on a comm stream */
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+bool shim_comm_needs(void *s, shim_comm_mark *m)
+{
+    if (!atomic_load_explicit(&nstreams, memory_order_acquire))
+        return true;
+    pthread_mutex_lock(&lock);
+    comm_stream *c = find_locked(s);
+    bool needs = true;
+    if (c) {
+        m->marks = atomic_load_explicit(&c->marks, memory_order_acquire);
+        m->seq = seq;
+        needs = m->marks != atomic_load_explicit(&c->covered, memory_order_relaxed);
+    } else {
+        m->marks = 0;
+        m->seq = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return needs;
+}
+
+void shim_comm_covered(void *s, const shim_comm_mark *m)
+{
+    if (!m->marks)
+        return;
+    pthread_mutex_lock(&lock);
+    comm_stream *c = find_locked(s);
+    if (c) {
+        if (m->marks - atomic_load(&c->covered) < UINT64_MAX / 2)
+            atomic_store(&c->covered, m->marks);
+        /* The buffers named before that event: a block freed from now on
+         * is fenced after it (fences retire in order). */
+        size_t k = 0;
+        for (size_t i = 0; i < c->nranges; i++)
+            if (c->ranges[i].seq > m->seq)
+                c->ranges[k++] = c->ranges[i];
+        c->nranges = k;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void shim_comm_allocated(uintptr_t addr)
+{
+    if (!atomic_load_explicit(&inside, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&lock);
+    if (!pool_addrmap_get(&own, addr)) {
+        if (pool_addrmap_reserve(&own) == 0)
+            pool_addrmap_put(&own, addr, (void *)1);
+        else
+            shim_log(SHIM_LOG_WARN, "out of host memory noting NCCL's own "
+                     "memory; its free will fence every stream");
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void shim_comm_freed(uintptr_t addr, size_t size)
+{
+    if (!atomic_load_explicit(&nstreams, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&lock);
+    if (atomic_load(&inside) || pool_addrmap_take(&own, addr)) {
+        mark_all_locked();
+    } else {
+        uintptr_t hi = addr + (size ? size : 1);
+        for (int i = 0; i < COMM_STREAMS_MAX; i++) {
+            comm_stream *c = &table[i];
+            for (size_t r = 0; c->stream && r < c->nranges; r++)
+                if (c->ranges[r].lo < hi && addr < c->ranges[r].hi) {
+                    mark(c);
+                    break;
+                }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+bool shim_comm_active(void)
+{
+    return atomic_load_explicit(&nstreams, memory_order_acquire) != 0;
+}
+
+void shim_comm_forget(void *s)
+{
+    if (!atomic_load_explicit(&nstreams, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&lock);
+    comm_stream *c = find_locked(s);
+    if (c) {
+        c->stream = NULL;
+        c->nranges = 0;
+        atomic_fetch_sub(&nstreams, 1);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- NCCL's calls ----------------------------------------------------- */
+
+typedef int nccl_result; /* ncclResult_t */
+enum { NCCL_SYSTEM_ERROR = 2 };
+
+/* NCCL's function name, found once (NULL: not loaded). */
+static void *nccl_fn(_Atomic(void *) *slot, const char *name)
+{
+    void *f = atomic_load_explicit(slot, memory_order_acquire);
+    if (f)
+        return f;
+    f = shim_dlsym(RTLD_NEXT, name);
+    if (!f) {
+        void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+        f = h ? shim_dlsym(h, name) : NULL;
+    }
+    if (!f)
+        shim_log(SHIM_LOG_ERROR, "%s called, but NCCL's own was not found", name);
+    atomic_store_explicit(slot, f, memory_order_release);
+    return f;
+}
+
+/* Bytes in one element of an ncclDataType_t; 0 if unknown. */
+static size_t elem_size(int type)
+{
+    static const unsigned char sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    return type >= 0 && type < (int)sizeof(sizes) ? sizes[type] : 0;
+}
+
+/* The ranks of comm (ncclCommCount), or 0 if it cannot tell. */
+static size_t comm_ranks(void *comm)
+{
+    static _Atomic(void *) count_fn;
+    nccl_result (*count)(void *, int *) =
+        (nccl_result (*)(void *, int *))nccl_fn(&count_fn, "ncclCommCount");
+    int n = 0;
+    return count && count(comm, &n) == 0 && n > 0 ? (size_t)n : 0;
+}
+
+/* Adds [p, p + count * ranks elements of type) to the window. */
+static void name_buffer(const void *p, size_t count, int type, size_t ranks)
+{
+    size_t es = elem_size(type), bytes;
+    if (!p)
+        return;
+    if (!es || !ranks || __builtin_mul_overflow(count, es, &bytes) ||
+        __builtin_mul_overflow(bytes, ranks, &bytes) || nwindow == WINDOW_MAX) {
+        window_all = true;
+        return;
+    }
+    window[nwindow++] = (comm_range){(uintptr_t)p, (uintptr_t)p + (bytes ? bytes : 1), 0};
+}
+
+static void window_clear(void)
+{
+    nwindow = 0;
+    window_all = false;
+}
+
+/* Inside is counted whether or not CUPTI watches yet: NCCL usually sets up
+ * before the first pool exists (and CUPTI starts with it), and the memory
+ * it allocates then is its own all the same. */
+static void enter(void)
+{
+    depth++;
+    atomic_fetch_add(&inside, 1);
+}
+
+static void leave(void)
+{
+    atomic_fetch_sub(&inside, 1);
+    if (--depth == 0 && !group)
+        window_clear();
+}
+
+/* Declares f, NCCL's own function name of type params (an ncclResult_t
+ * function), or returns ncclSystemError if NCCL has none. */
+#define NCCL_REAL(name, params)                                               \
+    static _Atomic(void *) real;                                              \
+    nccl_result (*f) params = (nccl_result (*) params)nccl_fn(&real, #name);  \
+    if (!f)                                                                   \
+        return NCCL_SYSTEM_ERROR
+
+/* A collective: the two buffers it names, count elements of type, times
+ * the ranks for the calls whose buffers hold one part per rank. */
+#define COLLECTIVE(name, params, args, sendbuf, recvbuf, per_rank)            \
+    EXPORT nccl_result name params;                                           \
+    EXPORT nccl_result name params                                            \
+    {                                                                         \
+        NCCL_REAL(name, params);                                              \
+        enter();                                                              \
+        if (shim_work_watching()) {                                           \
+            size_t ranks = per_rank ? comm_ranks(comm) : 1;                   \
+            name_buffer(sendbuf, count, type, ranks);                         \
+            name_buffer(recvbuf, count, type, ranks);                         \
+        }                                                                     \
+        nccl_result r = f args;                                               \
+        leave();                                                              \
+        return r;                                                             \
+    }
+
+#define P7(t5) (const void *send, void *recv, size_t count, int type, t5, void *comm, void *stream)
+COLLECTIVE(ncclAllReduce, P7(int op), (send, recv, count, type, op, comm, stream), send, recv, 0)
+COLLECTIVE(ncclBroadcast, P7(int root), (send, recv, count, type, root, comm, stream), send, recv, 0)
+COLLECTIVE(ncclReduceScatter, P7(int op), (send, recv, count, type, op, comm, stream), send, recv, 1)
+COLLECTIVE(ncclGather, P7(int root), (send, recv, count, type, root, comm, stream), send, recv, 1)
+COLLECTIVE(ncclScatter, P7(int root), (send, recv, count, type, root, comm, stream), send, recv, 1)
+#undef P7
+#define P6 (const void *send, void *recv, size_t count, int type, void *comm, void *stream)
+COLLECTIVE(ncclAllGather, P6, (send, recv, count, type, comm, stream), send, recv, 1)
+COLLECTIVE(ncclAlltoAll, P6, (send, recv, count, type, comm, stream), send, recv, 1)
+#undef P6
+COLLECTIVE(ncclReduce, (const void *send, void *recv, size_t count, int type, int op, int root,
+                        void *comm, void *stream),
+           (send, recv, count, type, op, root, comm, stream), send, recv, 0)
+COLLECTIVE(ncclBcast, (void *buf, size_t count, int type, int root, void *comm, void *stream),
+           (buf, count, type, root, comm, stream), buf, NULL, 0)
+COLLECTIVE(ncclSend, (const void *send, size_t count, int type, int peer, void *comm, void *stream),
+           (send, count, type, peer, comm, stream), send, NULL, 0)
+COLLECTIVE(ncclRecv, (void *recv, size_t count, int type, int peer, void *comm, void *stream),
+           (recv, count, type, peer, comm, stream), recv, NULL, 0)
+#undef COLLECTIVE
+
+/* A group: its calls queue their work at its outermost end. */
+EXPORT nccl_result ncclGroupStart(void);
+EXPORT nccl_result ncclGroupStart(void)
+{
+    NCCL_REAL(ncclGroupStart, (void));
+    nccl_result r = f();
+    group += r == 0;
+    return r;
+}
+
+EXPORT nccl_result ncclGroupEnd(void);
+EXPORT nccl_result ncclGroupEnd(void)
+{
+    NCCL_REAL(ncclGroupEnd, (void));
+    enter();
+    nccl_result r = f();
+    group -= group > 0;
+    leave();
+    return r;
+}
+
+/* Calls that set up, grow or tear down a communicator: only counted as
+ * being inside NCCL (its own memory comes and goes meanwhile). */
+#define INSIDE(name, params, args)                                            \
+    EXPORT nccl_result name params;                                           \
+    EXPORT nccl_result name params                                            \
+    {                                                                         \
+        NCCL_REAL(name, params);                                              \
+        enter();                                                              \
+        window_all = true;                                                    \
+        nccl_result r = f args;                                               \
+        leave();                                                              \
+        return r;                                                             \
+    }
+typedef struct { char internal[128]; } nccl_unique_id;
+INSIDE(ncclCommInitRank, (void **comm, int n, nccl_unique_id id, int rank), (comm, n, id, rank))
+INSIDE(ncclCommInitRankConfig, (void **comm, int n, nccl_unique_id id, int rank, void *cfg),
+       (comm, n, id, rank, cfg))
+INSIDE(ncclCommInitAll, (void **comm, int n, const int *devs), (comm, n, devs))
+INSIDE(ncclCommSplit, (void *comm, int color, int key, void **out, void *cfg),
+       (comm, color, key, out, cfg))
+INSIDE(ncclCommFinalize, (void *comm), (comm))
+INSIDE(ncclCommDestroy, (void *comm), (comm))
+INSIDE(ncclCommAbort, (void *comm), (comm))
+#undef INSIDE
+#undef NCCL_REAL

@@ -1,0 +1,74 @@
+/*
+ * comm.h - the streams of collectives: which non-blocking streams a poll
+ * fence may leave out (CUPOOL_FENCE=poll with CUPOOL_CUPTI=1).
+ *
+ * A fence must wait for every stream whose queued work may touch a freed
+ * block. A data-parallel job's communication stream runs all-reduces for
+ * most of a step, so a fence that waits for it either stalls the compute
+ * stream behind the all-reduce in flight (the overlap the job is built on
+ * is lost) or leaves the freed blocks unused (memory grows). Yet NCCL's
+ * kernels touch only the buffers its calls name and NCCL's own memory.
+ *
+ * So cupool interposes NCCL's collective calls and notes the buffers each
+ * names. Through CUPTI it sees every driver call that queues work, with its
+ * stream: work queued while the calling thread is inside such a call is
+ * the collective's, and its stream becomes a comm stream holding the
+ * call's buffers; any other work on a comm stream (a kernel, a copy, a
+ * call whose stream cannot be read) marks it foreign. A fence then leaves
+ * a comm stream out unless it is marked: by foreign work, or by a free of
+ * memory that overlaps one of its buffers. Everything unknown marks: a
+ * stream first seen (its past is unknown), work whose stream cannot be
+ * read (all comm streams), frees while any thread is inside NCCL or of
+ * memory allocated while one was (NCCL's own; all comm streams).
+ *
+ * Why leaving a stream out is sound: a fence that includes stream S
+ * records an event on S that covers all S's work queued before it, and
+ * fences retire in order, so once a later fence is done, so is that work.
+ * A stream needs to be in a fence only for work queued since the last fence
+ * that included it, and marks say exactly when such work may touch a block
+ * freed since.
+ */
+#ifndef CUPOOL_SHIM_COMM_H
+#define CUPOOL_SHIM_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The NCCL calls libcupool.so defines (comm.c): the collectives and
+ * groups, whose buffers it notes, and the calls that set up or tear down
+ * a communicator, counted only as being inside NCCL. */
+#define SHIM_NCCL_EXPORTS(X)                                                  \
+    X(ncclAllReduce) X(ncclBroadcast) X(ncclBcast) X(ncclReduce)              \
+    X(ncclAllGather) X(ncclReduceScatter) X(ncclAlltoAll) X(ncclGather)       \
+    X(ncclScatter) X(ncclSend) X(ncclRecv) X(ncclGroupStart) X(ncclGroupEnd)  \
+    X(ncclCommInitRank) X(ncclCommInitRankConfig) X(ncclCommInitAll)          \
+    X(ncclCommSplit) X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort)
+
+/* A driver call's return, as CUPTI reports it (cbid, its parameters; NULL
+ * if unknown): attributes its work to a stream. */
+void shim_comm_work(unsigned cbid, const void *params);
+
+/* What a fence begun now must know of stream s: whether it must record an
+ * event on s (*mark, *seq to pass to shim_comm_covered once it has).
+ * A stream that is no comm stream always must. */
+typedef struct shim_comm_mark {
+    uint64_t marks, seq;
+} shim_comm_mark;
+bool shim_comm_needs(void *s, shim_comm_mark *m);
+
+/* A fence recorded an event on s after shim_comm_needs gave m: the marks
+ * and buffers up to m are covered. */
+void shim_comm_covered(void *s, const shim_comm_mark *m);
+
+/* A pooled block [addr, addr + size) was allocated / freed. */
+void shim_comm_allocated(uintptr_t addr);
+void shim_comm_freed(uintptr_t addr, size_t size);
+
+/* Whether any stream is a comm stream now. */
+bool shim_comm_active(void);
+
+/* Stream s was destroyed: it is no comm stream any more. */
+void shim_comm_forget(void *s);
+
+#endif
