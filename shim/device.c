@@ -407,6 +407,16 @@ static bool any_capture(shim_device *d)
     return false;
 }
 
+static void event_give(shim_device *d, cudaEvent_t e);
+
+/* Gives back the destroyed streams' events: a fence covered them. Needs
+ * d->lock. */
+static void orphans_drop(shim_device *d)
+{
+    while (d->norphans)
+        event_give(d, d->orphans[--d->norphans]);
+}
+
 static int barrier_locked(shim_device *d)
 {
     int e = 0;
@@ -420,11 +430,15 @@ static int barrier_locked(shim_device *d)
         if (!e)
             e = cu_wait(d, cudaStreamLegacy, s->event);
     }
+    for (size_t i = 0; !e && i < d->norphans; i++)
+        e = cu_wait(d, cudaStreamLegacy, d->orphans[i]);
     if (!e)
         e = cu_record(d, d->legacy_event, cudaStreamLegacy);
     for (size_t i = 0; !e && i < d->nstreams; i++)
         if (d->streams[i].nonblocking)
             e = cu_wait(d, d->streams[i].stream, d->legacy_event);
+    if (!e)
+        orphans_drop(d);
     if (e) {
         shim_log(SHIM_LOG_ERROR, "device %d: fence failed: %s", d->id,
                  cu_strerror(d, e));
@@ -598,7 +612,7 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
     size_t nb = 0;
     for (size_t i = 0; i < d->nstreams; i++)
         nb += d->streams[i].nonblocking;
-    if (nb && !(f.events = calloc(nb, sizeof(*f.events))))
+    if ((nb || d->norphans) && !(f.events = calloc(nb + d->norphans, sizeof(*f.events))))
         return -ENOMEM;
     int e = 0;
     size_t left = 0;
@@ -633,6 +647,11 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
     for (size_t i = 0; i < d->nstreams; i++)
         if (d->streams[i].nonblocking && d->streams[i].comm_due)
             shim_comm_covered(d->streams[i].stream, &d->streams[i].comm_mark);
+    if (d->norphans) {
+        memcpy(f.events + f.nevents, d->orphans, d->norphans * sizeof(*f.events));
+        f.nevents += d->norphans;
+        d->norphans = 0;
+    }
     if (left)
         atomic_fetch_add_explicit(&d->fence_streams_left, left, memory_order_relaxed);
     f.ticket = *ticket = ++d->tickets;
@@ -732,6 +751,8 @@ static int fence_locked(shim_device *d, uint64_t work)
         atomic_fetch_add(&d->syncs, 1);
         if (cu_sync(d) != 0)
             err = -EIO;
+        else
+            orphans_drop(d);
     }
     if (!err)
         atomic_store_explicit(&d->fenced_work, work, memory_order_relaxed);
@@ -1179,6 +1200,7 @@ void shim_device_abandon(int dev)
         free(d->fences[i].events);
     d->nfences = 0;
     d->nspare = 0;
+    d->norphans = 0;
     d->order_event = NULL;
     d->tickets_done = d->tickets;
     pthread_mutex_unlock(&d->lock);
@@ -1226,6 +1248,34 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* Stream s is being destroyed, its queued work going on: no fence will
+ * record on it again, so the next fence waits for an event recorded on it
+ * now (real cudaFree would wait for that work). Completed ones are given
+ * back as more come. Needs d->lock. */
+static void orphan_locked(shim_device *d, cudaStream_t s)
+{
+    if (shim_cfg.fence == SHIM_FENCE_NONE)
+        return;
+    size_t k = 0;
+    for (size_t i = 0; i < d->norphans; i++) {
+        if (d->norphans >= 64 && cu_query(d, d->orphans[i]) == 0)
+            event_give(d, d->orphans[i]);
+        else
+            d->orphans[k++] = d->orphans[i];
+    }
+    d->norphans = k;
+    cudaEvent_t e = NULL;
+    if (!pool_grow((void **)&d->orphans, &d->orphans_cap, d->norphans, sizeof(e)) ||
+        event_take(d, &e) != 0 || cu_record(d, e, s) != 0) {
+        event_give(d, e);
+        shim_log(SHIM_LOG_ERROR, "device %d: cannot record an event on a stream "
+                 "being destroyed; a block its work still uses may be reused early",
+                 d->id);
+        return;
+    }
+    d->orphans[d->norphans++] = e;
+}
+
 void shim_device_untrack_stream(cudaStream_t s)
 {
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
@@ -1236,6 +1286,8 @@ void shim_device_untrack_stream(cudaStream_t s)
                 continue;
             if (d->streams[k].event)
                 cu_event_destroy(d, d->streams[k].event);
+            if (d->streams[k].nonblocking)
+                orphan_locked(d, s);
             d->streams[k] = d->streams[--d->nstreams];
             shim_comm_forget(s);
             pthread_mutex_unlock(&d->lock);

@@ -69,6 +69,10 @@ typedef struct shim_device {
     size_t nfences, fences_cap;
     cudaEvent_t *spare_events;
     size_t nspare, spare_cap;
+    /* Events recorded on non-blocking streams as they were destroyed (their
+     * queued work goes on): the next fence orders after them too. */
+    cudaEvent_t *orphans;
+    size_t norphans, orphans_cap;
     uint64_t tickets;          /* the last ticket handed out */
     uint64_t tickets_done;     /* every fence up to this ticket is done */
     cudaEvent_t order_event;   /* the legacy event non-blocking streams

@@ -108,16 +108,20 @@ static int fence(void)
     CHECK(s1.stream_waits - s0.stream_waits == 2);
     OK(cudaMalloc(&d, MIB)); /* nothing dirty: a new segment, no fence */
     CHECK(sim(0).event_records == s1.event_records);
+    /* Destroyed, the stream's queued work goes on: an event recorded on it
+     * now, which the next fence waits for. */
     OK(cudaStreamDestroy(nb));
+    CHECK(sim(0).event_records == s1.event_records + 1);
     OK(cudaFree(c));
     void *e, *f;
     OK(cudaMalloc(&e, MIB)); /* the clean rest of d's segment: no fence */
-    CHECK(sim(0).event_records == s1.event_records);
+    CHECK(sim(0).event_records == s1.event_records + 1);
     OK(cudaMalloc(&f, MIB)); /* only c's dirty block fits: fence */
     CHECK(f == c);
     simcuda_stats s2 = sim(0);
-    CHECK(s2.event_records - s1.event_records == 1); /* the stream is gone */
-    CHECK(s2.stream_waits == s1.stream_waits);
+    /* The stream is gone: legacy waits for its last event, records one. */
+    CHECK(s2.event_records - s1.event_records == 2);
+    CHECK(s2.stream_waits == s1.stream_waits + 1);
     return 0;
 }
 
@@ -271,6 +275,27 @@ static int fence_comm(void)
     CHECK(destroy(comm) == 0);
     a = reuse(a, MIB, nb, 2);
     OK(cudaStreamDestroy(nb));
+    return 0;
+}
+
+/* A non-blocking stream destroyed with its work still queued (it goes
+ * on: CUDA frees the stream after it): real cudaFree would wait for that
+ * work, so the next fence orders after it, whatever the mode. */
+static int fence_destroyed(void)
+{
+    cudaStream_t nb;
+    void *a, *b, *c;
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    fill_segment(&a, &b);
+    simcuda_set_busy(nb, 1); /* its work on a still runs */
+    OK(cudaStreamDestroy(nb));
+    OK(cudaFree(a));
+    simcuda_stats s0 = sim(0);
+    OK(cudaMalloc(&c, MIB));
+    printf("reused %s, %lu stream waits, %lu syncs\n", c == a ? "at once" : "not",
+           sim(0).stream_waits - s0.stream_waits, sim(0).syncs - s0.syncs);
+    CHECK(c != a || sim(0).stream_waits > s0.stream_waits || sim(0).syncs > s0.syncs);
+    simcuda_set_busy(nb, 0);
     return 0;
 }
 
@@ -1570,7 +1595,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
     {"fence_poll", fence_poll}, {"fence_poll_cap", fence_poll_cap},
-    {"fence_comm", fence_comm},
+    {"fence_comm", fence_comm}, {"fence_destroyed", fence_destroyed},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev}, {"shards", shards},
     {"shards_cap", shards_cap}, {"cupti", cupti}, {"sig_chain", sig_chain},

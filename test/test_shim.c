@@ -267,6 +267,14 @@ static const char *sim_cupti(void)
     return lib;
 }
 
+static void test_fence_destroyed(void **s)
+{
+    (void)s;
+    PASSES("fence_destroyed", "CUPOOL_FENCE=poll");
+    PASSES("fence_destroyed", "CUPOOL_FENCE=barrier");
+    PASSES("fence_destroyed", "CUPOOL_FENCE=sync");
+}
+
 static void test_fence_comm(void **s)
 {
     (void)s;
@@ -1469,6 +1477,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fence_sync),
         cmocka_unit_test(test_fence_poll),
         cmocka_unit_test(test_fence_comm),
+        cmocka_unit_test(test_fence_destroyed),
         cmocka_unit_test(test_fence_poll_cap),
         cmocka_unit_test(test_capture_defers_fence),
         cmocka_unit_test(test_flush_signal),

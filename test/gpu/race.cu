@@ -10,9 +10,12 @@
 // In the pairs marked busy, a third (non-blocking) stream runs a long
 // kernel through the whole trial, as an all-reduce in flight would: a fence
 // must still order B after A, whether it waits for the busy stream or not.
+// In the pair marked destroyed, stream A is made for the trial and
+// destroyed right after kernel A is queued (the kernel runs on; real
+// cudaFree would wait for it): a fence must order B after it all the same.
 //
 // Usage: race [TRIALS]. Prints one line per (A, B) stream pair:
-//   race A=<kind> B=<kind>[ busy] trials=N reused=R corrupted=C
+//   race A=<kind> B=<kind>[ busy][ destroyed] trials=N reused=R corrupted=C
 // Built with -cudart shared so that LD_PRELOAD reaches its cudaMalloc.
 #include <cstdio>
 #include <cstdlib>
@@ -58,28 +61,32 @@ int main(int argc, char **argv)
     const int n = 1024 * 1024;
     const long long spin = 4000000; // about 2 ms at 1.98 GHz
     std::vector<int> host(n);
-    struct { kind a, b; bool busy; } pairs[] = {
-        {NONBLOCKING, BLOCKING, false}, {NONBLOCKING, NONBLOCKING, false},
-        {NONBLOCKING, PER_THREAD, false}, {NONBLOCKING, LEGACY, false},
-        {BLOCKING, NONBLOCKING, false}, {BLOCKING, BLOCKING, false},
-        {LEGACY, NONBLOCKING, false}, {PER_THREAD, NONBLOCKING, false},
-        {LEGACY, NONBLOCKING, true}, {NONBLOCKING, LEGACY, true},
-        {NONBLOCKING, NONBLOCKING, true},
+    struct { kind a, b; bool busy, destroyed; } pairs[] = {
+        {NONBLOCKING, BLOCKING, false, false}, {NONBLOCKING, NONBLOCKING, false, false},
+        {NONBLOCKING, PER_THREAD, false, false}, {NONBLOCKING, LEGACY, false, false},
+        {BLOCKING, NONBLOCKING, false, false}, {BLOCKING, BLOCKING, false, false},
+        {LEGACY, NONBLOCKING, false, false}, {PER_THREAD, NONBLOCKING, false, false},
+        {LEGACY, NONBLOCKING, true, false}, {NONBLOCKING, LEGACY, true, false},
+        {NONBLOCKING, NONBLOCKING, true, false}, {NONBLOCKING, LEGACY, false, true},
     };
     cudaStream_t busy;
     CK(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking));
     int *scratch;
     CK(cudaMalloc(&scratch, 256 * sizeof(int)));
     for (auto &pr : pairs) {
-        cudaStream_t a = make(pr.a), b = make(pr.b);
+        cudaStream_t a = pr.destroyed ? 0 : make(pr.a), b = make(pr.b);
         int reused = 0, corrupted = 0;
         for (int t = 0; t < trials; t++) {
             int *p, *q;
             if (pr.busy) // one wave, three times as long as A's kernel
                 slow_write<<<1, 256, 0, busy>>>(scratch, 256, 3, 3 * spin);
             CK(cudaMalloc(&p, n * sizeof(int)));
+            if (pr.destroyed)
+                a = make(pr.a);
             slow_write<<<(n + 255) / 256, 256, 0, a>>>(p, n, 1, spin);
             CK(cudaGetLastError());
+            if (pr.destroyed)
+                CK(cudaStreamDestroy(a));
             CK(cudaFree(p));
             CK(cudaMalloc(&q, n * sizeof(int)));
             reused += p == q;
@@ -92,10 +99,10 @@ int main(int argc, char **argv)
             corrupted += bad > 0;
             CK(cudaFree(q));
         }
-        printf("race A=%s B=%s%s trials=%d reused=%d corrupted=%d\n",
-               kind_name[pr.a], kind_name[pr.b], pr.busy ? " busy" : "", trials,
-               reused, corrupted);
-        if (pr.a == BLOCKING || pr.a == NONBLOCKING) CK(cudaStreamDestroy(a));
+        printf("race A=%s B=%s%s%s trials=%d reused=%d corrupted=%d\n",
+               kind_name[pr.a], kind_name[pr.b], pr.busy ? " busy" : "",
+               pr.destroyed ? " destroyed" : "", trials, reused, corrupted);
+        if (!pr.destroyed && (pr.a == BLOCKING || pr.a == NONBLOCKING)) CK(cudaStreamDestroy(a));
         if (pr.b == BLOCKING || pr.b == NONBLOCKING) CK(cudaStreamDestroy(b));
     }
     CK(cudaFree(scratch));
