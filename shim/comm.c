@@ -32,7 +32,6 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY3D_DESCRIP
 
 #include "addrmap.h"
 #include "comm.h"
-#include "cupti.h"
 #include "driver.h"
 #include "log.h"
 
@@ -65,6 +64,7 @@ static comm_stream table[COMM_STREAMS_MAX];
 static atomic_int nstreams;   /* slots in use */
 static uint64_t seq;          /* buffers named so far */
 static atomic_int inside;     /* threads inside an NCCL call now */
+static atomic_bool watching;  /* CUPTI reports work (shim_comm_watching) */
 static pool_addrmap own;      /* blocks allocated while one was: NCCL's */
 
 /* The calling thread: how deep inside NCCL calls, how deep in a group,
@@ -323,6 +323,11 @@ void shim_comm_freed(uintptr_t addr, size_t size)
     pthread_mutex_unlock(&lock);
 }
 
+void shim_comm_watching(void)
+{
+    atomic_store(&watching, true);
+}
+
 bool shim_comm_active(void)
 {
     return atomic_load_explicit(&nstreams, memory_order_acquire) != 0;
@@ -433,7 +438,7 @@ static void leave(void)
     {                                                                         \
         NCCL_REAL(name, params);                                              \
         enter();                                                              \
-        if (shim_work_watching()) {                                           \
+        if (atomic_load_explicit(&watching, memory_order_relaxed)) {           \
             size_t ranks = per_rank ? comm_ranks(comm) : 1;                   \
             name_buffer(sendbuf, count, type, ranks);                         \
             name_buffer(recvbuf, count, type, ranks);                         \

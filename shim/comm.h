@@ -45,6 +45,10 @@
     X(ncclCommInitRank) X(ncclCommInitRankConfig) X(ncclCommInitAll)          \
     X(ncclCommSplit) X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort)
 
+/* CUPTI reports every driver call that may queue work from now on (only
+ * then are collectives' buffers noted). */
+void shim_comm_watching(void);
+
 /* A driver call's return, as CUPTI reports it (cbid, its parameters; NULL
  * if unknown): attributes its work to a stream. */
 void shim_comm_work(unsigned cbid, const void *params);

@@ -155,6 +155,7 @@ static void start(void)
     for (size_t i = 0; i < sizeof(quiet_calls) / sizeof(quiet_calls[0]); i++)
         enable_callback(0, sub, CUPTI_CB_DOMAIN_DRIVER_API, quiet_calls[i]);
     atomic_store(&watching, true);
+    shim_comm_watching();
     shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: watching GPU work through CUPTI; "
              "profilers cannot use CUPTI in this process");
 }
