@@ -74,16 +74,11 @@ static _Thread_local comm_range window[WINDOW_MAX];
 static _Thread_local size_t nwindow;
 static _Thread_local bool window_all;
 
-static bool same_stream(const comm_stream *c, void *s)
-{
-    return c->stream == s;
-}
-
 /* s's slot, or NULL. Needs lock. */
 static comm_stream *find_locked(void *s)
 {
     for (int i = 0; i < COMM_STREAMS_MAX; i++)
-        if (table[i].stream && same_stream(&table[i], s))
+        if (table[i].stream && table[i].stream == s)
             return &table[i];
     return NULL;
 }
