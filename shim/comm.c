@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -33,12 +34,13 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY3D_DESCRIP
 #include "addrmap.h"
 #include "comm.h"
 #include "driver.h"
+#include "grow.h"
 #include "log.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
 enum {
-    COMM_STREAMS_MAX = 32, /* comm streams tracked; more are fenced as usual */
+    COMM_STREAMS_MAX = 32, /* comm streams holding buffers; more are marked */
     COMM_RANGES_MAX = 64,  /* buffers a stream holds before it is marked */
     WINDOW_MAX = 64,       /* buffers a call or group names, else "all" */
 };
@@ -48,24 +50,33 @@ typedef struct comm_range {
     uint64_t seq;          /* when last named */
 } comm_range;
 
+/* A non-blocking stream the device tracks, or one NCCL queued work on. */
 typedef struct comm_stream {
-    void *stream;          /* NULL: slot unused */
+    void *stream;
+    size_t pos;               /* its index in streams[] */
     _Atomic uint64_t marks;   /* bumped when a fence must include it */
     _Atomic uint64_t covered; /* the marks a fence has covered */
-    comm_range ranges[COMM_RANGES_MAX];
+    comm_range *ranges;       /* COMM_RANGES_MAX, once it is a comm stream */
     size_t nranges;
+    bool told_foreign;        /* CUPOOL_LOG=debug said so once */
 } comm_stream;
 
-/* Guards the table's slots and ranges; the counters are atomic so the
- * CUPTI callback can mark without it. Taken under a pool's lock (a free)
- * and under a device's (a fence); takes nothing of cupool's. */
+/* Guards the streams and their buffers; the counters are atomic so that a
+ * fence may read them while the CUPTI callback marks. Taken under a pool's
+ * lock (a free), under a device's (a fence) and in CUPTI's callback on any
+ * thread; takes nothing of cupool's but the log's flag. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static comm_stream table[COMM_STREAMS_MAX];
-static atomic_int nstreams;   /* slots in use */
-static uint64_t seq;          /* buffers named so far */
-static atomic_int inside;     /* threads inside an NCCL call now */
-static atomic_bool watching;  /* CUPTI reports work (shim_comm_watching) */
-static pool_addrmap own;      /* blocks allocated while one was: NCCL's */
+static comm_stream **streams;  /* every stream known */
+static size_t nknown, known_cap;
+static pool_addrmap index_;    /* stream -> its comm_stream */
+static comm_stream *comms[COMM_STREAMS_MAX]; /* those holding buffers */
+static int ncomms;
+static atomic_int nstreams;    /* nknown, read without the lock */
+static atomic_int ncomm;       /* ncomms, read without the lock */
+static uint64_t seq;           /* buffers named so far */
+static atomic_int inside;      /* threads inside an NCCL call now */
+static atomic_bool watching;   /* CUPTI reports work (shim_comm_watching) */
+static pool_addrmap own;       /* blocks allocated while one was: NCCL's */
 
 /* The calling thread: how deep inside NCCL calls, how deep in a group,
  * and the memory named since its outermost call or group began. */
@@ -74,13 +85,10 @@ static _Thread_local comm_range window[WINDOW_MAX];
 static _Thread_local size_t nwindow;
 static _Thread_local bool window_all;
 
-/* s's slot, or NULL. Needs lock. */
+/* s's entry, or NULL. Needs lock. */
 static comm_stream *find_locked(void *s)
 {
-    for (int i = 0; i < COMM_STREAMS_MAX; i++)
-        if (table[i].stream && table[i].stream == s)
-            return &table[i];
-    return NULL;
+    return pool_addrmap_get(&index_, (uintptr_t)s);
 }
 
 static void mark(comm_stream *c)
@@ -90,9 +98,31 @@ static void mark(comm_stream *c)
 
 static void mark_all_locked(void)
 {
-    for (int i = 0; i < COMM_STREAMS_MAX; i++)
-        if (table[i].stream)
-            mark(&table[i]);
+    for (size_t i = 0; i < nknown; i++)
+        mark(streams[i]);
+}
+
+/* A new entry for s, marked (its past unknown) unless it is new to CUDA
+ * as well (one made before CUPTI watched is marked when it starts); NULL
+ * if the host is out of memory (s then stays in every fence). Needs lock. */
+static comm_stream *add_locked(void *s, bool fresh)
+{
+    comm_stream *c = calloc(1, sizeof(*c));
+    if (!c || pool_addrmap_reserve(&index_) ||
+        !pool_grow((void **)&streams, &known_cap, nknown, sizeof(*streams))) {
+        free(c);
+        shim_log(SHIM_LOG_WARN, "out of host memory tracking a stream's work; "
+                 "every fence includes it");
+        return NULL;
+    }
+    c->stream = s;
+    c->pos = nknown;
+    if (!fresh)
+        mark(c);
+    streams[nknown++] = c;
+    pool_addrmap_put(&index_, (uintptr_t)s, c);
+    atomic_store(&nstreams, (int)nknown);
+    return c;
 }
 
 /* Says once per call which calls mark every comm stream (CUPOOL_LOG=debug):
@@ -115,24 +145,29 @@ static bool is_default(void *s)
     return (uintptr_t)s <= (uintptr_t)CU_STREAM_PER_THREAD;
 }
 
-/* Adds the window's buffers to s's, making s a comm stream (marked: its
- * past is unknown) if it was not. Needs lock. */
+/* Makes c a comm stream: room for buffers, in comms[]. False if there is
+ * no room (c is then marked at each collective instead). Needs lock. */
+static bool comm_locked(comm_stream *c)
+{
+    if (c->ranges)
+        return true;
+    if (ncomms == COMM_STREAMS_MAX ||
+        !(c->ranges = calloc(COMM_RANGES_MAX, sizeof(*c->ranges))))
+        return false;
+    comms[ncomms++] = c;
+    atomic_store(&ncomm, ncomms);
+    shim_log(SHIM_LOG_DEBUG, "stream %p is a comm stream (NCCL's work on it)", c->stream);
+    return true;
+}
+
+/* Adds the window's buffers to s's, making s a comm stream if it was not
+ * (an entry first if it had none: marked, its past unknown). Needs lock. */
 static void take_window_locked(void *s)
 {
     comm_stream *c = find_locked(s);
-    if (!c) {
-        for (int i = 0; !c && i < COMM_STREAMS_MAX; i++)
-            if (!table[i].stream)
-                c = &table[i];
-        if (!c)
-            return; /* no slot: it stays an ordinary stream */
-        c->stream = s;
-        c->nranges = 0;
-        atomic_store(&c->covered, atomic_load(&c->marks));
-        mark(c);
-        atomic_fetch_add(&nstreams, 1);
-    }
-    if (window_all) {
+    if (!c && !(c = add_locked(s, false)))
+        return;
+    if (window_all || !comm_locked(c)) {
         mark(c);
         return;
     }
@@ -212,6 +247,14 @@ static enum call_kind call_stream(unsigned cbid, const void *p, void **s)
     NO_WORK(cuDevicePrimaryCtxRetain) NO_WORK(cuDevicePrimaryCtxRelease_v2)
     NO_WORK(cuIpcGetMemHandle) NO_WORK(cuIpcOpenMemHandle_v2)
     NO_WORK(cuIpcCloseMemHandle) NO_WORK(cuPointerSetAttribute)
+    NO_WORK(cuMemRetainAllocationHandle) NO_WORK(cuMemGetAllocationPropertiesFromHandle)
+    NO_WORK(cuMemExportToShareableHandle) NO_WORK(cuMemImportFromShareableHandle)
+    NO_WORK(cuMemGetAccess) NO_WORK(cuMemPoolCreate) NO_WORK(cuMemPoolDestroy)
+    NO_WORK(cuMemPoolSetAttribute) NO_WORK(cuMemPoolGetAttribute) NO_WORK(cuInit)
+    NO_WORK(cuModuleGetLoadingMode) NO_WORK(cuFuncGetName) NO_WORK(cuCtxGetApiVersion)
+    NO_WORK(cuDeviceTotalMem_v2) NO_WORK(cuDeviceGetPCIBusId) NO_WORK(cuDeviceGetByPCIBusId)
+    NO_WORK(cuDeviceCanAccessPeer) NO_WORK(cuDeviceGetP2PAttribute)
+    NO_WORK(cuCtxEnablePeerAccess)
         return CALL_NO_WORK;
     default:
         return CALL_UNKNOWN;
@@ -232,20 +275,34 @@ void shim_comm_work(unsigned cbid, const void *params)
     if (k == CALL_UNKNOWN) {
         tell_unknown(cbid);
         mark_all_locked();
-    }
-    else if (depth)
+    } else if (depth) {
         take_window_locked(s);
-    else {
+    } else {
         comm_stream *c = find_locked(s);
-        if (c)
-            mark(c); /* foreign work on a comm stream */
+        if (c) {
+            mark(c);
+            if (c->ranges && !c->told_foreign) {
+                c->told_foreign = true;
+                shim_log(SHIM_LOG_DEBUG, "comm stream %p got other work (driver call %u, "
+                         "CUPTI's id): fenced after it", s, cbid);
+            }
+        }
     }
+    pthread_mutex_unlock(&lock);
+}
+
+void shim_comm_track(void *s)
+{
+    pthread_mutex_lock(&lock);
+    if (!find_locked(s))
+        add_locked(s, true);
     pthread_mutex_unlock(&lock);
 }
 
 bool shim_comm_needs(void *s, shim_comm_mark *m)
 {
-    if (!atomic_load_explicit(&nstreams, memory_order_acquire))
+    m->marks = m->seq = 0;
+    if (!atomic_load_explicit(&watching, memory_order_acquire))
         return true;
     pthread_mutex_lock(&lock);
     comm_stream *c = find_locked(s);
@@ -254,9 +311,6 @@ bool shim_comm_needs(void *s, shim_comm_mark *m)
         m->marks = atomic_load_explicit(&c->marks, memory_order_acquire);
         m->seq = seq;
         needs = m->marks != atomic_load_explicit(&c->covered, memory_order_relaxed);
-    } else {
-        m->marks = 0;
-        m->seq = 0;
     }
     pthread_mutex_unlock(&lock);
     return needs;
@@ -299,16 +353,17 @@ void shim_comm_allocated(uintptr_t addr)
 
 void shim_comm_freed(uintptr_t addr, size_t size)
 {
-    if (!atomic_load_explicit(&nstreams, memory_order_acquire))
+    if (!atomic_load_explicit(&ncomm, memory_order_acquire) &&
+        !atomic_load_explicit(&inside, memory_order_acquire))
         return;
     pthread_mutex_lock(&lock);
     if (atomic_load(&inside) || pool_addrmap_take(&own, addr)) {
         mark_all_locked();
     } else {
         uintptr_t hi = addr + (size ? size : 1);
-        for (int i = 0; i < COMM_STREAMS_MAX; i++) {
-            comm_stream *c = &table[i];
-            for (size_t r = 0; c->stream && r < c->nranges; r++)
+        for (int i = 0; i < ncomms; i++) {
+            comm_stream *c = comms[i];
+            for (size_t r = 0; r < c->nranges; r++)
                 if (c->ranges[r].lo < hi && addr < c->ranges[r].hi) {
                     mark(c);
                     break;
@@ -320,12 +375,16 @@ void shim_comm_freed(uintptr_t addr, size_t size)
 
 void shim_comm_watching(void)
 {
+    /* Work queued before went unseen: every stream known is marked. */
+    pthread_mutex_lock(&lock);
     atomic_store(&watching, true);
+    mark_all_locked();
+    pthread_mutex_unlock(&lock);
 }
 
 bool shim_comm_active(void)
 {
-    return atomic_load_explicit(&nstreams, memory_order_acquire) != 0;
+    return atomic_load_explicit(&ncomm, memory_order_acquire) != 0;
 }
 
 void shim_comm_forget(void *s)
@@ -333,11 +392,19 @@ void shim_comm_forget(void *s)
     if (!atomic_load_explicit(&nstreams, memory_order_acquire))
         return;
     pthread_mutex_lock(&lock);
-    comm_stream *c = find_locked(s);
+    comm_stream *c = pool_addrmap_take(&index_, (uintptr_t)s);
     if (c) {
-        c->stream = NULL;
-        c->nranges = 0;
-        atomic_fetch_sub(&nstreams, 1);
+        streams[c->pos] = streams[--nknown];
+        streams[c->pos]->pos = c->pos;
+        atomic_store(&nstreams, (int)nknown);
+        for (int i = 0; i < ncomms; i++)
+            if (comms[i] == c) {
+                comms[i] = comms[--ncomms];
+                atomic_store(&ncomm, ncomms);
+                break;
+            }
+        free(c->ranges);
+        free(c);
     }
     pthread_mutex_unlock(&lock);
 }

@@ -1,6 +1,8 @@
 /*
- * comm.h - the streams of collectives: which non-blocking streams a poll
- * fence may leave out (CUPOOL_FENCE=poll with CUPOOL_CUPTI=1).
+ * comm.h - which non-blocking streams a poll fence may leave out
+ * (CUPOOL_FENCE=poll with CUPOOL_CUPTI=1): those with no work queued since
+ * a fence covered them (PyTorch alone makes 64 for its stream pool, most
+ * idle), and the streams of collectives.
  *
  * A fence must wait for every stream whose queued work may touch a freed
  * block. A data-parallel job's communication stream runs all-reduces for
@@ -13,13 +15,13 @@
  * names. Through CUPTI it sees every driver call that queues work, with its
  * stream: work queued while the calling thread is inside such a call is
  * the collective's, and its stream becomes a comm stream holding the
- * call's buffers; any other work on a comm stream (a kernel, a copy, a
- * call whose stream cannot be read) marks it foreign. A fence then leaves
- * a comm stream out unless it is marked: by foreign work, or by a free of
- * memory that overlaps one of its buffers. Everything unknown marks: a
- * stream first seen (its past is unknown), work whose stream cannot be
- * read (all comm streams), frees while any thread is inside NCCL or of
- * memory allocated while one was (NCCL's own; all comm streams).
+ * call's buffers; any other work on a stream (a kernel, a copy) marks it.
+ * A fence then leaves a stream out unless it is marked: by other work, or
+ * by a free of memory that overlaps one of its buffers. Everything unknown
+ * marks: a stream first seen with work (its past is unknown), work whose
+ * stream cannot be read (all streams), frees while any thread is inside
+ * NCCL or of memory allocated while one was (NCCL's own; all streams), and
+ * CUPTI's start (what came before it went unseen).
  *
  * Why leaving a stream out is sound: a fence that includes stream S
  * records an event on S that covers all S's work queued before it, and
@@ -72,7 +74,11 @@ void shim_comm_freed(uintptr_t addr, size_t size);
 /* Whether any stream is a comm stream now. */
 bool shim_comm_active(void);
 
-/* Stream s was destroyed: it is no comm stream any more. */
+/* A non-blocking stream the device tracks, just made: a fence may leave
+ * it out while no work was queued on it since a fence covered it. */
+void shim_comm_track(void *s);
+
+/* Stream s is being destroyed: it is known no more. */
 void shim_comm_forget(void *s);
 
 #endif

@@ -1235,6 +1235,8 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
                  "reuse after free may not be ordered on it", dev);
         return;
     }
+    if (nb)
+        shim_comm_track(s);
     pthread_mutex_lock(&d->lock);
     if (pool_grow((void **)&d->streams, &d->streams_cap, d->nstreams, sizeof(*d->streams)))
         d->streams[d->nstreams++] = (shim_stream){.stream = s, .event = ev, .nonblocking = nb};

@@ -72,8 +72,8 @@
     X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "  \
       "GPU work since the last (CUPOOL_CUPTI)")                               \
     X(fence_streams_left, COUNT, COUNTER, "non-blocking streams poll fences " \
-      "left out: their queued work was only collectives on other memory "     \
-      "(CUPOOL_CUPTI)")                                                       \
+      "left out: no work queued on them since a fence covered them, or only " \
+      "collectives on other memory (CUPOOL_CUPTI)")                           \
     P(X, flushes, flushes, COUNT, COUNTER, "flushes of the cache")            \
     P(X, retries, retries, COUNT, COUNTER, "allocations retried after releasing cache") \
     P(X, oom_failures, failures, COUNT, COUNTER, "allocations that failed for memory") \

@@ -24,6 +24,8 @@
 
 #include <cuda_runtime_api.h>
 #ifdef SIMCUDA
+#include <cuda.h>
+#include <cupti_driver_cbid.h>
 #include "simcuda.h"
 #endif
 
@@ -222,6 +224,38 @@ static void *reuse(void *p, size_t size, cudaStream_t nb, unsigned long waits)
     CHECK(sim(0).stream_waits - s0.stream_waits == waits);
     simcuda_set_busy(nb, 0);
     return q;
+}
+
+/* CUPOOL_FENCE=poll, CUPOOL_CUPTI=1: a non-blocking stream with no work
+ * queued since a fence covered it is left out of the next (as the idle
+ * streams of PyTorch's stream pool), however busy it was before; work on
+ * it, or a call CUPTI reports that cupool cannot place, brings it back. */
+static int fence_idle(void)
+{
+    cudaStream_t early, nb;
+    void *a, *b;
+    /* Work queued before CUPTI watched went unseen: included. */
+    OK(cudaStreamCreateWithFlags(&early, cudaStreamNonBlocking));
+    CHECK(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, (CUstream)early, NULL, NULL) == CUDA_SUCCESS);
+    fill_segment(&a, &b); /* the first pool: CUPTI watches from here */
+    a = reuse(a, MIB, early, 2);
+    a = reuse(a, MIB, early, 0);
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    simcuda_stats s0 = sim(0);
+    a = reuse(a, MIB, nb, 0); /* new and idle: only the legacy stream's event */
+    CHECK(sim(0).event_records - s0.event_records == 1);
+    /* Forced from here: the legacy stream waits for nb, and both
+     * non-blocking streams for the legacy stream. */
+    OK(cudaMemsetAsync(a, 0, MIB, nb));
+    a = reuse(a, MIB, nb, 3);
+    a = reuse(a, MIB, nb, 0);
+    /* cuStreamBatchMemOp, reported without its parameters: any stream. */
+    simcuda_report_call(CUPTI_DRIVER_TRACE_CBID_cuStreamBatchMemOp);
+    a = reuse(a, MIB, nb, 3);
+    a = reuse(a, MIB, nb, 0);
+    OK(cudaStreamDestroy(nb));
+    OK(cudaStreamDestroy(early));
+    return 0;
 }
 
 /* CUPOOL_FENCE=poll, CUPOOL_CUPTI=1: a stream whose queued work is only
@@ -1596,6 +1630,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
     {"fence_poll", fence_poll}, {"fence_poll_cap", fence_poll_cap},
     {"fence_comm", fence_comm}, {"fence_destroyed", fence_destroyed},
+    {"fence_idle", fence_idle},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev}, {"shards", shards},
     {"shards_cap", shards_cap}, {"cupti", cupti}, {"sig_chain", sig_chain},

@@ -279,6 +279,7 @@ static void test_fence_comm(void **s)
 {
     (void)s;
     PASSES("fence_comm", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
+    PASSES("fence_idle", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
 }
 static void test_fence_poll_cap(void **s)
 {

@@ -35,5 +35,8 @@ void simcuda_set_capturing(cudaStream_t s, int on);
  * meanwhile is not ready (cudaEventQuery: cudaErrorNotReady) until the work
  * ends or the device is synchronized. */
 void simcuda_set_busy(cudaStream_t s, int on);
+/* Reports a driver call (its CUPTI id), without parameters, to CUPTI's
+ * subscriber: what a call the shim cannot read looks like. */
+void simcuda_report_call(unsigned cbid);
 
 #endif

@@ -34,6 +34,11 @@ void sim_drv_call_params(CUpti_CallbackId id, const void *params)
     cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
 }
 
+EXPORT void simcuda_report_call(unsigned cbid)
+{
+    sim_drv_call((CUpti_CallbackId)cbid);
+}
+
 /* SIMCUDA_CUPTI_TAKEN=1: another tool holds CUPTI already. */
 EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb,
                                   void *ud)
