@@ -1,7 +1,7 @@
 /*
  * comm.h - which non-blocking streams a poll fence may leave out
  * (CUPOOL_FENCE=poll with CUPOOL_CUPTI=1): those with no work queued since
- * a fence covered them (PyTorch alone makes 64 for its stream pool, most
+ * a fence covered them (PyTorch's stream pool makes over a hundred, most
  * idle), and the streams of collectives.
  *
  * A fence must wait for every stream whose queued work may touch a freed

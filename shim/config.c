@@ -69,7 +69,8 @@ static const option options[] = {
     {"CUPOOL_CUPTI", OPT_BOOL, F(cupti), "0",
      "1 counts, through CUPTI, the driver calls that may give the GPU work, "
      "and skips a fence when none came since the last one; with poll, leaves "
-     "NCCL's streams out of fences while their work touches nothing freed; "
+     "idle streams and NCCL's streams out of fences while their work touches "
+     "nothing freed; "
      "profilers cannot use CUPTI in the same process"},
     {"CUPOOL_CUPTI_LIB", OPT_PATH, F(cupti_lib), "",
      "path of libcupti for CUPOOL_CUPTI; empty = search the usual places"},
