@@ -10,8 +10,10 @@
  * allocated or freed meanwhile may be NCCL's own, which its kernels use
  * without naming.
  *
- * Nothing here runs unless CUPTI watches (CUPOOL_CUPTI=1): without it, the
- * wrappers only call NCCL and no stream is ever a comm stream.
+ * The streams the device tracks are known here too (shim_comm_track), each
+ * with its marks. Nothing leaves a fence unless CUPTI watches
+ * (CUPOOL_CUPTI=1): without it, the wrappers only count who is inside NCCL
+ * and call it, and every stream is in every fence.
  */
 #include <dlfcn.h>
 #include <pthread.h>

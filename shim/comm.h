@@ -56,8 +56,8 @@ void shim_comm_watching(void);
 void shim_comm_work(unsigned cbid, const void *params);
 
 /* What a fence begun now must know of stream s: whether it must record an
- * event on s (*mark, *seq to pass to shim_comm_covered once it has).
- * A stream that is no comm stream always must. */
+ * event on s (*m to pass to shim_comm_covered once it has). A stream not
+ * known, and every stream while CUPTI does not watch, always must. */
 typedef struct shim_comm_mark {
     uint64_t marks, seq;
 } shim_comm_mark;
