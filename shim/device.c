@@ -620,8 +620,9 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
         shim_stream *st = &d->streams[i];
         if (!st->nonblocking)
             continue;
-        /* A comm stream whose queued work touches nothing freed since the
-         * last fence that included it is left out (comm.h). */
+        /* Left out: a stream with no work queued since a fence covered it,
+         * or whose work since is only collectives on memory not freed
+         * since (comm.h). */
         if (!(st->comm_due = shim_comm_needs(st->stream, &st->comm_mark))) {
             left++;
             continue;
@@ -878,21 +879,22 @@ static int be_fence_poll(void *ctx, bool force, uint64_t *done)
     return fence_run(sh->dev, force ? FENCE_POLL_FORCE : FENCE_POLL, 0, done);
 }
 
-/* The pool's observer: its allocations and frees, in lock order. */
+/* The pool's observer: its allocations and frees, in lock order, for the
+ * trace and for the streams fences may leave out (comm.h). */
 static void be_observe(void *ctx, int ev, int err, uintptr_t addr, size_t size)
 {
     shim_shard *sh = ctx;
-    if (ev == POOL_EV_ALLOC)
+    if (ev == POOL_EV_ALLOC) {
         shim_comm_allocated(addr);
-    else if (ev == POOL_EV_FREE && !err)
-        shim_comm_freed(addr, size);
-    if (ev == POOL_EV_ALLOC)
         shim_trace_put(sh->ring, false, TRACE_ALLOC, TRACE_R_OK, sh->id, addr, size);
-    else if (ev == POOL_EV_CAP)
+    } else if (ev == POOL_EV_CAP) {
         shim_trace_put(sh->ring, true, TRACE_RESERVE, TRACE_R_CAP, sh->id, 0, size);
-    else
+    } else {
+        if (!err)
+            shim_comm_freed(addr, size);
         shim_trace_put(sh->ring, false, TRACE_FREE, err ? TRACE_R_BADFREE : TRACE_R_OK,
                        sh->id, addr, 0);
+    }
 }
 
 /* ---- pools ----------------------------------------------------------------
