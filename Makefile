@@ -259,12 +259,15 @@ $(GPU)/cupti_count.so: test/gpu/cupti_count.c
 
 # NCCL's programs (scripts/gpu-comm): against the libnccl.so.2 of NCCL_LIB,
 # by default the one PyTorch's wheels bring.
-NCCL_FIND := python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))"
-.PHONY: gpu-nccl
+# `make -s nccl-lib` prints that folder (empty when NCCL is not found).
+NCCL_FIND := $${NCCL_LIB:-$$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)}
+.PHONY: gpu-nccl nccl-lib
+nccl-lib:
+	@echo "$(NCCL_FIND)"
 gpu-nccl: $(GPU)/nccl_comm
 $(GPU)/nccl_comm: test/gpu/nccl_comm.cu
 	@mkdir -p $(dir $@)
-	lib=$${NCCL_LIB:-$$($(NCCL_FIND))} && test -e "$$lib/libnccl.so.2" && \
+	lib="$(NCCL_FIND)" && test -e "$$lib/libnccl.so.2" && \
 	$(NVCC) -O2 -arch=$(GPU_ARCH) -cudart shared $< -L"$$lib" -l:libnccl.so.2 \
 	    -Xlinker -rpath="$$lib" -o $@
 

@@ -127,8 +127,8 @@ static comm_stream *add_locked(void *s, bool fresh)
     return c;
 }
 
-/* Says once per call which calls mark every comm stream (CUPOOL_LOG=debug):
- * a frequent one costs the comm streams their leave. */
+/* Says once per call which calls mark every stream (CUPOOL_LOG=debug): a
+ * frequent one costs the streams their leave. */
 static void tell_unknown(unsigned cbid)
 {
     static _Atomic uint64_t told[(CUPTI_DRIVER_TRACE_CBID_SIZE + 63) / 64];
@@ -137,11 +137,11 @@ static void tell_unknown(unsigned cbid)
     uint64_t bit = 1ull << (cbid % 64);
     if (!(atomic_fetch_or(&told[cbid / 64], bit) & bit))
         shim_log(SHIM_LOG_DEBUG, "driver call %u (CUPTI's id) queues work cupool "
-                 "cannot place: every comm stream is fenced after it", cbid);
+                 "cannot place: every stream is fenced after it", cbid);
 }
 
 /* The default streams (NULL, legacy, per-thread) are ordered by every
- * fence's legacy event: never comm streams. */
+ * fence's legacy event: never left out, never known here. */
 static bool is_default(void *s)
 {
     return (uintptr_t)s <= (uintptr_t)CU_STREAM_PER_THREAD;

@@ -19,6 +19,7 @@ import os
 import time
 
 import torch
+import torch.distributed as dist
 
 from cupool_self import with_own_stats
 
@@ -44,7 +45,6 @@ def nccl_setup():
     """One rank of NCCL, two persistent copy buffers, and the copy rate."""
     global send, recv, rate
     import tempfile
-    import torch.distributed as dist
     store = tempfile.mktemp(prefix="overlap-store-")
     dist.init_process_group("nccl", init_method=f"file://{store}", rank=0, world_size=1)
     send = torch.ones(2 << 30, dtype=torch.uint8, device="cuda")
@@ -62,7 +62,6 @@ def nccl_setup():
 def launch(grads):
     nbytes = sum(g.numel() * g.element_size() for g in grads)
     if NCCL:
-        import torch.distributed as dist
         n = min(send.numel(), max(1, int(nbytes / (GBPS * 1e9) * rate)))
         works.append(dist.all_gather_into_tensor(recv[:n], send[:n], async_op=True))
         waiting.extend(grads)
@@ -123,7 +122,6 @@ out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
        "steps": STEPS, "tokens": TOKENS, "loss": round(loss.item(), 6),
        "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
 if NCCL:
-    import torch.distributed as dist
     out["copy_gbps"] = round(rate / 1e9, 1)
     dist.destroy_process_group()
 print(json.dumps(with_own_stats(out)))
