@@ -23,6 +23,8 @@ void pool_config_default(pool_config *cfg)
     cfg->small_max = 1 * MIB;
     cfg->small_segment = 8 * MIB;
     cfg->large_round = 2 * MIB;
+    cfg->mid_max = 10 * MIB;
+    cfg->mid_segment = 20 * MIB;
     cfg->large_split_min = 1 * MIB;
     cfg->max_split = 0;
     cfg->oversize_slack = 20 * MIB;
@@ -40,6 +42,8 @@ int pool_config_validate(const pool_config *c)
         return -EINVAL;
     if (c->small_segment % POOL_ALIGN || c->large_round % POOL_ALIGN ||
         c->small_max % POOL_ALIGN || c->max_split % POOL_ALIGN)
+        return -EINVAL;
+    if (c->mid_segment % POOL_ALIGN || (c->mid_max && c->mid_segment < c->mid_max))
         return -EINVAL;
     if (c->small_max > c->small_segment || c->fence_interval == 0 ||
         c->fence_slack > 100000)
@@ -573,13 +577,41 @@ static void block_split(pool *p, pool_block *b, size_t size)
     index_add(p, r);
 }
 
-/* Segment size for a rounded request of kind; 0 on overflow. */
+/* The segment a large request of size bytes (rounded) would have alone;
+ * 0 on overflow. */
+static size_t own_segment(const pool *p, size_t size)
+{
+    return round_up(size, p->cfg.large_round);
+}
+
+/* The mid segment for a large request of size bytes, at most mid_max.
+ * Without a cap, mid_segment. Under a cap, memory is what runs out, and a
+ * tail that no request of this size can use may be what a later one lacks
+ * (twelve 8 MiB pairs in 20 MiB segments leave 48 MiB in 4 MiB tails): the
+ * largest multiple of the request that mid_segment holds, so that requests
+ * of one size fill their segments. */
+static size_t mid_size(const pool *p, size_t size)
+{
+    if (!pool_budget_limit(p->budget))
+        return p->cfg.mid_segment;
+    return round_up(p->cfg.mid_segment / size * size, p->cfg.large_round);
+}
+
+/* Segment size for a rounded request of kind; 0 on overflow. A mid-sized
+ * request gets a mid segment, which the requests of a few layers share and
+ * which, once free, serves whatever large request it fits: with segments of
+ * their own size, activations whose size changes from step to step (a
+ * variable batch) each keep segments no other size can use. Not where
+ * max_split would keep the mid segment whole. */
 static size_t segment_size(const pool *p, enum pool_kind kind, size_t size)
 {
     if (p->cfg.fit == POOL_FIT_NOSPLIT)
         return size;
-    return kind == POOL_SMALL ? p->cfg.small_segment
-                              : round_up(size, p->cfg.large_round);
+    if (kind == POOL_SMALL)
+        return p->cfg.small_segment;
+    if (size <= p->cfg.mid_max && !oversize(p, p->cfg.mid_segment))
+        return mid_size(p, size);
+    return own_segment(p, size);
 }
 
 static int stitch_grow(pool *p, size_t size, pool_block **out);
@@ -597,12 +629,12 @@ static int grow_once(pool *p, enum pool_kind kind, size_t size, size_t seg,
     return segment_grow(p, kind, seg, out);
 }
 
-/* Reserves a segment for the request, releasing idle segments and retrying
- * once if the cap or the backend says no. The new block is in *out. */
-static int block_grow(pool *p, enum pool_kind kind, size_t size,
+/* Reserves a segment of seg bytes for the request, releasing idle segments
+ * and retrying once if the cap or the backend says no. The new block is in
+ * *out. */
+static int grow_sized(pool *p, enum pool_kind kind, size_t size, size_t seg,
                       pool_block **out)
 {
-    size_t seg = segment_size(p, kind, size);
     if (!seg)
         return -EOVERFLOW;
     if (pool_budget_never(p->budget, seg))
@@ -623,6 +655,20 @@ static int block_grow(pool *p, enum pool_kind kind, size_t size,
         p->st.retries++;
         err = grow_once(p, kind, size, seg, out);
     }
+    return err;
+}
+
+/* Grows the pool for the request: a segment of segment_size, or, where a
+ * mid segment cannot be had (the cap, the device), one of the request's
+ * own size. */
+static int block_grow(pool *p, enum pool_kind kind, size_t size,
+                      pool_block **out)
+{
+    size_t seg = segment_size(p, kind, size);
+    int err = grow_sized(p, kind, size, seg, out);
+    if ((err == -EDQUOT || err == -ENOMEM) && kind == POOL_LARGE &&
+        p->cfg.fit != POOL_FIT_NOSPLIT && own_segment(p, size) < seg)
+        err = grow_sized(p, kind, size, own_segment(p, size), out);
     return err;
 }
 

@@ -12,6 +12,9 @@
  *     aligned, provided the backend's segments are;
  *   - requests up to small_max come from small_segment-sized segments, the
  *     rest from segments rounded up to large_round, so the two never mix;
+ *     a large request up to mid_max gets a mid_segment instead (several
+ *     such requests share one, and once free it serves any large request
+ *     it fits), or its own size where the mid segment cannot be had;
  *   - best fit by (size, address) among the clean free blocks of the right
  *     kind, in O(log n); ties go to the lowest address;
  *   - a block is split only when the remainder is useful, and a cached block
@@ -195,6 +198,9 @@ typedef struct pool_config {
     size_t small_max;         /* largest "small" request */
     size_t small_segment;     /* segment size for small requests */
     size_t large_round;       /* large segments round up to this */
+    size_t mid_max;           /* large requests up to this get a segment
+                                 of mid_segment bytes: 0 = none */
+    size_t mid_segment;       /* (unless max_split would keep it whole) */
     size_t large_split_min;   /* split a large block only if the remainder
                                  is larger than this */
     size_t max_split;         /* blocks this large are never split: 0 = none */

@@ -100,6 +100,11 @@ static const option options[] = {
      "size of a small segment"},
     {"CUPOOL_LARGE_ROUND", OPT_SIZE, F(pool.large_round), "2M",
      "large segments round up to a multiple of this"},
+    {"CUPOOL_MID_MAX", OPT_SIZE, F(pool.mid_max), "10M",
+     "large requests up to this share segments of CUPOOL_MID_SEGMENT bytes "
+     "(0 = each gets its own)"},
+    {"CUPOOL_MID_SEGMENT", OPT_SIZE, F(pool.mid_segment), "20M",
+     "size of a segment for requests up to CUPOOL_MID_MAX"},
     {"CUPOOL_LARGE_SPLIT_MIN", OPT_SIZE, F(pool.large_split_min), "1M",
      "a large block is split only if more than this remains"},
     {"CUPOOL_MAX_SPLIT", OPT_SIZE, F(pool.max_split), "0",
@@ -363,10 +368,12 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
 {
     int bad = 0;
     static const char *const sized[] = {"CUPOOL_SMALL_SEGMENT", "CUPOOL_LARGE_ROUND",
-                                        "CUPOOL_SMALL_MAX", "CUPOOL_LARGE_SPLIT_MIN"};
+                                        "CUPOOL_SMALL_MAX", "CUPOOL_LARGE_SPLIT_MIN",
+                                        "CUPOOL_MID_MAX", "CUPOOL_MID_SEGMENT"};
     size_t *const field[] = {&c->pool.small_segment, &c->pool.large_round,
-                             &c->pool.small_max, &c->pool.large_split_min};
-    for (int i = 0; i < 4; i++) {
+                             &c->pool.small_max, &c->pool.large_split_min,
+                             &c->pool.mid_max, &c->pool.mid_segment};
+    for (int i = 0; i < 6; i++) {
         if (*field[i] <= SEGMENT_MAX)
             continue;
         char line[160];
@@ -407,9 +414,10 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
     }
     if (pool_config_validate(&c->pool)) {
         warn("the pool thresholds do not fit together (all multiples of 512, "
-             "CUPOOL_SMALL_MAX <= CUPOOL_SMALL_SEGMENT, CUPOOL_MAX_SPLIT 0 or "
-             "above CUPOOL_SMALL_SEGMENT, CUPOOL_OVERSIZE_SLACK >= "
-             "CUPOOL_LARGE_ROUND); using the defaults");
+             "CUPOOL_SMALL_MAX <= CUPOOL_SMALL_SEGMENT, CUPOOL_MID_MAX <= "
+             "CUPOOL_MID_SEGMENT, CUPOOL_MAX_SPLIT 0 or above "
+             "CUPOOL_SMALL_SEGMENT, CUPOOL_OVERSIZE_SLACK >= CUPOOL_LARGE_ROUND); "
+             "using the defaults");
         pool_config_default(&c->pool);
         bad++;
     }

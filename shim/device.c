@@ -1002,9 +1002,9 @@ static pool *create_locked(shim_device *d, int shard)
                       : shim_cfg.stitch && !cap ? POOL_STITCH_UNIT : 0;
         shim_vmm *v = shim_vmm_open(d->id, unit);
         size_t u = v ? shim_vmm_granule(v) : 0;
-        if (v && (pc.small_segment % u || pc.large_round % u))
-            shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: CUPOOL_SMALL_SEGMENT and "
-                     "CUPOOL_LARGE_ROUND must be multiples of the device's "
+        if (v && (pc.small_segment % u || pc.large_round % u || pc.mid_segment % u))
+            shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: CUPOOL_SMALL_SEGMENT, "
+                     "CUPOOL_MID_SEGMENT and CUPOOL_LARGE_ROUND must be multiples of the device's "
                      "granularity (%zu bytes); using cudaMalloc'd segments", u);
         else
             d->vmm = v;

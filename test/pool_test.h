@@ -32,12 +32,15 @@ static inline void checked(pool *p)
         fail_msg("pool_check: %s", why);
 }
 
-/* The defaults, but with 2 MiB small segments: the tests' arithmetic (how
- * many blocks fill a segment, when a cap is reached) is written for them. */
+/* The defaults, but with 2 MiB small segments and a segment of its own
+ * size for every large request (no mid segments): the tests' arithmetic
+ * (how many blocks fill a segment, when a cap is reached) is written for
+ * them. test_pool.c's mid tests use the default mid segments. */
 static inline void test_config(pool_config *cfg)
 {
     pool_config_default(cfg);
     cfg->small_segment = (size_t)2 << 20;
+    cfg->mid_max = 0;
 }
 
 /* Creates fx->p from fx->cfg (defaults if cfg_set is 0) and fx->be. */

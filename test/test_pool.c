@@ -178,6 +178,95 @@ static void test_max_split(void **state)
     assert_int_equal(stats(fx).seg_reserves, 3);
 }
 
+/* Large requests up to mid_max share segments of mid_segment bytes: two
+ * 8 MiB activations fill one 20 MiB segment, which serves a 16 MiB request
+ * once both are free (a batch that grew) with nothing more reserved. Each
+ * in a segment of its own, the 16 MiB request needs one more. Past
+ * mid_max, and where max_split would keep a mid segment whole, a request
+ * has a segment of its own size. */
+static void test_mid_requests_share_segments(void **state)
+{
+    fixture *fx = *state;
+    for (int mid = 0; mid < 3; mid++) {
+        pool_config cfg;
+        test_config(&cfg);
+        cfg.mid_max = mid ? 10 * MIB : 0;
+        cfg.mid_segment = 20 * MIB;
+        cfg.max_split = mid == 2 ? 16 * MIB : 0;
+        fx_open(fx, 0, &cfg);
+        uintptr_t a = xalloc(fx, 8 * MIB), b = xalloc(fx, 8 * MIB);
+        uintptr_t c = xalloc(fx, 10 * MIB + 512);
+        if (mid == 1) {
+            assert_int_equal(b, a + 8 * MIB);
+            assert_int_equal(stats(fx).reserved, 20 * MIB + 12 * MIB);
+        } else {
+            assert_int_equal(stats(fx).reserved, 8 * MIB + 8 * MIB + 12 * MIB);
+        }
+        xfree(fx, a);
+        xfree(fx, b);
+        uintptr_t d = xalloc(fx, 16 * MIB);
+        pool_stats s = stats(fx);
+        if (mid == 1) {
+            assert_int_equal(d, a);
+            assert_int_equal(s.reserved, 32 * MIB);
+            assert_int_equal(s.seg_reserves, 2);
+        } else {
+            assert_int_equal(s.reserved, 44 * MIB);
+            assert_int_equal(s.seg_reserves, 4);
+        }
+        xfree(fx, c);
+        xfree(fx, d);
+        if (mid < 2)
+            fx_close(fx); /* the teardown closes the last */
+    }
+}
+
+/* A mid segment the cap or the device cannot give does not fail the
+ * request: it gets a segment of its own size. */
+static void test_mid_falls_back_to_own_size(void **state)
+{
+    fixture *fx = *state;
+    for (int by_cap = 0; by_cap < 2; by_cap++) {
+        pool_config cfg;
+        test_config(&cfg);
+        cfg.mid_max = 10 * MIB;
+        cfg.mid_segment = 20 * MIB;
+        cfg.max_reserved = by_cap ? 12 * MIB : 0;
+        fx_open(fx, by_cap ? 0 : 12 * MIB, &cfg);
+        uintptr_t a = xalloc(fx, 8 * MIB);
+        assert_int_equal(stats(fx).reserved, 8 * MIB);
+        /* And the next: 2 MiB + 512 rounds to a segment of 4 MiB. */
+        uintptr_t small = xalloc(fx, 2 * MIB + 512);
+        assert_int_equal(stats(fx).reserved, 12 * MIB);
+        xfree(fx, a);
+        xfree(fx, small);
+        if (!by_cap)
+            fx_close(fx); /* the teardown closes the last */
+    }
+}
+
+/* Under a cap, mid segments hold whole multiples of the request: eight
+ * 8 MiB blocks fill a 64 MiB cap. In 20 MiB segments, three would leave
+ * 12 MiB in tails and room for one more segment of 4 MiB: six blocks. */
+static void test_mid_under_cap_leaves_no_tail(void **state)
+{
+    fixture *fx = *state;
+    pool_config cfg;
+    test_config(&cfg);
+    cfg.mid_max = 10 * MIB;
+    cfg.mid_segment = 20 * MIB;
+    cfg.max_reserved = 64 * MIB;
+    fx_open(fx, 0, &cfg);
+    uintptr_t a[8];
+    for (int i = 0; i < 8; i++)
+        a[i] = xalloc(fx, 8 * MIB);
+    pool_stats s = stats(fx);
+    assert_int_equal(s.reserved, 64 * MIB);
+    assert_int_equal(s.seg_reserves, 4);
+    for (int i = 0; i < 8; i++)
+        xfree(fx, a[i]);
+}
+
 static void test_coalesce_both_neighbours(void **state)
 {
     fixture *fx = *state;
@@ -677,6 +766,13 @@ static void test_config_validation(void **state)
     assert_int_equal(pool_config_validate(&c), -EINVAL);
     test_config(&c);
     c.fence_interval = 0;
+    assert_int_equal(pool_config_validate(&c), -EINVAL);
+    pool_config_default(&c);
+    c.mid_segment = 8 * MIB; /* below mid_max: could not serve its request */
+    assert_int_equal(pool_config_validate(&c), -EINVAL);
+    c.mid_max = 0; /* no mid segments: mid_segment is not used */
+    assert_int_equal(pool_config_validate(&c), 0);
+    c.mid_segment = 8 * MIB + 1;
     assert_int_equal(pool_config_validate(&c), -EINVAL);
     test_config(&c);
     c.fit = (pool_fit)7;
@@ -1413,6 +1509,9 @@ int main(void)
         T(test_small_split_keeps_remainder),
         T(test_large_split_only_when_useful),
         T(test_max_split),
+        T(test_mid_requests_share_segments),
+        T(test_mid_falls_back_to_own_size),
+        T(test_mid_under_cap_leaves_no_tail),
         T(test_coalesce_both_neighbours),
         T(test_grow_when_full),
         T(test_cap_fails_cleanly),

@@ -140,9 +140,11 @@ static void start(child *c, const char *scenario, va_list ap)
     snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s/libcupool.so",
              runtime ? runtime : "", runtime ? ":" : "", dir);
     /* The scenarios' arithmetic (when a cap is reached, how many segments
-     * a test makes) is written for 2 MiB small segments. */
-    char *extra[64] = {"CUPOOL_SMALL_SEGMENT=2M"};
-    int n = 1;
+     * a test makes) is written for 2 MiB small segments, and a segment of
+     * its own size for each large request (no mid segments; test_demo runs
+     * with them, under a cap). */
+    char *extra[64] = {"CUPOOL_SMALL_SEGMENT=2M", "CUPOOL_MID_MAX=0"};
+    int n = 2;
     for (char *x; (x = va_arg(ap, char *)) && n < 63;)
         extra[n++] = x;
     extra[n] = NULL;
@@ -377,7 +379,7 @@ static void test_dlsym_next_from_another_interposer(void **s)
     char prog[600];
     snprintf(prog, sizeof(prog), "%s/rt/rt_prog", dir);
     char *argv[] = {prog, "pairs", NULL};
-    char *extra[] = {"CUPOOL_SMALL_SEGMENT=2M", NULL};
+    char *extra[] = {"CUPOOL_SMALL_SEGMENT=2M", "CUPOOL_MID_MAX=0", NULL};
     child c;
     child_spawn(&c, argv, preload, extra);
     wait_bounded(&c); /* the broken case may spin instead of crashing */
@@ -1149,7 +1151,8 @@ static void test_python_handler(void **s)
     snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
     for (int by_signal = 0; by_signal < 2; by_signal++) {
         unlink(ready);
-        char *env[] = {simenv, readyenv, direnv, "CUPOOL_SMALL_SEGMENT=2M", NULL};
+        char *env[] = {simenv, readyenv, direnv, "CUPOOL_SMALL_SEGMENT=2M",
+                       "CUPOOL_MID_MAX=0", NULL};
         child c;
         python_start(&c, "test/sig_prog.py", env);
         wait_for_file(ready);

@@ -82,6 +82,8 @@ static int replay_pool(const replay_opts *o, sim_backend *dev, pool **p)
     cfg.max_reserved = o->max_reserved;
     if (o->small_segment)
         cfg.small_segment = o->small_segment;
+    if (o->mid_set)
+        cfg.mid_max = o->mid_max;
     /* As CUPOOL_STITCH: large units without a cap, the granule under one. */
     size_t unit = o->trim_unit ? o->trim_unit
                   : !o->stitch ? 0 : o->max_reserved ? (size_t)2 << 20 : POOL_STITCH_UNIT;

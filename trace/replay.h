@@ -36,6 +36,8 @@ typedef struct replay_opts {
     uint64_t max_reserved;    /* the pool's cap; 0 = none */
     const replay_policy *policy;
     size_t small_segment;     /* 0 = the pool's default */
+    bool mid_set;             /* mid_max replaces the pool's default */
+    size_t mid_max;           /* (CUPOOL_MID_MAX; 0 = no mid segments) */
     size_t trim_unit;         /* the device can give back the units of
                                  this size under free blocks inside
                                  segments, as CUPOOL_VMM does; 0 = no */

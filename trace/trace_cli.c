@@ -3,11 +3,11 @@
  * `cupool import-torch`:
  *
  *   cupool-trace replay TRACE [--policy P[,P...]] [--capacity SIZE]
- *                       [--max-reserved SIZE] [--trim UNIT] [--stitch] [--device N]
- *                       [--json] [--timeline CSV]
+ *                       [--max-reserved SIZE] [--trim UNIT] [--stitch] [--mid-max SIZE]
+ *                       [--device N] [--json] [--timeline CSV]
  *   cupool-trace plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]
- *                       [--max-reserved SIZE] [--trim UNIT] [--stitch] [--device N]
- *                       [--title TEXT] [--by-event]
+ *                       [--max-reserved SIZE] [--trim UNIT] [--stitch] [--mid-max SIZE]
+ *                       [--device N] [--title TEXT] [--by-event]
  *   cupool-trace dump TRACE        one record per line, as encode reads
  *   cupool-trace encode -o TRACE [--source text|torch] [--pid N]
  *                       [--comm NAME] < TEXT
@@ -43,7 +43,7 @@ static int usage_error(const char *fmt, const char *arg)
 static const struct { const char *cmd, *text; } helps[] = {
     {"replay", "usage: cupool replay TRACE [--policy P[,P...]] [--capacity SIZE]\n"
                "                     [--max-reserved SIZE] [--trim UNIT] [--stitch]\n"
-               "                     [--device N] [--json] [--timeline CSV]\n"
+               "                     [--mid-max SIZE] [--device N] [--json] [--timeline CSV]\n"
                "Runs a recorded trace (plain or gzip'd) through cupool's pool on the CPU\n"
                "and prints, per policy (best, strict, first, nosplit; all by default),\n"
                "peak reserved and allocated, fragmentation, fences and out-of-memory.\n"
@@ -55,12 +55,14 @@ static const struct { const char *cmd, *text; } helps[] = {
                "                       CUPOOL_STITCH: 16 MiB, 2 MiB under --max-reserved)\n"
                "                       into one new range for a request no free block\n"
                "                       fits, as CUPOOL_STITCH\n"
+               "  --mid-max SIZE       large requests up to SIZE share mid segments, as\n"
+               "                       CUPOOL_MID_MAX (10M; 0 = each its own segment)\n"
                "  --device N           only device N of the trace\n"
                "  --json               one JSON object\n"
                "  --timeline CSV       the first policy's figures after every event\n"},
     {"plot", "usage: cupool plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]\n"
              "                   [--max-reserved SIZE] [--trim UNIT] [--stitch]\n"
-             "                   [--device N] [--title TEXT] [--by-event]\n"
+             "                   [--mid-max SIZE] [--device N] [--title TEXT] [--by-event]\n"
              "Draws allocated, reserved and the largest free block over time (or, with\n"
              "--by-event, over the events) under one policy, as a self-contained SVG.\n"},
     {"dump", "usage: cupool-trace dump TRACE\n"
@@ -73,7 +75,8 @@ static const struct { const char *cmd, *text; } helps[] = {
 typedef struct args {
     const char *trace, *out, *title, *timeline;
     char policies[256];
-    uint64_t capacity, max_reserved, trim;
+    uint64_t capacity, max_reserved, trim, mid_max;
+    bool mid_set;
     int device;               /* -1 = every device in the trace */
     bool json, by_event, stitch;
     trace_source source;
@@ -85,7 +88,7 @@ typedef struct args {
 static bool takes_value(const char *o)
 {
     static const char *const v[] = {"-o", "--output", "--title", "--timeline", "--policy",
-                                    "--capacity", "--max-reserved", "--trim", "--device",
+                                    "--capacity", "--max-reserved", "--trim", "--mid-max", "--device",
                                     "--pid", "--source", "--comm"};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         if (!strcmp(o, v[i]))
@@ -125,6 +128,12 @@ static int parse(int argc, char **argv, args *a)
             a->timeline = argv[++i];
         } else if (!strcmp(o, "--policy")) {
             snprintf(a->policies, sizeof(a->policies), "%s", argv[++i]);
+        } else if (!strcmp(o, "--mid-max")) {
+            if (stats_parse_size(argv[i + 1], &v) || v > (uint64_t)1 << 30)
+                return usage_error("bad size '%s' (0 to 1G, as CUPOOL_MID_MAX)", argv[i + 1]);
+            a->mid_max = v;
+            a->mid_set = true;
+            i++;
         } else if (!strcmp(o, "--capacity") || !strcmp(o, "--max-reserved") ||
                    !strcmp(o, "--trim")) {
             if (stats_parse_size(argv[i + 1], &v))
@@ -463,7 +472,8 @@ static int cmd_replay(const args *a)
         for (int k = 0; k < np && !rc; k++) {
             replay_opts o = {.device = (unsigned)d, .capacity = a->capacity,
                              .max_reserved = a->max_reserved, .policy = pol[k],
-                             .trim_unit = a->trim,
+                             .trim_unit = a->trim, .mid_set = a->mid_set,
+                             .mid_max = a->mid_max,
                              .stitch = a->stitch,
                              .samples = a->timeline && k == 0};
             int err = replay_run(&t, &o, &res[k]);
@@ -529,7 +539,8 @@ static int cmd_plot(const args *a)
     }
     replay_opts o = {.device = (unsigned)dev, .capacity = a->capacity,
                      .max_reserved = a->max_reserved, .policy = pol[0],
-                     .trim_unit = a->trim,
+                     .trim_unit = a->trim, .mid_set = a->mid_set,
+                     .mid_max = a->mid_max,
                      .stitch = a->stitch, .samples = true};
     replay_result r;
     int err = replay_run(&t, &o, &r);
