@@ -1,6 +1,12 @@
 """The statistics of the calling process, from cupool itself: when running
 under cupool with CUPOOL_STATS_FILE and CUPOOL_STATS_FORMAT=json set, send
-ourselves the statistics signal and read the line it writes."""
+ourselves the statistics signal and read the line it writes. And the device
+memory in use as the driver counts it (NVML), which holds everything the
+process has on the device: PyTorch's or cupool's segments, and what NCCL
+and the libraries allocate for themselves, which PyTorch's own figures
+leave out (under cupool, NCCL's cudaMalloc calls are served from the pool,
+so cupool's reserved holds them)."""
+import ctypes
 import json
 import os
 import signal
@@ -21,10 +27,48 @@ def own_stats():
     return json.loads(open(path).read().splitlines()[-1])
 
 
-def with_own_stats(out):
+class _Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                ("used", ctypes.c_ulonglong)]
+
+
+def device_used():
+    """Bytes in use on the current CUDA device, all processes, as NVML
+    says; None without NVML. The machine's GPUs are this job's alone."""
+    import torch
+    try:
+        nv = ctypes.CDLL("libnvidia-ml.so.1")
+        if nv.nvmlInit_v2() != 0:
+            return None
+        prop = torch.cuda.get_device_properties(torch.cuda.current_device())
+        bus = f"{prop.pci_domain_id:08x}:{prop.pci_bus_id:02x}:{prop.pci_device_id:02x}.0"
+        h = ctypes.c_void_p()
+        mem = _Memory()
+        if (nv.nvmlDeviceGetHandleByPciBusId_v2(bus.encode(), ctypes.byref(h)) != 0 or
+                nv.nvmlDeviceGetMemoryInfo(h, ctypes.byref(mem)) != 0):
+            return None
+        return mem.used
+    except (OSError, AttributeError):
+        return None
+
+
+def device_baseline():
+    """The device's memory in use once this process has its context and
+    nothing else: call before the first allocation."""
+    import torch
+    torch.cuda.synchronize()  # creates the context, allocates nothing
+    return device_used()
+
+
+def with_own_stats(out, base=None):
     """out with cupool's figures for device 0 added (peak reserved and
     allocated in MiB, stitches and the fence counts), when running under
-    cupool."""
+    cupool; and, given device_baseline()'s figure, device_mib: what the
+    device gained since (nothing is given back in these runs, so it is the
+    peak of everything the process allocated, with or without cupool)."""
+    now = device_used() if base is not None else None
+    if now is not None:
+        out["device_mib"] = (now - base) >> 20
     stats = own_stats()
     if stats:
         dev = stats["devices"][0]

@@ -2,7 +2,8 @@
 ranks): NCCL's own allocations (cuMemCreate, cuMemMap) go through cupool's
 driver entry points. Rank 0 prints one JSON line: median step time, the final loss, and its
 peak reserved memory (PyTorch's, and cupool's when CUPOOL_STATS_FILE is
-set)."""
+set), and what the device gained. SNAPSHOT=PATH also records PyTorch's
+memory history and has rank 0 write it there (for `cupool import-torch`)."""
 import json
 import os
 import time
@@ -11,13 +12,18 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from cupool_self import with_own_stats
+from cupool_self import device_baseline, with_own_stats
 
 
 def main():
     dist.init_process_group("nccl")
     rank = dist.get_rank()
     torch.cuda.set_device(rank)
+    base = device_baseline()
+    snapshot = os.environ.get("SNAPSHOT")
+    if snapshot:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None,
+                                                 stacks="python", max_entries=4_000_000)
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(2048, 2048),
                                                       torch.nn.GELU()) for _ in range(8)]).cuda()
@@ -38,13 +44,15 @@ def main():
         times.append(time.perf_counter() - t)
     lt = loss.detach().clone()
     dist.all_reduce(lt)
+    if rank == 0 and snapshot:
+        torch.cuda.memory._dump_snapshot(snapshot)
     if rank == 0:
         t = sorted(times[5:])
         out = {"ms_per_step": round(1e3 * t[len(t) // 2], 3),
                "loss": float(lt) / dist.get_world_size(),
                "torch_cache": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") is None,
                "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
-        print(json.dumps(with_own_stats(out)))
+        print(json.dumps(with_own_stats(out, base)))
     dist.destroy_process_group()
 
 

@@ -13,7 +13,8 @@ default stream once it has waited for NCCL, as DDP does with its buckets;
 NCCL's stream then touches only the buffers it is named. Prints one JSON line:
 median step time (steps after the first 10) and peak reserved memory, as
 PyTorch sees it or as cupool's statistics say (under cupool, with
-CUPOOL_STATS_FILE set)."""
+CUPOOL_STATS_FILE set). SNAPSHOT=PATH also records PyTorch's memory
+history and writes it there (for `cupool import-torch`)."""
 import json
 import os
 import time
@@ -21,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from cupool_self import with_own_stats
+from cupool_self import device_baseline, with_own_stats
 
 TOKENS = int(os.environ.get("TOKENS", "8192"))
 STEPS = int(os.environ.get("STEPS", "40"))
@@ -29,6 +30,7 @@ GBPS = float(os.environ.get("COMM_GBPS", "100"))
 BUCKET = 25 << 20
 CLOCK_HZ = 1.98e9  # H100/H200 SXM boost clock: torch.cuda._sleep counts cycles
 
+base = device_baseline()
 torch.manual_seed(0)
 layer = torch.nn.TransformerEncoderLayer(1024, 16, dim_feedforward=4096,
                                          dropout=0.0, batch_first=True)
@@ -101,6 +103,10 @@ def hook(p):
 for p in params:
     p.register_post_accumulate_grad_hook(hook)
 
+SNAPSHOT = os.environ.get("SNAPSHOT")
+if SNAPSHOT:  # no stack frames: they would make the snapshot large
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                             max_entries=8_000_000)
 if NCCL:
     nccl_setup()
 L = 1024
@@ -121,7 +127,10 @@ for step in range(STEPS):
 out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
        "steps": STEPS, "tokens": TOKENS, "loss": round(loss.item(), 6),
        "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
+if SNAPSHOT:
+    torch.cuda.memory._dump_snapshot(SNAPSHOT)
+out = with_own_stats(out, base)  # before NCCL gives its buffers back
 if NCCL:
     out["copy_gbps"] = round(rate / 1e9, 1)
     dist.destroy_process_group()
-print(json.dumps(with_own_stats(out)))
+print(json.dumps(out))

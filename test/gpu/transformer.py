@@ -12,12 +12,13 @@ import time
 
 import torch
 
-from cupool_self import with_own_stats
+from cupool_self import device_baseline, with_own_stats
 
 TOKENS = int(os.environ.get("TOKENS", "16384"))
 if os.environ.get("CAP_FRACTION"):  # the native allocator's cap
     torch.cuda.set_per_process_memory_fraction(float(os.environ["CAP_FRACTION"]))
 STEPS = int(os.environ.get("STEPS", "60"))
+base = device_baseline()
 torch.manual_seed(0)
 layer = torch.nn.TransformerEncoderLayer(1024, 16, dim_feedforward=4096,
                                          dropout=0.0, batch_first=True)
@@ -45,4 +46,4 @@ out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
        "steps": STEPS, "tokens": TOKENS,
        "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20,
        "torch_peak_allocated_mib": torch.cuda.max_memory_allocated() >> 20}
-print(json.dumps(with_own_stats(out)))
+print(json.dumps(with_own_stats(out, base)))
