@@ -57,6 +57,22 @@ bool pool_dirty_fits_below(const pool_dirty *d, size_t size, unsigned limit)
     return pool_bitmap_next(d->map, own + 1) < limit;
 }
 
+bool pool_dirty_merged_fits(const pool_dirty *d, size_t size)
+{
+    for (unsigned i = pool_bitmap_next(d->map, 0); i < POOL_BINS;
+         i = pool_bitmap_next(d->map, i + 1))
+        for (const pool_block *b = d->head[i]; b; b = b->right) {
+            size_t n = b->size;
+            for (const pool_block *x = b->prev; x && x->free && n < size; x = x->prev)
+                n += x->size;
+            for (const pool_block *x = b->next; x && x->free && n < size; x = x->next)
+                n += x->size;
+            if (n >= size)
+                return true;
+        }
+    return false;
+}
+
 size_t pool_dirty_max(const pool_dirty *d)
 {
     for (unsigned w = POOL_BIN_WORDS; w-- > 0;) {

@@ -1023,12 +1023,25 @@ static bool dirty_fits_before(const pool *p, enum pool_kind kind, size_t size,
     return dirty_fits(p, kind, size, c ? pool_bin_of(c->size) : POOL_BINS, upto);
 }
 
+/* True if a dirty block of kind, merged with the free blocks beside it,
+ * would fit size bytes once every fence is done. */
+static bool dirty_merged_fits(const pool *p, enum pool_kind kind, size_t size)
+{
+    for (uint64_t e = p->clean_upto + 1; e <= p->epoch; e++)
+        if (pool_dirty_merged_fits(&p->gens[e % p->ngens][kind], size))
+            return true;
+    return false;
+}
+
 /* Finds a clean block with asynchronous fences: retires those done, begins
  * one over the blocks freed since the last, and looks. Then, before it
  * grows or takes a worse fit than a block freed before this call would be
  * (a block freed since then waits for the next call instead), it forces
  * fences done, oldest first, one at a time: the backend orders the streams
- * on the GPU, which costs less than the memory the blocks would take. */
+ * on the GPU, which costs less than the memory the blocks would take.
+ * Before it grows, that includes a dirty block too small alone that its
+ * free neighbours would make large enough (a free beside a block that a
+ * fence has already made clean: a synchronous fence merges them at once). */
 static int find_async(pool *p, enum pool_kind kind, size_t size, pool_block **b)
 {
     uint64_t entry = p->epoch;
@@ -1037,7 +1050,8 @@ static int find_async(pool *p, enum pool_kind kind, size_t size, pool_block **b)
         err = begin_async(p);
     *b = find_fit(p, kind, size);
     while (!err && p->ninflight &&
-           dirty_fits_before(p, kind, size, *b, *b ? entry : p->epoch + 1)) {
+           (dirty_fits_before(p, kind, size, *b, *b ? entry : p->epoch + 1) ||
+            (!*b && dirty_merged_fits(p, kind, size)))) {
         unsigned before = p->ninflight;
         if ((err = poll_async(p, true)) != 0 || p->ninflight == before)
             break; /* it could not force one now */

@@ -130,6 +130,10 @@ pool_block *pool_dirty_any(const pool_dirty *d);
 /* True if a dirty block of at least size bytes sits in a bin below limit
  * (for the request's own bin only its first block is looked at). */
 bool pool_dirty_fits_below(const pool_dirty *d, size_t size, unsigned limit);
+/* True if a dirty block spans at least size bytes with the free blocks
+ * beside it (clean, or dirty of any epoch): as it will once every fence is
+ * done and the blocks have merged. Walks every dirty block. */
+bool pool_dirty_merged_fits(const pool_dirty *d, size_t size);
 size_t pool_dirty_max(const pool_dirty *d);
 bool pool_dirty_contains(const pool_dirty *d, const pool_block *b);
 int pool_dirty_check(const pool_dirty *d, size_t *count, char *why, size_t len);

@@ -1087,6 +1087,31 @@ static void test_async_fence_not_done_grows(void **state)
     assert_int_equal(stats(fx).fence_forced, 0);
 }
 
+/* Before it grows, the pool forces the fence over a block that alone is
+ * too small but that, merged with the clean free block beside it, fits:
+ * a synchronous fence would have merged them. */
+static void test_async_fence_forced_for_a_merged_fit(void **state)
+{
+    fixture *fx = *state;
+    fx_open_async(fx, 0);
+    uintptr_t big = xalloc(fx, 16 * MIB);
+    xfree(fx, big);
+    uintptr_t a = xalloc(fx, 8 * MIB), b = xalloc(fx, 8 * MIB);
+    assert_int_equal(a, big);
+    assert_int_equal(b, big + 8 * MIB);
+    uintptr_t s = xalloc(fx, 4 * KIB);
+    fill_small_tail(fx);
+    xfree(fx, b);
+    xfree(fx, s);
+    assert_int_equal(xalloc(fx, 4 * KIB), s); /* a fence over s and b: b clean */
+    xfree(fx, a); /* dirty, beside clean b: 8 + 8 MiB once a's fence is done */
+    uint64_t forced = stats(fx).fence_forced;
+    assert_int_equal(xalloc(fx, 12 * MIB), a);
+    pool_stats st = stats(fx);
+    assert_int_equal(st.fence_forced, forced + 1);
+    assert_int_equal(st.reserved, 16 * MIB + 2 * MIB);
+}
+
 /* When the pool cannot grow and no fence can be forced, one full fence
  * makes every block clean. */
 static void test_async_fence_full_when_full(void **state)
@@ -1547,6 +1572,7 @@ int main(void)
         T(test_trim_needs_clean_blocks),
         T(test_async_fence_forced_before_growth),
         T(test_async_fence_not_done_grows),
+        T(test_async_fence_forced_for_a_merged_fit),
         T(test_async_fence_full_when_full),
         T(test_async_fence_covers_only_earlier_frees),
         T(test_async_fences_in_flight_are_bounded),
