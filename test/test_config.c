@@ -214,6 +214,15 @@ static void test_cross_checks(void **state)
     assert_int_equal(load(pool_bad, &c), 1);
     assert_int_equal(c.pool.small_max, MIB);
     assert_non_null(warning_with("thresholds"));
+    /* A mid segment must hold the largest request it is for. */
+    static const char *const mid_bad[] = {"CUPOOL_MID_MAX=16M", "CUPOOL_MID_SEGMENT=8M", NULL};
+    assert_int_equal(load(mid_bad, &c), 1);
+    assert_int_equal(c.pool.mid_max, 10 * MIB);
+    assert_int_equal(c.pool.mid_segment, 20 * MIB);
+    assert_non_null(warning_with("CUPOOL_MID_MAX <= CUPOOL_MID_SEGMENT"));
+    static const char *const mid_off[] = {"CUPOOL_MID_MAX=0", "CUPOOL_MID_SEGMENT=8M", NULL};
+    assert_int_equal(load(mid_off, &c), 0);
+    assert_int_equal(c.pool.mid_max, 0);
     static const char *const cupti_none[] = {"CUPOOL_CUPTI=1", "CUPOOL_FENCE=none", NULL};
     assert_int_equal(load(cupti_none, &c), 1);
     assert_false(c.cupti);
