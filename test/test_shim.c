@@ -1245,6 +1245,21 @@ static void test_replay_trim_option(void **s)
           sizeof(out));
     assert_non_null(strstr(out, "power of two"));
     assert_non_null(strstr(out, "rc=2"));
+    /* --fence-lag takes a duration with its unit; --mid-max a size. */
+    static const char *const bad[] = {"--fence-lag 5", "--fence-lag 1h", "--fence-lag -1ms",
+                                      "--mid-max 2G", "--mid-max x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), TRACER " replay %s test/data/train.trace.gz 2>&1; echo rc=$?",
+                 bad[i]);
+        shell(cmd, out, sizeof(out));
+        if (!strstr(out, "rc=2") || !strstr(out, "bad "))
+            fail_msg("'replay %s': %s", bad[i], out);
+    }
+    shell(TRACER " replay --fence-lag 1.5ms --mid-max 0 --policy best test/data/train.trace.gz "
+          "2>&1; echo rc=$?", out, sizeof(out));
+    assert_non_null(strstr(out, "each done 1.500 ms after it began unless forced"));
+    assert_non_null(strstr(out, "rc=0"));
 }
 
 /* Every event of four threads swapping blocks, each pool's ring filling

@@ -402,6 +402,38 @@ static void test_replay_mid_segments(void **s)
     assert_int_equal(mid.peak_allocated, own.peak_allocated);
 }
 
+/* --fence-lag: asynchronous fences, done that long after they begin. A
+ * 4 MiB block freed since the last fence began is not forced for a 4 MiB
+ * request that a clean 6 MiB block serves; the 6 MiB request after it then
+ * needs a segment. With fences done at once, the 4 MiB block serves the
+ * 4 MiB request and nothing grows. */
+static void test_replay_fence_lag(void **s)
+{
+    (void)s;
+    const ev e[] = {
+        {0, TRACE_ALLOC, 0xA000, 8 * MIB, 0}, {1000, TRACE_ALLOC, 0xB000, 4 * MIB, 0},
+        {2000, TRACE_FREE, 0xA000, 0, 0},     {3000, TRACE_ALLOC, 0xC000, 2 * MIB, 0},
+        {4000, TRACE_FREE, 0xB000, 0, 0},     {5000, TRACE_ALLOC, 0xD000, 4 * MIB, 0},
+        {6000, TRACE_ALLOC, 0xE000, 6 * MIB, 0},
+    };
+    write_trace(e, sizeof(e) / sizeof(e[0]));
+    trace t;
+    char why[256];
+    assert_int_equal(load(&t, why, sizeof(why)), 0);
+    replay_opts o = {.policy = replay_policy_find("best"), .mid_set = true};
+    replay_result now, lag;
+    assert_int_equal(replay_run(&t, &o, &now), 0);
+    /* Even a fence done before the next event is not done within the
+     * request that began it: the 4 MiB request takes the 6 MiB block. */
+    o.fence_lag = 500;
+    assert_int_equal(replay_run(&t, &o, &lag), 0);
+    trace_free(&t);
+    assert_int_equal(now.peak_reserved, 12 * MIB);
+    assert_int_equal(now.fences_forced, 0);
+    assert_int_equal(lag.peak_reserved, 18 * MIB);
+    assert_int_equal(lag.fences_forced, 1); /* the 2 MiB request's: nothing clean */
+}
+
 /* Recorded out-of-memory requests, flushes and segments. */
 static void test_replay_recorded_events(void **s)
 {
@@ -675,6 +707,7 @@ int main(void)
         T(test_replay_known_figures),
         T(test_replay_recorded_events),
         T(test_replay_mid_segments),
+        T(test_replay_fence_lag),
         T(test_replay_absurd_sizes),
         T(test_replay_trim),
         T(test_replay_stitch),

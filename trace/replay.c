@@ -95,6 +95,8 @@ static int replay_pool(const replay_opts *o, sim_backend *dev, pool **p)
         sim_backend_set_unit(dev, &be, unit);
     if (o->stitch) /* as CUPOOL_STITCH: no trim unless asked for */
         sim_backend_enable_stitch(dev, &be);
+    if (o->fence_lag)
+        sim_backend_enable_async(dev, &be);
     return pool_create(&cfg, &be, p);
 }
 
@@ -108,7 +110,34 @@ typedef struct run {
     pool_addrmap map;    /* trace address -> replay address */
     unsigned char *mark; /* per record: M_APPLIED, M_FREE_AFTER */
     uint64_t rec_reserved, start;
+    uint64_t *begun;     /* (fence_lag) when each fence began: ticket - 1 */
+    size_t nbegun, begun_cap;
 } run;
+
+/* (fence_lag) Before an event at time now: the fences begun at least
+ * fence_lag before it are done. */
+static void fences_due(run *x, uint64_t now)
+{
+    while (x->dev.done < x->nbegun && x->begun[x->dev.done] + x->o->fence_lag <= now)
+        x->dev.done++;
+}
+
+/* (fence_lag) After an event at time now: the fences it began began now. */
+static int fences_begun(run *x, uint64_t now)
+{
+    while (x->nbegun < x->dev.tickets) {
+        if (x->nbegun == x->begun_cap) {
+            size_t cap = x->begun_cap ? 2 * x->begun_cap : 1024;
+            uint64_t *b = realloc(x->begun, cap * sizeof(*b));
+            if (!b)
+                return -ENOMEM;
+            x->begun = b;
+            x->begun_cap = cap;
+        }
+        x->begun[x->nbegun++] = now;
+    }
+    return 0;
+}
 
 /* Record i, an allocation the program got: served by the pool, or counted
  * as out of memory. Returns 0 or an error that ends the replay. */
@@ -281,6 +310,8 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
         frag_area += frag_now * (double)(e->time - last_time);
         last_time = e->time;
         r->events++;
+        if (o->fence_lag)
+            fences_due(&x, e->time);
         trace_op op = trace_op_of(e);
         if (op == TRACE_ALLOC)
             err = replay_alloc(&x, i, e);
@@ -288,6 +319,8 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
             replay_free(&x, i, e);
         else
             err = replay_other(&x, e);
+        if (!err && o->fence_lag)
+            err = fences_begun(&x, e->time);
         if (!err)
             frag_now = replay_observe(&x, e);
     }
@@ -297,6 +330,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     r->end_allocated = s.allocated;
     r->end_live_blocks = x.map.count;
     r->fences = s.fences;
+    r->fences_forced = s.fence_forced;
     r->seg_reserves = s.seg_reserves;
     r->stitches = s.stitches;
     r->stitched_bytes = s.stitched_bytes_total;
@@ -309,6 +343,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     sim_backend_fini(&x.dev);
     pool_addrmap_fini(&x.map);
     free(x.mark);
+    free(x.begun);
     if (err) {
         replay_result_free(r);
         return err < 0 ? err : -EINVAL;

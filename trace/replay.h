@@ -46,6 +46,11 @@ typedef struct replay_opts {
                                  max_reserved) into one new range, as
                                  CUPOOL_STITCH does */
     bool samples;             /* keep one sample per event (for plots) */
+    uint64_t fence_lag;       /* ns: fences are asynchronous, as
+                                 CUPOOL_FENCE=poll's, each done this long
+                                 (trace time) after it began unless the
+                                 pool forces it; 0 = every fence done at
+                                 once, as a synchronous one */
 } replay_opts;
 
 /* The pool's state after one event. */
@@ -58,6 +63,7 @@ typedef struct replay_sample {
 typedef struct replay_result {
     uint64_t events;          /* records of this device */
     uint64_t allocs, frees, fences, seg_reserves, stitches, stitched_bytes;
+    uint64_t fences_forced;   /* (fence_lag) fences the pool made done */
     uint64_t peak_reserved, peak_allocated;
     uint64_t end_allocated, end_live_blocks;
     double frag_at_peak;      /* 1 - largest free / cached, when reserved

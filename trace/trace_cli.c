@@ -4,10 +4,10 @@
  *
  *   cupool-trace replay TRACE [--policy P[,P...]] [--capacity SIZE]
  *                       [--max-reserved SIZE] [--trim UNIT] [--stitch] [--mid-max SIZE]
- *                       [--device N] [--json] [--timeline CSV]
+ *                       [--fence-lag TIME] [--device N] [--json] [--timeline CSV]
  *   cupool-trace plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]
  *                       [--max-reserved SIZE] [--trim UNIT] [--stitch] [--mid-max SIZE]
- *                       [--device N] [--title TEXT] [--by-event]
+ *                       [--fence-lag TIME] [--device N] [--title TEXT] [--by-event]
  *   cupool-trace dump TRACE        one record per line, as encode reads
  *   cupool-trace encode -o TRACE [--source text|torch] [--pid N]
  *                       [--comm NAME] < TEXT
@@ -43,7 +43,8 @@ static int usage_error(const char *fmt, const char *arg)
 static const struct { const char *cmd, *text; } helps[] = {
     {"replay", "usage: cupool replay TRACE [--policy P[,P...]] [--capacity SIZE]\n"
                "                     [--max-reserved SIZE] [--trim UNIT] [--stitch]\n"
-               "                     [--mid-max SIZE] [--device N] [--json] [--timeline CSV]\n"
+               "                     [--mid-max SIZE] [--fence-lag TIME] [--device N] [--json]\n"
+               "                     [--timeline CSV]\n"
                "Runs a recorded trace (plain or gzip'd) through cupool's pool on the CPU\n"
                "and prints, per policy (best, strict, first, nosplit; all by default),\n"
                "peak reserved and allocated, fragmentation, fences and out-of-memory.\n"
@@ -57,12 +58,16 @@ static const struct { const char *cmd, *text; } helps[] = {
                "                       fits, as CUPOOL_STITCH\n"
                "  --mid-max SIZE       large requests up to SIZE share mid segments, as\n"
                "                       CUPOOL_MID_MAX (10M; 0 = each its own segment)\n"
+               "  --fence-lag TIME     fences are asynchronous, as CUPOOL_FENCE=poll's:\n"
+               "                       each is done TIME after it began (trace time:\n"
+               "                       200us, 1ms) unless the pool forces it first\n"
                "  --device N           only device N of the trace\n"
                "  --json               one JSON object\n"
                "  --timeline CSV       the first policy's figures after every event\n"},
     {"plot", "usage: cupool plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]\n"
              "                   [--max-reserved SIZE] [--trim UNIT] [--stitch]\n"
-             "                   [--mid-max SIZE] [--device N] [--title TEXT] [--by-event]\n"
+             "                   [--mid-max SIZE] [--fence-lag TIME] [--device N]\n"
+             "                   [--title TEXT] [--by-event]\n"
              "Draws allocated, reserved and the largest free block over time (or, with\n"
              "--by-event, over the events) under one policy, as a self-contained SVG.\n"},
     {"dump", "usage: cupool-trace dump TRACE\n"
@@ -75,7 +80,7 @@ static const struct { const char *cmd, *text; } helps[] = {
 typedef struct args {
     const char *trace, *out, *title, *timeline;
     char policies[256];
-    uint64_t capacity, max_reserved, trim, mid_max;
+    uint64_t capacity, max_reserved, trim, mid_max, fence_lag;
     bool mid_set;
     int device;               /* -1 = every device in the trace */
     bool json, by_event, stitch;
@@ -88,12 +93,35 @@ typedef struct args {
 static bool takes_value(const char *o)
 {
     static const char *const v[] = {"-o", "--output", "--title", "--timeline", "--policy",
-                                    "--capacity", "--max-reserved", "--trim", "--mid-max", "--device",
+                                    "--capacity", "--max-reserved", "--trim", "--mid-max", "--fence-lag", "--device",
                                     "--pid", "--source", "--comm"};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         if (!strcmp(o, v[i]))
             return true;
     return false;
+}
+
+/* A duration: 0, or a number with ns, us, ms or s, as nanoseconds (at
+ * most a day). 0 or -1. */
+static int parse_duration(const char *text, uint64_t *ns)
+{
+    static const struct { const char *unit; double scale; } units[] = {
+        {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || !(v >= 0) || v > 86400e9)
+        return -1;
+    double scale = 0;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (!strcmp(end, units[i].unit))
+            scale = units[i].scale;
+    if (!scale && !(*end == 0 && v == 0))
+        return -1;
+    if (v * scale > 86400e9)
+        return -1;
+    *ns = (uint64_t)(v * scale + 0.5);
+    return 0;
 }
 
 /* Parses the options every command shares. Returns 0, 2 (a usage error,
@@ -128,6 +156,11 @@ static int parse(int argc, char **argv, args *a)
             a->timeline = argv[++i];
         } else if (!strcmp(o, "--policy")) {
             snprintf(a->policies, sizeof(a->policies), "%s", argv[++i]);
+        } else if (!strcmp(o, "--fence-lag")) {
+            if (parse_duration(argv[i + 1], &a->fence_lag))
+                return usage_error("bad duration '%s' (examples: 0, 200us, 1.5ms, 1s)",
+                                   argv[i + 1]);
+            i++;
         } else if (!strcmp(o, "--mid-max")) {
             if (stats_parse_size(argv[i + 1], &v) || v > (uint64_t)1 << 30)
                 return usage_error("bad size '%s' (0 to 1G, as CUPOOL_MID_MAX)", argv[i + 1]);
@@ -329,14 +362,14 @@ static void json_result(const replay_policy *p, const replay_result *r, bool las
            ", \"first_oom_event\": %" PRId64 ", \"first_oom_fragmentation\": %s"
            ", \"recorded_ooms_served\": %" PRIu64 ", \"unmatched_frees\": %" PRIu64
            ", \"reordered\": %" PRIu64 ", \"stitches\": %" PRIu64
-           ", \"stitched_bytes\": %" PRIu64
+           ", \"stitched_bytes\": %" PRIu64 ", \"fences_forced\": %" PRIu64
            ", \"end_allocated\": %" PRIu64 ", \"end_live_blocks\": %" PRIu64 "}%s\n",
            p->name, r->peak_reserved, r->peak_allocated, r->frag_at_peak,
            r->frag_mean, r->frag_max, r->fences, r->seg_reserves, r->allocs,
            r->frees, r->ooms, r->ooms ? (int64_t)r->first_oom.index : -1,
            r->ooms && r->first_oom.fragmentation ? "true" : "false",
            r->recorded_ooms_served, r->unmatched_frees, r->reordered, r->stitches, r->stitched_bytes,
-           r->end_allocated,
+           r->fences_forced, r->end_allocated,
            r->end_live_blocks, last ? "" : ",");
 }
 
@@ -411,6 +444,12 @@ static void text_device(const args *a, const trace *t, int d,
         printf("\nreplayed with capacity %s, cap %s",
                a->capacity ? stats_fmt_bytes(a->capacity, b2, sizeof(b2)) : "unlimited",
                a->max_reserved ? stats_fmt_bytes(a->max_reserved, b3, sizeof(b3)) : "none");
+    if (a->fence_lag) {
+        printf("\nfences asynchronous, each done %.3f ms after it began unless forced; forced:",
+               (double)a->fence_lag / 1e6);
+        for (int k = 0; k < np; k++)
+            printf(" %s %" PRIu64, pol[k]->name, res[k].fences_forced);
+    }
     printf("\n%-8s %14s %14s %10s %10s %9s %9s %9s %7s\n", "policy",
            "peak reserved", "peak alloc", "frag@peak", "frag mean",
            "frag max", "fences", "segments", "OOM");
@@ -473,7 +512,7 @@ static int cmd_replay(const args *a)
             replay_opts o = {.device = (unsigned)d, .capacity = a->capacity,
                              .max_reserved = a->max_reserved, .policy = pol[k],
                              .trim_unit = a->trim, .mid_set = a->mid_set,
-                             .mid_max = a->mid_max,
+                             .mid_max = a->mid_max, .fence_lag = a->fence_lag,
                              .stitch = a->stitch,
                              .samples = a->timeline && k == 0};
             int err = replay_run(&t, &o, &res[k]);
@@ -540,7 +579,7 @@ static int cmd_plot(const args *a)
     replay_opts o = {.device = (unsigned)dev, .capacity = a->capacity,
                      .max_reserved = a->max_reserved, .policy = pol[0],
                      .trim_unit = a->trim, .mid_set = a->mid_set,
-                     .mid_max = a->mid_max,
+                     .mid_max = a->mid_max, .fence_lag = a->fence_lag,
                      .stitch = a->stitch, .samples = true};
     replay_result r;
     int err = replay_run(&t, &o, &r);
