@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "addrmap.h"
+#include "grow.h"
 #include "replay.h"
 #include "sim_backend.h"
 #include "stats.h"
@@ -126,14 +127,8 @@ static void fences_due(run *x, uint64_t now)
 static int fences_begun(run *x, uint64_t now)
 {
     while (x->nbegun < x->dev.tickets) {
-        if (x->nbegun == x->begun_cap) {
-            size_t cap = x->begun_cap ? 2 * x->begun_cap : 1024;
-            uint64_t *b = realloc(x->begun, cap * sizeof(*b));
-            if (!b)
-                return -ENOMEM;
-            x->begun = b;
-            x->begun_cap = cap;
-        }
+        if (!pool_grow((void **)&x->begun, &x->begun_cap, x->nbegun, sizeof(*x->begun)))
+            return -ENOMEM;
         x->begun[x->nbegun++] = now;
     }
     return 0;

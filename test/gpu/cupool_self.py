@@ -80,3 +80,23 @@ def with_own_stats(out, base=None):
         out["cupool_fence_forced"] = dev.get("fence_forced", 0)
         out["cupool_streams_left"] = dev.get("fence_streams_left", 0)
     return out
+
+
+def snapshot_start():
+    """With SNAPSHOT=PATH set, starts recording PyTorch's memory history
+    (no stack frames: they would make the snapshot large) and returns PATH,
+    for snapshot_dump; else None."""
+    import torch
+    path = os.environ.get("SNAPSHOT")
+    if path:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None,
+                                                 stacks="python", max_entries=8_000_000)
+    return path
+
+
+def snapshot_dump(path):
+    """Writes the history snapshot_start began to path (for `cupool
+    import-torch`); nothing if path is None."""
+    import torch
+    if path:
+        torch.cuda.memory._dump_snapshot(path)

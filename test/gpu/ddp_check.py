@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from cupool_self import device_baseline, with_own_stats
+from cupool_self import device_baseline, snapshot_dump, snapshot_start, with_own_stats
 
 
 def main():
@@ -20,10 +20,7 @@ def main():
     rank = dist.get_rank()
     torch.cuda.set_device(rank)
     base = device_baseline()
-    snapshot = os.environ.get("SNAPSHOT")
-    if snapshot:
-        torch.cuda.memory._record_memory_history(enabled="all", context=None,
-                                                 stacks="python", max_entries=4_000_000)
+    snapshot = snapshot_start()
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(2048, 2048),
                                                       torch.nn.GELU()) for _ in range(8)]).cuda()
@@ -44,8 +41,8 @@ def main():
         times.append(time.perf_counter() - t)
     lt = loss.detach().clone()
     dist.all_reduce(lt)
-    if rank == 0 and snapshot:
-        torch.cuda.memory._dump_snapshot(snapshot)
+    if rank == 0:
+        snapshot_dump(snapshot)
     if rank == 0:
         t = sorted(times[5:])
         out = {"ms_per_step": round(1e3 * t[len(t) // 2], 3),

@@ -22,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from cupool_self import device_baseline, with_own_stats
+from cupool_self import device_baseline, snapshot_dump, snapshot_start, with_own_stats
 
 TOKENS = int(os.environ.get("TOKENS", "8192"))
 STEPS = int(os.environ.get("STEPS", "40"))
@@ -103,10 +103,7 @@ def hook(p):
 for p in params:
     p.register_post_accumulate_grad_hook(hook)
 
-SNAPSHOT = os.environ.get("SNAPSHOT")
-if SNAPSHOT:  # no stack frames: they would make the snapshot large
-    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
-                                             max_entries=8_000_000)
+snapshot = snapshot_start()
 if NCCL:
     nccl_setup()
 L = 1024
@@ -127,8 +124,7 @@ for step in range(STEPS):
 out = {"median_ms": round(1000 * sorted(times[10:])[len(times[10:]) // 2], 2),
        "steps": STEPS, "tokens": TOKENS, "loss": round(loss.item(), 6),
        "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
-if SNAPSHOT:
-    torch.cuda.memory._dump_snapshot(SNAPSHOT)
+snapshot_dump(snapshot)
 out = with_own_stats(out, base)  # before NCCL gives its buffers back
 if NCCL:
     out["copy_gbps"] = round(rate / 1e9, 1)
