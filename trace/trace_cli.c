@@ -110,7 +110,7 @@ static int parse_duration(const char *text, uint64_t *ns)
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (errno || end == text || !(v >= 0) || v > 86400e9)
+    if (errno || end == text || !(v >= 0))
         return -1;
     double scale = 0;
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
@@ -162,8 +162,11 @@ static int parse(int argc, char **argv, args *a)
                                    argv[i + 1]);
             i++;
         } else if (!strcmp(o, "--mid-max")) {
-            if (stats_parse_size(argv[i + 1], &v) || v > (uint64_t)1 << 30)
-                return usage_error("bad size '%s' (0 to 1G, as CUPOOL_MID_MAX)", argv[i + 1]);
+            pool_config def;
+            pool_config_default(&def);
+            if (stats_parse_size(argv[i + 1], &v) || v > def.mid_segment)
+                return usage_error("bad size '%s' (0 up to the mid segment, 20M, as "
+                                   "CUPOOL_MID_MAX)", argv[i + 1]);
             a->mid_max = v;
             a->mid_set = true;
             i++;
