@@ -19,7 +19,9 @@
  * with stitching over asynchronous fences (a quarter): there the backend
  * tells which memory each address reaches, and no two live blocks may
  * share memory, nor may a block reach memory freed and not yet fenced,
- * through whatever addresses.
+ * through whatever addresses. Then twice more with the pool's mid segments
+ * (which test_config turns off): whole segments, and stitching (a quarter
+ * each).
  *
  * Usage: test_pool_random [OPS [SEED]]  (default 1000000, seed 0x5eed)
  */
@@ -55,6 +57,7 @@ typedef struct walk {
     bool first;            /* first fit (with trimming): its segment bounds
                               are checked by pool_check as the walk goes */
     bool stitch;           /* stitching (with trimming, async fences) */
+    bool mid;              /* the pool's mid segments (test_config has none) */
     live *chunk;           /* scratch: memory ranges of blocks */
     size_t chunk_cap;
 } walk;
@@ -280,10 +283,27 @@ static void random_walk(void **state)
     assert_int_equal(stats(&w->fx).allocated, 0);
 }
 
+/* The walk's pool configuration: the tests' (test_config), first fit or
+ * the default mid segments where the walk asks. */
+static void walk_config(const walk *w, pool_config *cfg)
+{
+    test_config(cfg);
+    if (w->first)
+        cfg->fit = POOL_FIT_FIRST;
+    if (w->mid) {
+        pool_config d;
+        pool_config_default(&d);
+        cfg->mid_max = d.mid_max;
+        cfg->mid_segment = d.mid_segment;
+    }
+}
+
 static int setup(void **state)
 {
     walk *w = *state;
     w->lv = calloc(MAX_LIVE, sizeof(*w->lv));
+    pool_config cfg;
+    walk_config(w, &cfg);
     if (w->async) {
         sim_backend_init(&w->fx.sim, 4096 * MIB, &w->fx.be);
         sim_backend_enable_async(&w->fx.sim, &w->fx.be);
@@ -291,16 +311,14 @@ static int setup(void **state)
             sim_backend_enable_trim(&w->fx.sim, &w->fx.be, 2 * MIB);
             sim_backend_enable_stitch(&w->fx.sim, &w->fx.be);
         }
-        test_config(&w->fx.cfg);
+        w->fx.cfg = cfg;
         assert_int_equal(pool_create(&w->fx.cfg, &w->fx.be, &w->fx.p), 0);
     } else if (!w->trim) {
-        fx_open(&w->fx, 4096 * MIB, NULL);
+        fx_open(&w->fx, 4096 * MIB, &cfg);
     } else {
         sim_backend_init(&w->fx.sim, 4096 * MIB, &w->fx.be);
         sim_backend_enable_trim(&w->fx.sim, &w->fx.be, 2 * MIB);
-        test_config(&w->fx.cfg);
-        if (w->first)
-            w->fx.cfg.fit = POOL_FIT_FIRST;
+        w->fx.cfg = cfg;
         assert_int_equal(pool_create(&w->fx.cfg, &w->fx.be, &w->fx.p), 0);
     }
     return w->lv ? 0 : -1;
@@ -318,7 +336,7 @@ static int teardown(void **state)
 
 int main(int argc, char **argv)
 {
-    static walk w, t, f, a, st;
+    static walk w, t, f, a, st, m, mst;
     w.ops = argc > 1 ? strtoul(argv[1], NULL, 0) : 1000000;
     w.rng = argc > 2 ? strtoull(argv[2], NULL, 0) : 0x5eed;
     printf("seed %#lx\n", (unsigned long)w.rng);
@@ -333,12 +351,19 @@ int main(int argc, char **argv)
     st = a;
     st.stitch = st.trim = true;
     st.ops = w.ops / 4;
+    m = w;
+    m.mid = true;
+    m.ops = w.ops / 4;
+    mst = st;
+    mst.mid = true;
     const struct CMUnitTest tests[] = {
         {"random_walk_whole_segments", random_walk, setup, teardown, &w},
         {"random_walk_trimming", random_walk, setup, teardown, &t},
         {"random_walk_first_fit_trimming", random_walk, setup, teardown, &f},
         {"random_walk_async_fences", random_walk, setup, teardown, &a},
         {"random_walk_stitching", random_walk, setup, teardown, &st},
+        {"random_walk_mid_segments", random_walk, setup, teardown, &m},
+        {"random_walk_mid_segments_stitching", random_walk, setup, teardown, &mst},
     };
     return cmocka_run_group_tests_name("pool_random", tests, NULL, NULL);
 }
