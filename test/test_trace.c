@@ -427,7 +427,13 @@ static void test_replay_fence_lag(void **s)
      * request that began it: the 4 MiB request takes the 6 MiB block. */
     o.fence_lag = 500;
     assert_int_equal(replay_run(&t, &o, &lag), 0);
+    /* Policy none: no fence at all, each freed block reused at once. */
+    replay_result none;
+    o.policy = replay_policy_find("none");
+    assert_int_equal(replay_run(&t, &o, &none), 0);
     trace_free(&t);
+    assert_int_equal(none.peak_reserved, 12 * MIB);
+    assert_int_equal(none.fences, 0);
     assert_int_equal(now.peak_reserved, 12 * MIB);
     assert_int_equal(now.fences_forced, 0);
     assert_int_equal(lag.peak_reserved, 18 * MIB);

@@ -13,12 +13,15 @@
 
 static const replay_policy policies[] = {
     {"best", "best fit, split; at most one fence per 64 small allocations "
-             "to reach a better freed block (cupool's default)", POOL_FIT_BEST, 0},
+             "to reach a better freed block (cupool's default)", POOL_FIT_BEST, 0, false},
     {"strict", "best fit, split; fence whenever a freed block fits better",
-     POOL_FIT_BEST, 1},
-    {"first", "first fit (lowest address), split", POOL_FIT_FIRST, 0},
+     POOL_FIT_BEST, 1, false},
+    {"first", "first fit (lowest address), split", POOL_FIT_FIRST, 0, false},
     {"nosplit", "no splitting: one segment per request, reused whole",
-     POOL_FIT_NOSPLIT, 0},
+     POOL_FIT_NOSPLIT, 0, false},
+    {"none", "best fit, split; a freed block is reused at once, as under "
+             "CUPOOL_FENCE=none (unsafe; what stream safety is measured against)",
+     POOL_FIT_BEST, 0, true},
 };
 enum { NPOLICIES = sizeof(policies) / sizeof(policies[0]) };
 
@@ -96,8 +99,10 @@ static int replay_pool(const replay_opts *o, sim_backend *dev, pool **p)
         sim_backend_set_unit(dev, &be, unit);
     if (o->stitch) /* as CUPOOL_STITCH: no trim unless asked for */
         sim_backend_enable_stitch(dev, &be);
-    if (o->fence_lag)
+    if (o->fence_lag && !o->policy->no_fence)
         sim_backend_enable_async(dev, &be);
+    if (o->policy->no_fence)
+        be.fence = NULL;
     return pool_create(&cfg, &be, p);
 }
 

@@ -23,10 +23,12 @@ typedef struct replay_policy {
     const char *what;        /* one line for the table's legend */
     pool_fit fit;
     size_t fence_interval;   /* 0 = the pool's default */
+    bool no_fence;           /* freed blocks are reused at once, as under
+                                CUPOOL_FENCE=none */
 } replay_policy;
 
 /* The policies `cupool replay` knows: best (the default), strict, first,
- * nosplit. NULL if name is none of them. */
+ * nosplit, none. NULL if name is none of them. */
 const replay_policy *replay_policy_find(const char *name);
 const replay_policy *replay_policy_at(int i); /* NULL past the last */
 

@@ -46,8 +46,9 @@ static const struct { const char *cmd, *text; } helps[] = {
                "                     [--mid-max SIZE] [--fence-lag TIME] [--device N] [--json]\n"
                "                     [--timeline CSV]\n"
                "Runs a recorded trace (plain or gzip'd) through cupool's pool on the CPU\n"
-               "and prints, per policy (best, strict, first, nosplit; all by default),\n"
-               "peak reserved and allocated, fragmentation, fences and out-of-memory.\n"
+               "and prints, per policy (best, strict, first, nosplit, none; all by\n"
+               "default), peak reserved and allocated, fragmentation, fences and\n"
+               "out-of-memory.\n"
                "  --capacity SIZE      the simulated device's memory (unlimited)\n"
                "  --max-reserved SIZE  a cap, as CUPOOL_MAX_RESERVED\n"
                "  --trim UNIT          the device can take back UNIT-sized parts of\n"
@@ -390,7 +391,7 @@ static int policy_list(const char *list, const replay_policy **out, int *n)
     for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const replay_policy *p = replay_policy_find(tok);
         if (!p)
-            return usage_error("unknown policy '%s' (best, strict, first, nosplit)", tok);
+            return usage_error("unknown policy '%s' (best, strict, first, nosplit, none)", tok);
         if (*n < 16)
             out[(*n)++] = p;
     }
