@@ -667,7 +667,7 @@ static int block_grow(pool *p, enum pool_kind kind, size_t size,
     size_t seg = segment_size(p, kind, size);
     int err = grow_sized(p, kind, size, seg, out);
     if ((err == -EDQUOT || err == -ENOMEM) && kind == POOL_LARGE &&
-        p->cfg.fit != POOL_FIT_NOSPLIT && own_segment(p, size) < seg)
+        own_segment(p, size) < seg)
         err = grow_sized(p, kind, size, own_segment(p, size), out);
     return err;
 }
