@@ -12,8 +12,8 @@
  *
  * The streams the device tracks are known here too (shim_comm_track), each
  * with its marks. Nothing leaves a fence unless CUPTI watches
- * (CUPOOL_CUPTI=1): without it, the wrappers only count who is inside NCCL
- * and call it, and every stream is in every fence.
+ * (CUPOOL_CUPTI, cupti.h): without it, the wrappers only count who is
+ * inside NCCL and call it, and every stream is in every fence.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -35,6 +35,7 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY3D_DESCRIP
 
 #include "addrmap.h"
 #include "comm.h"
+#include "cupti.h"
 #include "driver.h"
 #include "grow.h"
 #include "log.h"
@@ -384,6 +385,11 @@ void shim_comm_watching(void)
     pthread_mutex_unlock(&lock);
 }
 
+void shim_comm_unwatching(void)
+{
+    atomic_store(&watching, false);
+}
+
 bool shim_comm_active(void)
 {
     return atomic_load_explicit(&ncomm, memory_order_acquire) != 0;
@@ -470,11 +476,14 @@ static void window_clear(void)
     window_all = false;
 }
 
-/* Inside is counted whether or not CUPTI watches yet: NCCL usually sets up
- * before the first pool exists (and CUPTI starts with it), and the memory
- * it allocates then is its own all the same. */
+/* The first NCCL call starts CUPTI under CUPOOL_CUPTI=auto, before NCCL
+ * creates or queues anything. Inside is counted whether or not CUPTI
+ * watches: under CUPOOL_CUPTI=1 NCCL may set up before the first pool
+ * exists (CUPTI starts with it), and the memory it allocates then is its
+ * own all the same. */
 static void enter(void)
 {
+    shim_work_watch_nccl();
     depth++;
     atomic_fetch_add(&inside, 1);
 }

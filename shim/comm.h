@@ -51,6 +51,10 @@
  * then are collectives' buffers noted). */
 void shim_comm_watching(void);
 
+/* CUPTI reports nothing from now on (the program took it): every stream
+ * is in every fence again. */
+void shim_comm_unwatching(void);
+
 /* A driver call's return, as CUPTI reports it (cbid, its parameters; NULL
  * if unknown): attributes its work to a stream. */
 void shim_comm_work(unsigned cbid, const void *params);

@@ -18,7 +18,7 @@
 
 enum opt_kind {
     OPT_BOOL, OPT_FORMAT, OPT_COUNT, OPT_PERCENT, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
-    OPT_PATH, OPT_LOG
+    OPT_PATH, OPT_LOG, OPT_CUPTI
 };
 
 typedef struct option {
@@ -66,12 +66,12 @@ static const option options[] = {
      "back and stitches whole ones. 0 = the granularity (2 MiB), or 16M "
      "under CUPOOL_STITCH without a cap (a stitch costs one mapping per "
      "unit)"},
-    {"CUPOOL_CUPTI", OPT_BOOL, F(cupti), "0",
+    {"CUPOOL_CUPTI", OPT_CUPTI, F(cupti), "auto",
      "1 counts, through CUPTI, the driver calls that may give the GPU work, "
      "and skips a fence when none came since the last one; with poll, leaves "
      "idle streams and NCCL's streams out of fences while their work touches "
-     "nothing freed; "
-     "profilers cannot use CUPTI in the same process"},
+     "nothing freed; auto does so from the program's first NCCL call on; "
+     "either gives CUPTI up when the program (a profiler) asks for it; 0 = never"},
     {"CUPOOL_CUPTI_LIB", OPT_PATH, F(cupti_lib), "",
      "path of libcupti for CUPOOL_CUPTI; empty = search the usual places"},
     {"CUPOOL_FLUSH_SIGNAL", OPT_SIGNAL, F(flush_signal), "USR1",
@@ -136,6 +136,7 @@ static const char *expected(enum opt_kind kind)
     case OPT_SIGNAL: return "none, HUP, USR1, USR2, WINCH or RTMIN+N";
     case OPT_PATH: return "a path shorter than 512 bytes";
     case OPT_LOG: return "off, error, warn, info or debug";
+    case OPT_CUPTI: return "auto, or 1, 0, true, false, on, off, yes or no";
     }
     return "";
 }
@@ -296,6 +297,14 @@ static int parse_option(const option *o, const char *s, shim_config *c)
         if ((err = parse_name(s, log_names, &i)) == 0)
             *(shim_log_level *)field = (shim_log_level)i;
         return err;
+    case OPT_CUPTI: {
+        bool on;
+        if (!strcasecmp(s, "auto"))
+            return *(shim_cupti_mode *)field = SHIM_CUPTI_AUTO, 0;
+        if ((err = shim_parse_bool(s, &on)) == 0)
+            *(shim_cupti_mode *)field = on ? SHIM_CUPTI_ON : SHIM_CUPTI_OFF;
+        return err;
+    }
     case OPT_SIGNAL:
         return shim_parse_signal(s, field);
     case OPT_PATH:
@@ -405,12 +414,14 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
         c->pool.fence_slack = 0;
         bad++;
     }
-    if (c->cupti && c->fence == SHIM_FENCE_NONE) {
+    if (c->cupti != SHIM_CUPTI_OFF && c->fence == SHIM_FENCE_NONE) {
         /* It would take CUPTI from the profilers for nothing. */
-        warn("CUPOOL_CUPTI=1 has no fence to skip under CUPOOL_FENCE=none; "
-             "leaving CUPTI alone");
-        c->cupti = false;
-        bad++;
+        if (c->cupti == SHIM_CUPTI_ON) {
+            warn("CUPOOL_CUPTI=1 has no fence to skip under CUPOOL_FENCE=none; "
+                 "leaving CUPTI alone");
+            bad++;
+        }
+        c->cupti = SHIM_CUPTI_OFF;
     }
     if (pool_config_validate(&c->pool)) {
         warn("the pool thresholds do not fit together (all multiples of 512, "
@@ -467,6 +478,6 @@ int shim_option_is_flag(const char *name)
 {
     for (int i = 0; i < NOPTIONS; i++)
         if (!strcmp(options[i].name, name))
-            return options[i].kind == OPT_BOOL;
+            return options[i].kind == OPT_BOOL || options[i].kind == OPT_CUPTI;
     return -1;
 }

@@ -23,6 +23,12 @@ typedef enum shim_fence_mode {
     SHIM_FENCE_BARRIER, SHIM_FENCE_SYNC, SHIM_FENCE_NONE, SHIM_FENCE_POLL
 } shim_fence_mode;
 
+/* CUPOOL_CUPTI: never, from the first pool on, or from the program's
+ * first NCCL call on (cupti.h). */
+typedef enum shim_cupti_mode {
+    SHIM_CUPTI_OFF, SHIM_CUPTI_ON, SHIM_CUPTI_AUTO
+} shim_cupti_mode;
+
 /* A cap: none, a byte count, or a percentage of the device's memory. */
 typedef struct shim_cap {
     uint64_t bytes;     /* when percent == 0; 0 = no cap */
@@ -52,7 +58,7 @@ typedef struct shim_config {
                                        memory calls, trimmable */
     bool stitch;                    /* and stitching (turns vmm on) */
     size_t vmm_unit;                /* VMM pieces; 0 = by the mode */
-    bool cupti;                     /* skip fences when CUPTI saw no GPU
+    shim_cupti_mode cupti;          /* skip fences when CUPTI saw no GPU
                                        work since the last one */
     char cupti_lib[SHIM_PATH_MAX];  /* "" = search for libcupti */
     shim_log_level log;

@@ -23,9 +23,19 @@
 #include "real.h"
 #include "log.h"
 
+#define EXPORT __attribute__((visibility("default")))
+
 static _Atomic uint64_t work;
 static atomic_bool watching;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* Starting and handing over, one at a time: the subscriber cupool holds
+ * and how to let it go; whether the program took CUPTI. */
+static pthread_mutex_t hand_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *cupti_lib;           /* cupool's dlopen of CUPTI */
+static CUpti_SubscriberHandle held;
+static CUptiResult (*let_go)(CUpti_SubscriberHandle);
+static bool taken;                /* the program subscribed itself */
 
 /* Driver calls that put nothing in a queue that could touch memory: they
  * ask, create, record an event or wait. The fence's own calls (event
@@ -110,14 +120,17 @@ static void *open_cupti(char *tried, size_t len)
     return NULL;
 }
 
-static void start(void)
+static void start_locked(void)
 {
-    if (!shim_cfg.cupti)
+    if (taken) /* the program's profiler holds CUPTI: it keeps it */
         return;
+    /* Under auto a missing or taken CUPTI is worth a word only when asked. */
+    shim_log_level why_level = shim_cfg.cupti == SHIM_CUPTI_AUTO ? SHIM_LOG_INFO
+                                                                   : SHIM_LOG_WARN;
     char tried[SHIM_PATH_MAX + 64];
     void *h = open_cupti(tried, sizeof(tried));
     if (!h) {
-        shim_log(SHIM_LOG_WARN, "CUPOOL_CUPTI: cannot load CUPTI (tried %s); "
+        shim_log(why_level, "CUPOOL_CUPTI: cannot load CUPTI (tried %s); "
                  "set CUPOOL_CUPTI_LIB to its path. Fencing as usual", tried);
         return;
     }
@@ -137,7 +150,7 @@ static void start(void)
     const char *why = "?";
     if (r != CUPTI_SUCCESS) {
         result_string(r, &why);
-        shim_log(SHIM_LOG_WARN, "CUPOOL_CUPTI: CUPTI refused a subscriber (%s)%s; "
+        shim_log(why_level, "CUPOOL_CUPTI: CUPTI refused a subscriber (%s)%s; "
                  "fencing as usual", why,
                  r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
                      ? ": a profiler or another tool holds it" : "");
@@ -154,24 +167,139 @@ static void start(void)
     /* One that cannot be turned off just keeps counting: fences, not harm. */
     for (size_t i = 0; i < sizeof(quiet_calls) / sizeof(quiet_calls[0]); i++)
         enable_callback(0, sub, CUPTI_CB_DOMAIN_DRIVER_API, quiet_calls[i]);
+    cupti_lib = h;
+    held = sub;
+    let_go = unsubscribe;
     atomic_store(&watching, true);
     shim_comm_watching();
-    shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: watching GPU work through CUPTI; "
-             "profilers cannot use CUPTI in this process");
+    shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: watching GPU work through CUPTI%s "
+             "(a profiler that asks for CUPTI gets it)",
+             shim_cfg.cupti == SHIM_CUPTI_AUTO ? " from the program's first NCCL call on" : "");
+}
+
+static void start(void)
+{
+    pthread_mutex_lock(&hand_lock);
+    start_locked();
+    pthread_mutex_unlock(&hand_lock);
 }
 
 bool shim_work_watch(void)
 {
-    pthread_once(&once, start);
+    if (shim_cfg.cupti == SHIM_CUPTI_ON)
+        pthread_once(&once, start);
     return atomic_load(&watching);
+}
+
+void shim_work_watch_nccl(void)
+{
+    if (shim_cfg.cupti == SHIM_CUPTI_AUTO)
+        pthread_once(&once, start);
 }
 
 bool shim_work_watching(void)
 {
-    return atomic_load_explicit(&watching, memory_order_relaxed);
+    return atomic_load_explicit(&watching, memory_order_acquire);
 }
 
 uint64_t shim_work_count(void)
 {
     return atomic_load_explicit(&work, memory_order_acquire);
+}
+
+/* ---- handing CUPTI to the program -----------------------------------------
+ * CUPTI takes one subscriber per process (CUDA 13.0), and a profiler in
+ * the program (torch.profiler's Kineto, a tool's injection) subscribes
+ * itself. Its call comes here first: a preloaded definition interposes the
+ * program's, and cupool's dlsym answers these names for a handle to CUPTI
+ * (shim_cupti_answer). cupool stops watching, lets its subscriber go, and
+ * the program's call goes on to CUPTI's own.
+ *
+ * Stopping is safe at any point: the flags fall before the subscriber is
+ * let go, so work the callback no longer sees happens after they fell, and
+ * a fence that reads them then neither skips nor leaves a stream out. */
+
+static void give_up_locked(void)
+{
+    taken = true;
+    if (!atomic_load(&watching))
+        return;
+    atomic_store(&watching, false);
+    shim_comm_unwatching();
+    CUptiResult r = let_go(held);
+    shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: the program asked for CUPTI (a profiler): "
+             "cupool let it go%s and fences every stream from now on",
+             r == CUPTI_SUCCESS ? "" : " (its unsubscribe failed)");
+}
+
+typedef CUptiResult (*subscribe_v2_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc,
+                                       void *, CUpti_SubscriberParams *);
+static _Atomic(void *) real_subscribe, real_subscribe_v2;
+
+/* CUPTI's own name: the one a handle gave (shim_cupti_answer), else the
+ * next definition after cupool's, else a CUPTI already loaded. */
+static void *cupti_own(_Atomic(void *) *slot, const char *name)
+{
+    void *f = atomic_load(slot);
+    if (!f)
+        f = shim_dlsym(RTLD_NEXT, name);
+    const char *sonames[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
+    for (size_t i = 0; !f && i < sizeof(sonames) / sizeof(sonames[0]); i++) {
+        void *h = dlopen(sonames[i], RTLD_LAZY | RTLD_NOLOAD);
+        if (h) {
+            f = shim_dlsym(h, name);
+            dlclose(h);
+        }
+    }
+    pthread_mutex_lock(&hand_lock);
+    if (!f && cupti_lib)
+        f = shim_dlsym(cupti_lib, name);
+    pthread_mutex_unlock(&hand_lock);
+    return f;
+}
+
+/* The program's subscribe is due: CUPTI's own function for it (NULL if
+ * none is loaded), cupool's subscriber let go first. */
+static void *hand_over(_Atomic(void *) *slot, const char *name)
+{
+    void *f = cupti_own(slot, name);
+    if (f) {
+        pthread_mutex_lock(&hand_lock);
+        give_up_locked();
+        pthread_mutex_unlock(&hand_lock);
+    }
+    return f;
+}
+
+EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb,
+                                  void *ud);
+EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb,
+                                  void *ud)
+{
+    subscribe_fn f = (subscribe_fn)hand_over(&real_subscribe, "cuptiSubscribe");
+    return f ? f(sub, cb, ud) : CUPTI_ERROR_NOT_INITIALIZED;
+}
+
+EXPORT CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb,
+                                     void *ud, CUpti_SubscriberParams *params);
+EXPORT CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc cb,
+                                     void *ud, CUpti_SubscriberParams *params)
+{
+    subscribe_v2_fn f = (subscribe_v2_fn)hand_over(&real_subscribe_v2, "cuptiSubscribe_v2");
+    return f ? f(sub, cb, ud, params) : CUPTI_ERROR_NOT_INITIALIZED;
+}
+
+void *shim_cupti_answer(const char *name, void *f)
+{
+    if (!strcmp(name, "cuptiSubscribe")) {
+        void *none = NULL;
+        atomic_compare_exchange_strong(&real_subscribe, &none, f);
+        return (void *)cuptiSubscribe;
+    }
+    if (!strcmp(name, "cuptiSubscribe_v2")) {
+        void *none = NULL;
+        atomic_compare_exchange_strong(&real_subscribe_v2, &none, f);
+        return (void *)cuptiSubscribe_v2;
+    }
+    return f;
 }

@@ -12,8 +12,12 @@
  * when it returns, that is once its work is in the driver's queues.
  *
  * CUPTI takes one subscriber per process, and profilers (Nsight Systems,
- * torch.profiler) need it too: this is opt-in, and when CUPTI cannot be
- * loaded or is taken, the shim says so once and fences as always.
+ * torch.profiler) need it too. CUPOOL_CUPTI=1 watches from the first pool
+ * on; auto (the default) from the program's first NCCL call on, where
+ * streams that NCCL keeps busy make the knowledge worth most; and when the
+ * program subscribes to CUPTI itself, cupool lets go (the program's
+ * profiler gets CUPTI) and fences as without it from then on. When CUPTI
+ * cannot be loaded or is taken, the shim says so once and fences as always.
  */
 #ifndef CUPOOL_SHIM_CUPTI_H
 #define CUPOOL_SHIM_CUPTI_H
@@ -27,12 +31,25 @@
  * can touch a pooled block is counted. Returns whether watching. */
 bool shim_work_watch(void);
 
-/* Whether watching (after shim_work_watch). */
+/* The program's first NCCL call is under way: starts watching, once per
+ * process, under CUPOOL_CUPTI=auto. */
+void shim_work_watch_nccl(void);
+
+/* Whether watching now (after shim_work_watch). Acquire, read before any
+ * decision that relies on the count: false once the program took CUPTI. */
 bool shim_work_watching(void);
 
 /* Driver calls counted so far. Acquire: the work of every call counted is
  * in the driver's queues before anything the caller issues next. */
 uint64_t shim_work_count(void);
+
+/* What cupool's dlsym answers for name on a handle whose own is f: its
+ * cuptiSubscribe and cuptiSubscribe_v2 (which hand CUPTI to the program),
+ * else f. */
+void *shim_cupti_answer(const char *name, void *f);
+
+/* What cupool exports of CUPTI's names (test_shim checks the list). */
+#define SHIM_CUPTI_EXPORTS(X) X(cuptiSubscribe) X(cuptiSubscribe_v2)
 
 /* What no count ever equals: the fence of a device that never fenced. */
 #define SHIM_WORK_NEVER UINT64_MAX

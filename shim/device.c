@@ -1025,7 +1025,7 @@ static pool *create_locked(shim_device *d, int shard)
                        .fence = shim_cfg.fence == SHIM_FENCE_NONE ? NULL : be_fence,
                        .fence_begin = poll ? be_fence_begin : NULL,
                        .fence_poll = poll ? be_fence_poll : NULL,
-                       .observe = tracing || (poll && shim_work_watching())
+                       .observe = tracing || (poll && shim_cfg.cupti != SHIM_CUPTI_OFF)
                                       ? be_observe : NULL,
                        .trim = d->vmm ? be_trim : NULL,
                        .trim_unit = d->vmm ? shim_vmm_unit(d->vmm) : 0,
@@ -1048,7 +1048,9 @@ static pool *create_locked(shim_device *d, int shard)
                  shim_cfg.fence == SHIM_FENCE_BARRIER ? "barrier"
                  : shim_cfg.fence == SHIM_FENCE_POLL ? "poll"
                  : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",
-                 shim_work_watching() ? " (skipped while CUPTI sees no new work)" : "",
+                 shim_work_watching() ? " (skipped while CUPTI sees no new work)"
+                 : poll && shim_cfg.cupti == SHIM_CUPTI_AUTO ? " (CUPTI from the first NCCL call)"
+                                                              : "",
                  shim_cfg.shards, d->vmm && shim_cfg.stitch ? "stitched VMM"
                  : d->vmm ? "VMM" : drv(d) ? "cuMemAlloc'd"
                                                                    : "cudaMalloc'd");

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "process.h"
+#include "cupti.h"
 #include "driver.h"
 #include "log.h"
 
@@ -53,6 +54,8 @@ HIDDEN __attribute__((used)) void *shim_dlsym_handle(void *handle, const char *n
     void *f = shim_dlsym(handle, name);
     if (!f || !name || name[0] != 'c' || name[1] != 'u')
         return f;
+    if (!strncmp(name, "cupti", 5))
+        return shim_cupti_answer(name, f);
     /* The exported name is also its own base name's answer only if the
      * driver's function for it is the one cupool wraps. */
     char base[64];

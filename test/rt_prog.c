@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include <cuda_runtime_api.h>
 #ifdef SIMCUDA
 #include <cuda.h>
+#include <cupti_callbacks.h>
 #include <cupti_driver_cbid.h>
 #include "simcuda.h"
 #endif
@@ -191,17 +193,24 @@ static int fence_poll(void)
 typedef int (*nccl_allreduce_fn)(const void *, void *, size_t, int, int, void *, void *);
 typedef int (*nccl_allgather_fn)(const void *, void *, size_t, int, void *, void *);
 typedef int (*nccl_void_fn)(void);
+/* dlopen of one of the simulated libraries, beside this program's rt/. */
+static void *sim_lib(const char *name, int flags)
+{
+    char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 64);
+    CHECK(n > 0);
+    path[n] = '\0';
+    snprintf(strrchr(path, '/'), 64, "/../sim/%s", name);
+    void *lib = dlopen(path, flags);
+    CHECK(lib != NULL);
+    return lib;
+}
+
 static void *nccl(const char *name)
 {
     static void *lib;
-    if (!lib) {
-        char path[4096];
-        ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
-        CHECK(n > 0);
-        path[n] = '\0';
-        strcpy(strrchr(path, '/'), "/../sim/libnccl.so.2");
-        CHECK((lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL)) != NULL);
-    }
+    if (!lib)
+        lib = sim_lib("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
     void *f = dlsym(RTLD_DEFAULT, name);
     CHECK(f != NULL);
     return f;
@@ -1590,6 +1599,72 @@ static int cupti(void)
     return 0;
 }
 
+/* The fences of n reuses of p's 64 MiB block, each with a memset in it if
+ * busy (a legacy-stream event or a synchronization each). */
+static unsigned long pairs_fenced(void *p, int n, bool busy)
+{
+    simcuda_stats s0 = sim(0);
+    for (int i = 0; i < n; i++) {
+        void *q;
+        OK(cudaMalloc(&q, 64 * MIB));
+        CHECK(q == p);
+        if (busy)
+            OK(cudaMemsetAsync(q, i, MIB, 0));
+        OK(cudaFree(q));
+    }
+    simcuda_stats s1 = sim(0);
+    return s1.legacy_records + s1.syncs - s0.legacy_records - s0.syncs;
+}
+
+static atomic_int profiler_saw;
+
+static void CUPTIAPI profiler_call(void *ud, CUpti_CallbackDomain domain, CUpti_CallbackId id,
+                                   const void *data)
+{
+    (void)ud, (void)domain, (void)id;
+    if (((const CUpti_CallbackData *)data)->callbackSite == CUPTI_API_EXIT)
+        atomic_fetch_add(&profiler_saw, 1);
+}
+
+/* The program subscribes to CUPTI itself midway, as a profiler does: by
+ * the name its linker binds (the global scope), or through a handle to
+ * the library (CUPTI_BY_HANDLE=1). It gets CUPTI (the simulated one takes
+ * one subscriber) and sees the calls; cupool fences as without CUPTI from
+ * then on: no quiet reuse skips its fence. CUPTI_NCCL=1 makes an NCCL call
+ * first (CUPOOL_CUPTI=auto starts there). */
+static int cupti_yield(void)
+{
+    enum { n = 20 };
+    if (getenv("CUPTI_NCCL")) {
+        CHECK(((nccl_void_fn)nccl("ncclGroupStart"))() == 0);
+        CHECK(((nccl_void_fn)nccl("ncclGroupEnd"))() == 0);
+    }
+    void *p;
+    OK(cudaMalloc(&p, 64 * MIB));
+    OK(cudaFree(p));
+    unsigned long quiet_before = pairs_fenced(p, n, false);
+    typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+    typedef CUptiResult (*enable_fn)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
+    void *lib = RTLD_DEFAULT;
+    if (getenv("CUPTI_BY_HANDLE"))
+        lib = sim_lib("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    subscribe_fn subscribe = (subscribe_fn)dlsym(lib, "cuptiSubscribe");
+    enable_fn enable = (enable_fn)dlsym(lib, "cuptiEnableDomain");
+    CHECK(subscribe && enable);
+    CUpti_SubscriberHandle sub;
+    CUptiResult r = subscribe(&sub, profiler_call, NULL);
+    printf("the program's subscribe: %d\n", (int)r);
+    CHECK(r == CUPTI_SUCCESS);
+    CHECK(enable(1, sub, CUPTI_CB_DOMAIN_DRIVER_API) == CUPTI_SUCCESS);
+    unsigned long busy_after = pairs_fenced(p, n, true);
+    unsigned long quiet_after = pairs_fenced(p, n, false);
+    printf("quiet before: %lu fences; after: busy %lu, quiet %lu fences; the program's "
+           "subscriber saw %d calls\n", quiet_before, busy_after, quiet_after,
+           atomic_load(&profiler_saw));
+    CHECK(atomic_load(&profiler_saw) >= n);
+    return 0;
+}
+
 /* The runtime hands out cupool's cuMemAlloc; allocations through it are
  * served; the runtime's own cudaMalloc, which reaches the driver through
  * the same entry point inside cupool, costs one driver allocation per
@@ -1633,7 +1708,8 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"fence_idle", fence_idle},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev}, {"shards", shards},
-    {"shards_cap", shards_cap}, {"cupti", cupti}, {"sig_chain", sig_chain},
+    {"shards_cap", shards_cap}, {"cupti", cupti}, {"cupti_yield", cupti_yield},
+    {"sig_chain", sig_chain},
     {"sig_dispositions", sig_dispositions}, {"sig_blocked", sig_blocked},
     {"sig_flags", sig_flags}, {"sig_fork", sig_fork}, {"entrypoint", entrypoint},
 #endif

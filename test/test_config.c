@@ -135,7 +135,7 @@ static void test_defaults(void **state)
     memset(&def, 0, sizeof(def)); /* padding too: load zeroes c first */
     pool_config_default(&def);
     assert_memory_equal(&c.pool, &def, sizeof(def));
-    assert_false(c.cupti);
+    assert_int_equal(c.cupti, SHIM_CUPTI_AUTO);
     assert_string_equal(c.cupti_lib, "");
 }
 
@@ -166,7 +166,7 @@ static void test_valid_values(void **state)
     assert_int_equal(c.log, SHIM_LOG_DEBUG);
     assert_int_equal(c.pool.max_split, 64 * MIB);
     assert_int_equal(c.pool.fence_interval, 1);
-    assert_true(c.cupti);
+    assert_int_equal(c.cupti, SHIM_CUPTI_ON);
     assert_string_equal(c.cupti_lib, "/opt/cuda/lib64/libcupti.so");
 }
 
@@ -225,11 +225,25 @@ static void test_cross_checks(void **state)
     assert_int_equal(c.pool.mid_max, 0);
     static const char *const cupti_none[] = {"CUPOOL_CUPTI=1", "CUPOOL_FENCE=none", NULL};
     assert_int_equal(load(cupti_none, &c), 1);
-    assert_false(c.cupti);
+    assert_int_equal(c.cupti, SHIM_CUPTI_OFF);
     assert_non_null(warning_with("CUPOOL_CUPTI=1 has no fence to skip under CUPOOL_FENCE=none"));
+    /* auto (the default) quietly stays off there. */
+    static const char *const auto_none[] = {"CUPOOL_FENCE=none", NULL};
+    assert_int_equal(load(auto_none, &c), 0);
+    assert_int_equal(c.cupti, SHIM_CUPTI_OFF);
     static const char *const cupti_sync[] = {"CUPOOL_CUPTI=1", "CUPOOL_FENCE=sync", NULL};
     assert_int_equal(load(cupti_sync, &c), 0);
-    assert_true(c.cupti);
+    assert_int_equal(c.cupti, SHIM_CUPTI_ON);
+    static const char *const cupti_off[] = {"CUPOOL_CUPTI=off", NULL};
+    assert_int_equal(load(cupti_off, &c), 0);
+    assert_int_equal(c.cupti, SHIM_CUPTI_OFF);
+    static const char *const cupti_auto[] = {"CUPOOL_CUPTI=AUTO", NULL};
+    assert_int_equal(load(cupti_auto, &c), 0);
+    assert_int_equal(c.cupti, SHIM_CUPTI_AUTO);
+    static const char *const cupti_bad[] = {"CUPOOL_CUPTI=sometimes", NULL};
+    assert_int_equal(load(cupti_bad, &c), 1);
+    assert_int_equal(c.cupti, SHIM_CUPTI_AUTO);
+    assert_non_null(warning_with("CUPOOL_CUPTI=sometimes is invalid (expected auto, or 1, 0"));
     /* The slack is the poll fence's: a percentage, 0 up, 1000 at most. */
     static const char *const poll[] = {"CUPOOL_FENCE=poll", "CUPOOL_FENCE_SLACK=100", NULL};
     assert_int_equal(load(poll, &c), 0);

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "comm.h"
+#include "cupti.h"
 #include "driver.h"
 #include "real.h"
 #include "signals.h"
@@ -281,6 +282,7 @@ static void test_fence_comm(void **s)
 {
     (void)s;
     PASSES("fence_comm", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
+    PASSES("fence_comm", "CUPOOL_FENCE=poll", sim_cupti()); /* auto: from its first call */
     PASSES("fence_idle", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
 }
 static void test_fence_poll_cap(void **s)
@@ -502,6 +504,42 @@ static void test_cupti(void **s)
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "quiet pairs: 50 fences; busy pairs: 50 fences"));
     assert_non_null(strstr(r->err, "cannot load CUPTI (tried /nonexistent/libcupti.so)"));
+    /* auto (the default) waits for an NCCL call: none here, no CUPTI. */
+    r = run("cupti", lib, "CUPOOL_LOG=info", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "quiet pairs: 50 fences; busy pairs: 50 fences"));
+    assert_null(strstr(r->err, "watching GPU work"));
+    /* Missing under auto: said only at info; every fence, as without it. */
+    r = run("cupti_yield", "CUPTI_NCCL=1", "CUPOOL_CUPTI_LIB=/nonexistent/libcupti.so", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "quiet before: 20 fences"));
+    assert_null(strstr(r->err, "cannot load CUPTI"));
+}
+
+/* The program (a profiler) subscribes to CUPTI while cupool holds it: it
+ * gets it, through the linker's name and through a handle, and cupool
+ * fences every reuse from then on (20 quiet pairs, 20 fences); under auto
+ * only once an NCCL call started it. */
+static void test_cupti_given_to_the_program(void **s)
+{
+    (void)s;
+    const char *lib = sim_cupti();
+    const char *held = "quiet before: 1 fences; after: busy 20, quiet 20 fences";
+    result *r = run("cupti_yield", "CUPOOL_CUPTI=1", lib, "CUPOOL_LOG=info", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, held));
+    assert_non_null(strstr(r->err, "the program asked for CUPTI (a profiler): cupool let it go"));
+    r = run("cupti_yield", "CUPOOL_CUPTI=1", lib, "CUPTI_BY_HANDLE=1", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, held));
+    r = run("cupti_yield", lib, "CUPTI_NCCL=1", "CUPOOL_LOG=info", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, held));
+    assert_non_null(strstr(r->err, "from the program's first NCCL call on"));
+    r = run("cupti_yield", lib, "CUPOOL_LOG=info", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "quiet before: 20 fences; after: busy 20, quiet 20 fences"));
+    assert_null(strstr(r->err, "let it go"));
 }
 
 /* `cupool run`: its options become the program's environment, beside the
@@ -1450,6 +1488,7 @@ static void test_exports_match_allowlist(void **s)
 #undef X_DRV
 #define X_NCCL(name) #name,
         SHIM_NCCL_EXPORTS(X_NCCL)
+        SHIM_CUPTI_EXPORTS(X_NCCL)
 #undef X_NCCL
         "dlsym", /* driver.c: answers lookups on the driver */
     };
@@ -1484,6 +1523,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exports_match_allowlist),
         cmocka_unit_test(test_cupti),
+        cmocka_unit_test(test_cupti_given_to_the_program),
         cmocka_unit_test(test_cupool_run),
         cmocka_unit_test(test_startup_refusals),
         cmocka_unit_test(test_cli_help_and_mistakes),

@@ -19,12 +19,22 @@ def own_stats():
     if not path or "libcupool" not in os.environ.get("LD_PRELOAD", ""):
         return None
     path = path.replace("%p", str(os.getpid()))
+
+    def lines():
+        """The complete lines written so far (a dump is one line)."""
+        try:
+            text = open(path).read()
+        except OSError:
+            return []
+        return text[:text.rfind("\n") + 1].splitlines()
+
+    had = len(lines())
     os.kill(os.getpid(), signal.SIGUSR2)
-    for _ in range(300):
-        if os.path.exists(path) and open(path).read().endswith("\n"):
+    for _ in range(300):  # a new line: this dump, not an earlier one
+        if len(lines()) > had:
             break
         time.sleep(0.01)
-    return json.loads(open(path).read().splitlines()[-1])
+    return json.loads(lines()[-1])
 
 
 class _Memory(ctypes.Structure):
@@ -76,6 +86,7 @@ def with_own_stats(out, base=None):
         out["cupool_peak_allocated_mib"] = dev["allocated_peak"] >> 20
         out["cupool_stitches"] = dev.get("stitches", 0)
         out["cupool_fences"] = dev["fences"]
+        out["cupool_fences_skipped"] = dev.get("fences_skipped", 0)
         out["cupool_fence_orders"] = dev.get("fence_orders", 0)
         out["cupool_fence_forced"] = dev.get("fence_forced", 0)
         out["cupool_streams_left"] = dev.get("fence_streams_left", 0)
