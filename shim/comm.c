@@ -428,12 +428,8 @@ static void *nccl_fn(_Atomic(void *) *slot, const char *name)
     void *f = atomic_load_explicit(slot, memory_order_acquire);
     if (f)
         return f;
-    f = shim_dlsym(RTLD_NEXT, name);
-    if (!f) {
-        void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-        f = h ? shim_dlsym(h, name) : NULL;
-    }
-    if (!f)
+    static const char *const nccl[] = {"libnccl.so.2", NULL};
+    if (!(f = shim_dlsym_loaded(name, nccl)))
         shim_log(SHIM_LOG_ERROR, "%s called, but NCCL's own was not found", name);
     atomic_store_explicit(slot, f, memory_order_release);
     return f;

@@ -240,17 +240,11 @@ static _Atomic(void *) real_subscribe, real_subscribe_v2;
  * next definition after cupool's, else a CUPTI already loaded. */
 static void *cupti_own(_Atomic(void *) *slot, const char *name)
 {
+    static const char *const sonames[] = {"libcupti.so.13", "libcupti.so.12",
+                                          "libcupti.so", NULL};
     void *f = atomic_load(slot);
     if (!f)
-        f = shim_dlsym(RTLD_NEXT, name);
-    const char *sonames[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
-    for (size_t i = 0; !f && i < sizeof(sonames) / sizeof(sonames[0]); i++) {
-        void *h = dlopen(sonames[i], RTLD_LAZY | RTLD_NOLOAD);
-        if (h) {
-            f = shim_dlsym(h, name);
-            dlclose(h);
-        }
-    }
+        f = shim_dlsym_loaded(name, sonames);
     pthread_mutex_lock(&hand_lock);
     if (!f && cupti_lib)
         f = shim_dlsym(cupti_lib, name);

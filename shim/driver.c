@@ -48,6 +48,16 @@ __attribute__((no_sanitize_thread)) void *shim_dlsym(void *handle, const char *n
     return real ? real(handle, name) : NULL;
 }
 
+void *shim_dlsym_loaded(const char *name, const char *const *sonames)
+{
+    void *f = shim_dlsym(RTLD_NEXT, name);
+    for (; !f && *sonames; sonames++) {
+        void *h = dlopen(*sonames, RTLD_NOW | RTLD_NOLOAD);
+        f = h ? shim_dlsym(h, name) : NULL;
+    }
+    return f;
+}
+
 /* An explicit handle: the caller does not matter to glibc here. */
 HIDDEN __attribute__((used)) void *shim_dlsym_handle(void *handle, const char *name)
 {

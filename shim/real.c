@@ -22,31 +22,22 @@ shim_real_table shim_real;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool resolved;
 
-static void *find(const char *name, void **lib)
-{
-    void *f = shim_dlsym(RTLD_NEXT, name);
-    if (f)
-        return f;
-    static const char *const libs[] = {"libcudart.so.13", "libcudart.so.12"};
-    for (int i = 0; !*lib && i < 2; i++)
-        *lib = dlopen(libs[i], RTLD_NOW | RTLD_NOLOAD);
-    return *lib ? shim_dlsym(*lib, name) : NULL;
-}
+static const char *const runtimes[] = {"libcudart.so.13", "libcudart.so.12", NULL};
 
 /* One try: true if every function that must be there was found. */
 static bool resolve(void)
 {
-    void *lib = NULL;
     int missing = 0;
     const char *first = NULL;
 #define SHIM_X_FIND(ret, name, params)                                        \
-    *(void **)&shim_real.name = find(#name, &lib);                           \
+    *(void **)&shim_real.name = shim_dlsym_loaded(#name, runtimes);           \
     if (!shim_real.name && !missing++)                                        \
         first = #name;
     SHIM_INTERPOSED(SHIM_X_FIND)
     SHIM_USED(SHIM_X_FIND)
 #undef SHIM_X_FIND
-#define SHIM_X_TRY(ret, name, params) *(void **)&shim_real.name = find(#name, &lib);
+#define SHIM_X_TRY(ret, name, params)                                         \
+    *(void **)&shim_real.name = shim_dlsym_loaded(#name, runtimes);
     SHIM_OPTIONAL(SHIM_X_TRY)
 #undef SHIM_X_TRY
     /* No runtime at all is the usual case of a program that reaches the
