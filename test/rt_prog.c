@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -1665,6 +1666,55 @@ static int cupti_yield(void)
     return 0;
 }
 
+/* CUPOOL_CUPTI=1: the program subscribes on one thread while another
+ * reuses a block with a memset in each reuse: every reuse fences (work
+ * came since the last), those begun after the subscribe returned too,
+ * when CUPTI no longer reports the memsets to cupool. */
+static atomic_int reuses_done;
+static atomic_bool handed;
+
+static void *subscribe_midway(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&reuses_done) < 50)
+        sched_yield();
+    typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+    subscribe_fn subscribe = (subscribe_fn)dlsym(RTLD_DEFAULT, "cuptiSubscribe");
+    CUpti_SubscriberHandle sub;
+    CHECK(subscribe && subscribe(&sub, profiler_call, NULL) == CUPTI_SUCCESS);
+    atomic_store(&handed, true);
+    return NULL;
+}
+
+static int cupti_yield_threads(void)
+{
+    enum { n = 400 };
+    void *p, *q;
+    OK(cudaMalloc(&p, 64 * MIB));
+    OK(cudaMemsetAsync(p, 0, MIB, 0));
+    OK(cudaFree(p));
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, subscribe_midway, NULL) == 0);
+    int after = 0, missed = 0;
+    for (int i = 0; i < n; i++) {
+        bool late = atomic_load(&handed);
+        simcuda_stats s0 = sim(0);
+        OK(cudaMalloc(&q, 64 * MIB));
+        CHECK(q == p);
+        simcuda_stats s1 = sim(0);
+        bool fenced = s1.legacy_records + s1.syncs > s0.legacy_records + s0.syncs;
+        missed += !fenced;
+        after += late;
+        OK(cudaMemsetAsync(q, i, MIB, 0));
+        OK(cudaFree(q));
+        atomic_store(&reuses_done, i + 1);
+    }
+    CHECK(pthread_join(t, NULL) == 0);
+    printf("%d reuses, %d after the program subscribed; %d not fenced\n", n, after, missed);
+    CHECK(after > 0 && missed == 0);
+    return 0;
+}
+
 /* The runtime hands out cupool's cuMemAlloc; allocations through it are
  * served; the runtime's own cudaMalloc, which reaches the driver through
  * the same entry point inside cupool, costs one driver allocation per
@@ -1709,6 +1759,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev}, {"shards", shards},
     {"shards_cap", shards_cap}, {"cupti", cupti}, {"cupti_yield", cupti_yield},
+    {"cupti_yield_threads", cupti_yield_threads},
     {"sig_chain", sig_chain},
     {"sig_dispositions", sig_dispositions}, {"sig_blocked", sig_blocked},
     {"sig_flags", sig_flags}, {"sig_fork", sig_fork}, {"entrypoint", entrypoint},

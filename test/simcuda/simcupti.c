@@ -14,7 +14,7 @@
 /* ---- CUPTI, driver domain only -------------------------------------------
  * Every runtime call below that stands for a driver call reports it (entry,
  * then return) to the one subscriber, unless that call was turned off. */
-static CUpti_CallbackFunc cupti_cb;
+static _Atomic(CUpti_CallbackFunc) cupti_cb; /* the subscriber's, or NULL */
 static atomic_bool cupti_off[CUPTI_DRIVER_TRACE_CBID_SIZE];
 static atomic_bool cupti_domain_on;
 
@@ -28,10 +28,14 @@ void sim_drv_call_params(CUpti_CallbackId id, const void *params)
     if (!atomic_load(&cupti_domain_on) || id >= CUPTI_DRIVER_TRACE_CBID_SIZE ||
         atomic_load(&cupti_off[id]))
         return;
+    /* One subscriber for the call's two sites, even if it changes now. */
+    CUpti_CallbackFunc cb = atomic_load(&cupti_cb);
+    if (!cb)
+        return;
     CUpti_CallbackData d = {.callbackSite = CUPTI_API_ENTER, .functionParams = params};
-    cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+    cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
     d.callbackSite = CUPTI_API_EXIT;
-    cupti_cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+    cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
 }
 
 EXPORT void simcuda_report_call(unsigned cbid)
@@ -45,9 +49,9 @@ EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFun
 {
     (void)ud;
     const char *t = getenv("SIMCUDA_CUPTI_TAKEN");
-    if (cupti_cb || (t && *t == '1'))
+    CUpti_CallbackFunc none = NULL;
+    if ((t && *t == '1') || !atomic_compare_exchange_strong(&cupti_cb, &none, cb))
         return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-    cupti_cb = cb;
     *sub = (CUpti_SubscriberHandle)&cupti_cb;
     return CUPTI_SUCCESS;
 }
@@ -56,7 +60,7 @@ EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle sub)
 {
     (void)sub;
     atomic_store(&cupti_domain_on, false);
-    cupti_cb = NULL;
+    atomic_store(&cupti_cb, NULL);
     return CUPTI_SUCCESS;
 }
 
