@@ -302,41 +302,44 @@ void shim_comm_track(void *s)
     pthread_mutex_unlock(&lock);
 }
 
+bool shim_comm_begin(void)
+{
+    if (!atomic_load_explicit(&watching, memory_order_acquire))
+        return false;
+    pthread_mutex_lock(&lock);
+    return true;
+}
+
+void shim_comm_end(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
 bool shim_comm_needs(void *s, shim_comm_mark *m)
 {
     m->marks = m->seq = 0;
-    if (!atomic_load_explicit(&watching, memory_order_acquire))
-        return true;
-    pthread_mutex_lock(&lock);
     comm_stream *c = find_locked(s);
-    bool needs = true;
-    if (c) {
-        m->marks = atomic_load_explicit(&c->marks, memory_order_acquire);
-        m->seq = seq;
-        needs = m->marks != atomic_load_explicit(&c->covered, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&lock);
-    return needs;
+    if (!c)
+        return true;
+    m->marks = atomic_load_explicit(&c->marks, memory_order_acquire);
+    m->seq = seq;
+    return m->marks != atomic_load_explicit(&c->covered, memory_order_relaxed);
 }
 
 void shim_comm_covered(void *s, const shim_comm_mark *m)
 {
-    if (!m->marks)
+    comm_stream *c = m->marks ? find_locked(s) : NULL;
+    if (!c)
         return;
-    pthread_mutex_lock(&lock);
-    comm_stream *c = find_locked(s);
-    if (c) {
-        if (m->marks - atomic_load(&c->covered) < UINT64_MAX / 2)
-            atomic_store(&c->covered, m->marks);
-        /* The buffers named before that event: a block freed from now on
-         * is fenced after it (fences retire in order). */
-        size_t k = 0;
-        for (size_t i = 0; i < c->nranges; i++)
-            if (c->ranges[i].seq > m->seq)
-                c->ranges[k++] = c->ranges[i];
-        c->nranges = k;
-    }
-    pthread_mutex_unlock(&lock);
+    if (m->marks - atomic_load(&c->covered) < UINT64_MAX / 2)
+        atomic_store(&c->covered, m->marks);
+    /* The buffers named before that event: a block freed from now on is
+     * fenced after it (fences retire in order). */
+    size_t k = 0;
+    for (size_t i = 0; i < c->nranges; i++)
+        if (c->ranges[i].seq > m->seq)
+            c->ranges[k++] = c->ranges[i];
+    c->nranges = k;
 }
 
 void shim_comm_allocated(uintptr_t addr)

@@ -59,16 +59,24 @@ void shim_comm_unwatching(void);
  * if unknown): attributes its work to a stream. */
 void shim_comm_work(unsigned cbid, const void *params);
 
-/* What a fence begun now must know of stream s: whether it must record an
- * event on s (*m to pass to shim_comm_covered once it has). A stream not
- * known, and every stream while CUPTI does not watch, always must. */
+/* A fence's questions and answers about its streams, under one lock:
+ * shim_comm_begin takes it and returns true, unless CUPTI does not watch
+ * (every stream must then be in the fence: nothing to ask, nothing
+ * taken); shim_comm_end lets it go. No CUDA call in between: CUPTI's
+ * callback takes the same lock. */
+bool shim_comm_begin(void);
+void shim_comm_end(void);
+
+/* Between the two: whether a fence begun now must record an event on
+ * stream s (*m to pass to shim_comm_covered once it has). A stream not
+ * known always must. */
 typedef struct shim_comm_mark {
     uint64_t marks, seq;
 } shim_comm_mark;
 bool shim_comm_needs(void *s, shim_comm_mark *m);
 
-/* A fence recorded an event on s after shim_comm_needs gave m: the marks
- * and buffers up to m are covered. */
+/* Between the two: a fence recorded an event on s after shim_comm_needs
+ * gave m: the marks and buffers up to m are covered. */
 void shim_comm_covered(void *s, const shim_comm_mark *m);
 
 /* A pooled block [addr, addr + size) was allocated / freed. */

@@ -616,17 +616,24 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
         return -ENOMEM;
     int e = 0;
     size_t left = 0;
-    for (size_t i = 0; !e && i < d->nstreams; i++) {
+    /* Left out: a stream with no work queued since a fence covered it, or
+     * whose work since is only collectives on memory not freed since
+     * (comm.h). Asked for all at once, before any CUDA call. */
+    bool asking = shim_comm_begin();
+    for (size_t i = 0; i < d->nstreams; i++) {
         shim_stream *st = &d->streams[i];
         if (!st->nonblocking)
             continue;
-        /* Left out: a stream with no work queued since a fence covered it,
-         * or whose work since is only collectives on memory not freed
-         * since (comm.h). */
-        if (!(st->comm_due = shim_comm_needs(st->stream, &st->comm_mark))) {
-            left++;
+        st->comm_mark = (shim_comm_mark){0, 0};
+        st->comm_due = !asking || shim_comm_needs(st->stream, &st->comm_mark);
+        left += !st->comm_due;
+    }
+    if (asking)
+        shim_comm_end();
+    for (size_t i = 0; !e && i < d->nstreams; i++) {
+        shim_stream *st = &d->streams[i];
+        if (!st->nonblocking || !st->comm_due)
             continue;
-        }
         e = event_take(d, &f.events[f.nevents]);
         if (!e && (e = cu_record(d, f.events[f.nevents], d->streams[i].stream)) != 0)
             event_give(d, f.events[f.nevents]);
@@ -645,9 +652,12 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
                  cu_strerror(d, e));
         return -EIO;
     }
-    for (size_t i = 0; i < d->nstreams; i++)
-        if (d->streams[i].nonblocking && d->streams[i].comm_due)
-            shim_comm_covered(d->streams[i].stream, &d->streams[i].comm_mark);
+    if (asking && shim_comm_begin()) {
+        for (size_t i = 0; i < d->nstreams; i++)
+            if (d->streams[i].nonblocking && d->streams[i].comm_due)
+                shim_comm_covered(d->streams[i].stream, &d->streams[i].comm_mark);
+        shim_comm_end();
+    }
     if (d->norphans) {
         memcpy(f.events + f.nevents, d->orphans, d->norphans * sizeof(*f.events));
         f.nevents += d->norphans;

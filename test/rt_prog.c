@@ -1045,13 +1045,24 @@ static void *one_pair(void *arg)
 /* The median cost of a cudaMalloc+cudaFree pair of PAIR_BYTES (4096), from
  * a thread that took its shard after PAIR_AFTER_THREADS (0) other threads
  * took theirs. */
+/* The median of 9 timed runs of N cudaMalloc+cudaFree pairs (PAIR_N,
+ * default 200000) of PAIR_BYTES (default 4 KiB), in ns per pair; after
+ * PAIR_AFTER_THREADS threads took a shard each; with PAIR_STREAMS idle
+ * non-blocking streams made first, and with PAIR_WORK=1 a memset on the
+ * legacy stream in each pair (then each large reuse fences). */
 static int pairbench(void)
 {
-    enum { N = 200000 };
     const char *b = getenv("PAIR_BYTES"), *t = getenv("PAIR_AFTER_THREADS");
+    const char *np = getenv("PAIR_N"), *ns = getenv("PAIR_STREAMS");
+    bool work = getenv("PAIR_WORK") != NULL;
+    int N = np ? atoi(np) : 200000;
     size_t bytes = b ? strtoul(b, NULL, 0) : 4096;
     for (int i = 0, n = t ? atoi(t) : 0; i < n; i++)
         in_thread(one_pair, NULL);
+    for (int i = 0, n = ns ? atoi(ns) : 0; i < n; i++) {
+        cudaStream_t s;
+        OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    }
     double v[9];
     void *p;
     for (int r = -1; r < 9; r++) {
@@ -1059,6 +1070,8 @@ static int pairbench(void)
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int i = 0; i < N; i++) {
             OK(cudaMalloc(&p, bytes));
+            if (work)
+                OK(cudaMemsetAsync(p, 0, 1, 0));
             OK(cudaFree(p));
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
