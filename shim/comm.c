@@ -580,9 +580,15 @@ typedef struct { char internal[128]; } nccl_unique_id;
 INSIDE(ncclCommInitRank, (void **comm, int n, nccl_unique_id id, int rank), (comm, n, id, rank))
 INSIDE(ncclCommInitRankConfig, (void **comm, int n, nccl_unique_id id, int rank, void *cfg),
        (comm, n, id, rank, cfg))
+INSIDE(ncclCommInitRankScalable, (void **comm, int n, int rank, int nids, nccl_unique_id *ids,
+                                  void *cfg), (comm, n, rank, nids, ids, cfg))
 INSIDE(ncclCommInitAll, (void **comm, int n, const int *devs), (comm, n, devs))
 INSIDE(ncclCommSplit, (void *comm, int color, int key, void **out, void *cfg),
        (comm, color, key, out, cfg))
+INSIDE(ncclCommShrink, (void *comm, int *excluded, int nexcluded, void **out, void *cfg,
+                        int flags), (comm, excluded, nexcluded, out, cfg, flags))
+INSIDE(ncclCommGrow, (void *comm, int n, const nccl_unique_id *id, int rank, void **out,
+                      void *cfg), (comm, n, id, rank, out, cfg))
 INSIDE(ncclCommFinalize, (void *comm), (comm))
 INSIDE(ncclCommDestroy, (void *comm), (comm))
 INSIDE(ncclCommAbort, (void *comm), (comm))

@@ -44,8 +44,9 @@
     X(ncclAllReduce) X(ncclBroadcast) X(ncclBcast) X(ncclReduce)              \
     X(ncclAllGather) X(ncclReduceScatter) X(ncclAlltoAll) X(ncclGather)       \
     X(ncclScatter) X(ncclSend) X(ncclRecv) X(ncclGroupStart) X(ncclGroupEnd)  \
-    X(ncclCommInitRank) X(ncclCommInitRankConfig) X(ncclCommInitAll)          \
-    X(ncclCommSplit) X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort)
+    X(ncclCommInitRank) X(ncclCommInitRankConfig) X(ncclCommInitRankScalable) \
+    X(ncclCommInitAll) X(ncclCommSplit) X(ncclCommShrink) X(ncclCommGrow)     \
+    X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort)
 
 /* CUPTI reports every driver call that may queue work from now on (only
  * then are collectives' buffers noted). */
