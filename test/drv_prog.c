@@ -10,6 +10,7 @@
  */
 #include <dlfcn.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,7 +279,9 @@ static int cap(void)
 }
 
 /* A program that looked for the runtime before loading it: the early
- * probe fails, and once the runtime is loaded the same entry serves. */
+ * probe fails, and once the runtime is loaded the same entry serves; with
+ * LAZY_LOCAL=1 the runtime is loaded RTLD_LOCAL, as a Python extension
+ * loads it, out of RTLD_NEXT's sight: cupool finds it by its soname. */
 static int lazy(void)
 {
     typedef int (*malloc_fn)(void **, size_t);
@@ -295,9 +298,13 @@ static int lazy(void)
     char rt[4096];
     snprintf(rt, sizeof(rt), "%.*s/libcudart.so.13",
              (int)(strrchr(info.dli_fname, '/') - info.dli_fname), info.dli_fname);
-    CHECK(dlopen(rt, RTLD_NOW | RTLD_GLOBAL));
+    bool local = getenv("LAZY_LOCAL") != NULL;
+    CHECK(dlopen(rt, RTLD_NOW | (local ? RTLD_LOCAL : RTLD_GLOBAL)));
     m = (malloc_fn)dlsym(RTLD_DEFAULT, "cudaMalloc");
     free_fn fr = (free_fn)dlsym(RTLD_DEFAULT, "cudaFree");
+    Dl_info where;
+    CHECK(dladdr((void *)m, &where) && where.dli_fname);
+    printf("cudaMalloc from %s\n", strrchr(where.dli_fname, '/') + 1);
     unsigned long before = sim().mallocs;
     for (int i = 0; i < 32; i++) {
         CHECK(m(&p, MiB) == 0 && p);
