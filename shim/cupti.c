@@ -172,6 +172,7 @@ static void start_locked(void)
     let_go = unsubscribe;
     atomic_store(&watching, true);
     shim_comm_watching();
+    shim_count(SHIM_cupti_starts);
     shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: watching GPU work through CUPTI%s "
              "(a profiler that asks for CUPTI gets it)",
              shim_cfg.cupti == SHIM_CUPTI_AUTO ? " from the program's first NCCL call on" : "");
@@ -227,6 +228,7 @@ static void give_up_locked(void)
     atomic_store(&watching, false);
     shim_comm_unwatching();
     CUptiResult r = let_go(held);
+    shim_count(SHIM_cupti_handovers);
     shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: the program asked for CUPTI (a profiler): "
              "cupool let it go%s and fences every stream from now on",
              r == CUPTI_SUCCESS ? "" : " (its unsubscribe failed)");

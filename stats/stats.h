@@ -97,7 +97,12 @@
     X(flushed, BYTES, COUNTER, "bytes returned by flushes")                   \
     X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")           \
     X(trace_records, COUNT, COUNTER, "trace records written (CUPOOL_TRACE)")  \
-    X(trace_lost, COUNT, COUNTER, "trace records lost (write error)")
+    X(trace_lost, COUNT, COUNTER, "trace records lost (write error)")        \
+    X(cupti_starts, COUNT, COUNTER, "times cupool began watching GPU work "   \
+      "through CUPTI (CUPOOL_CUPTI: 1 at the first pool, auto at the first "  \
+      "NCCL call)")                                                           \
+    X(cupti_handovers, COUNT, COUNTER, "times the program (a profiler) took " \
+      "CUPTI from cupool, which fences as without it after")
 
 typedef struct stats_device {
     int32_t device;   /* CUDA device index; -1 = slot unused */

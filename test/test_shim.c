@@ -530,10 +530,12 @@ static void test_cupti_given_to_the_program(void **s)
     (void)s;
     const char *lib = sim_cupti();
     const char *held = "quiet before: 1 fences; after: busy 20, quiet 20 fences";
-    result *r = run("cupti_yield", "CUPOOL_CUPTI=1", lib, "CUPOOL_LOG=info", NULL);
+    result *r = run("cupti_yield", "CUPOOL_CUPTI=1", lib, "CUPOOL_LOG=info",
+                    "CUPOOL_STATS_AT_EXIT=1", "CUPOOL_STATS_FORMAT=json", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, held));
     assert_non_null(strstr(r->err, "the program asked for CUPTI (a profiler): cupool let it go"));
+    assert_non_null(strstr(r->err, "\"cupti_starts\":1,\"cupti_handovers\":1"));
     r = run("cupti_yield", "CUPOOL_CUPTI=1", lib, "CUPTI_BY_HANDLE=1", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, held));
@@ -541,10 +543,12 @@ static void test_cupti_given_to_the_program(void **s)
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, held));
     assert_non_null(strstr(r->err, "from the program's first NCCL call on"));
-    r = run("cupti_yield", lib, "CUPOOL_LOG=info", NULL);
+    r = run("cupti_yield", lib, "CUPOOL_LOG=info", "CUPOOL_STATS_AT_EXIT=1",
+            "CUPOOL_STATS_FORMAT=json", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "quiet before: 20 fences; after: busy 20, quiet 20 fences"));
     assert_null(strstr(r->err, "let it go"));
+    assert_non_null(strstr(r->err, "\"cupti_starts\":0,\"cupti_handovers\":0"));
     /* From another thread, while reuses go on (TSan: the handover). */
     PASSES("cupti_yield_threads", "CUPOOL_CUPTI=1", lib);
 }
