@@ -122,8 +122,11 @@ static void *open_cupti(char *tried, size_t len)
 
 static void start_locked(void)
 {
-    if (taken) /* the program's profiler holds CUPTI: it keeps it */
+    if (taken) { /* the program's profiler holds CUPTI: it keeps it */
+        shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: the program holds CUPTI (a profiler); "
+                 "fencing as without it");
         return;
+    }
     /* Under auto a missing or taken CUPTI is worth a word only when asked. */
     shim_log_level why_level = shim_cfg.cupti == SHIM_CUPTI_AUTO ? SHIM_LOG_INFO
                                                                    : SHIM_LOG_WARN;

@@ -1640,23 +1640,12 @@ static void CUPTIAPI profiler_call(void *ud, CUpti_CallbackDomain domain, CUpti_
         atomic_fetch_add(&profiler_saw, 1);
 }
 
-/* The program subscribes to CUPTI itself midway, as a profiler does: by
- * the name its linker binds (the global scope), or through a handle to
- * the library (CUPTI_BY_HANDLE=1). It gets CUPTI (the simulated one takes
- * one subscriber) and sees the calls; cupool fences as without CUPTI from
- * then on: no quiet reuse skips its fence. CUPTI_NCCL=1 makes an NCCL call
- * first (CUPOOL_CUPTI=auto starts there). */
-static int cupti_yield(void)
+/* The program subscribes to CUPTI as a profiler does: by the name its
+ * linker binds (the global scope), or through a handle to the library
+ * (CUPTI_BY_HANDLE=1). It must get CUPTI (the simulated one takes one
+ * subscriber) and see the driver's calls. */
+static void program_subscribes(void)
 {
-    enum { n = 20 };
-    if (getenv("CUPTI_NCCL")) {
-        CHECK(((nccl_void_fn)nccl("ncclGroupStart"))() == 0);
-        CHECK(((nccl_void_fn)nccl("ncclGroupEnd"))() == 0);
-    }
-    void *p;
-    OK(cudaMalloc(&p, 64 * MIB));
-    OK(cudaFree(p));
-    unsigned long quiet_before = pairs_fenced(p, n, false);
     typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
     typedef CUptiResult (*enable_fn)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
     void *lib = RTLD_DEFAULT;
@@ -1670,6 +1659,29 @@ static int cupti_yield(void)
     printf("the program's subscribe: %d\n", (int)r);
     CHECK(r == CUPTI_SUCCESS);
     CHECK(enable(1, sub, CUPTI_CB_DOMAIN_DRIVER_API) == CUPTI_SUCCESS);
+}
+
+/* The program subscribes midway (program_subscribes): cupool fences as
+ * without CUPTI from then on, no quiet reuse skips its fence.
+ * CUPTI_NCCL=1 makes an NCCL call first (CUPOOL_CUPTI=auto starts there);
+ * CUPTI_FIRST=1 subscribes before anything else instead (cupool must then
+ * leave CUPTI to the program). */
+static int cupti_yield(void)
+{
+    enum { n = 20 };
+    bool first = getenv("CUPTI_FIRST") != NULL;
+    if (first)
+        program_subscribes();
+    if (getenv("CUPTI_NCCL")) {
+        CHECK(((nccl_void_fn)nccl("ncclGroupStart"))() == 0);
+        CHECK(((nccl_void_fn)nccl("ncclGroupEnd"))() == 0);
+    }
+    void *p;
+    OK(cudaMalloc(&p, 64 * MIB));
+    OK(cudaFree(p));
+    unsigned long quiet_before = pairs_fenced(p, n, false);
+    if (!first)
+        program_subscribes();
     unsigned long busy_after = pairs_fenced(p, n, true);
     unsigned long quiet_after = pairs_fenced(p, n, false);
     printf("quiet before: %lu fences; after: busy %lu, quiet %lu fences; the program's "

@@ -549,6 +549,11 @@ static void test_cupti_given_to_the_program(void **s)
     assert_non_null(strstr(r->out, "quiet before: 20 fences; after: busy 20, quiet 20 fences"));
     assert_null(strstr(r->err, "let it go"));
     assert_non_null(strstr(r->err, "\"cupti_starts\":0,\"cupti_handovers\":0"));
+    /* The program took CUPTI before the NCCL call: cupool leaves it be. */
+    r = run("cupti_yield", lib, "CUPTI_FIRST=1", "CUPTI_NCCL=1", "CUPOOL_LOG=info", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "quiet before: 20 fences; after: busy 20, quiet 20 fences"));
+    assert_non_null(strstr(r->err, "the program holds CUPTI (a profiler); fencing as without it"));
     /* From another thread, while reuses go on (TSan: the handover). */
     PASSES("cupti_yield_threads", "CUPOOL_CUPTI=1", lib);
 }
