@@ -624,7 +624,6 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
         shim_stream *st = &d->streams[i];
         if (!st->nonblocking)
             continue;
-        st->comm_mark = (shim_comm_mark){0, 0};
         st->comm_due = !asking || shim_comm_needs(st->stream, &st->comm_mark);
         left += !st->comm_due;
     }

@@ -1581,38 +1581,6 @@ static int stitch_extend(void)
 }
 
 #ifdef SIMCUDA
-/* Pairs of 64 MiB that reuse one block (a large block is always the best
- * fit, so each reuse asks for a fence): n pairs with nothing between them,
- * then n with work (a memset of the block) in each. Prints how many fences
- * reached CUDA for each; CUPOOL_CUPTI should skip a fence only when no work
- * came since the last one. */
-static int cupti(void)
-{
-    enum { n = 50 };
-    void *p, *q;
-    OK(cudaMalloc(&p, 64 * MIB));
-    OK(cudaFree(p));
-    simcuda_stats s0 = sim(0);
-    for (int i = 0; i < n; i++) {
-        OK(cudaMalloc(&q, 64 * MIB));
-        CHECK(q == p);
-        OK(cudaFree(q));
-    }
-    simcuda_stats s1 = sim(0);
-    for (int i = 0; i < n; i++) {
-        OK(cudaMalloc(&q, 64 * MIB));
-        CHECK(q == p);
-        OK(cudaMemsetAsync(q, i, MIB, 0));
-        OK(cudaFree(q));
-    }
-    simcuda_stats s2 = sim(0);
-    /* A fence is a legacy-stream event (barrier) or a synchronization (sync). */
-    printf("quiet pairs: %lu fences; busy pairs: %lu fences\n",
-           s1.legacy_records + s1.syncs - s0.legacy_records - s0.syncs,
-           s2.legacy_records + s2.syncs - s1.legacy_records - s1.syncs);
-    return 0;
-}
-
 /* The fences of n reuses of p's 64 MiB block, each with a memset in it if
  * busy (a legacy-stream event or a synchronization each). */
 static unsigned long pairs_fenced(void *p, int n, bool busy)
@@ -1628,6 +1596,23 @@ static unsigned long pairs_fenced(void *p, int n, bool busy)
     }
     simcuda_stats s1 = sim(0);
     return s1.legacy_records + s1.syncs - s0.legacy_records - s0.syncs;
+}
+
+/* Pairs of 64 MiB that reuse one block (a large block is always the best
+ * fit, so each reuse asks for a fence): n pairs with nothing between them,
+ * then n with work (a memset of the block) in each. Prints how many fences
+ * reached CUDA for each; CUPOOL_CUPTI should skip a fence only when no work
+ * came since the last one. */
+static int cupti(void)
+{
+    enum { n = 50 };
+    void *p;
+    OK(cudaMalloc(&p, 64 * MIB));
+    OK(cudaFree(p));
+    unsigned long quiet = pairs_fenced(p, n, false);
+    unsigned long busy = pairs_fenced(p, n, true);
+    printf("quiet pairs: %lu fences; busy pairs: %lu fences\n", quiet, busy);
+    return 0;
 }
 
 static atomic_int profiler_saw;
