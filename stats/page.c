@@ -12,18 +12,25 @@
  * time it publishes, serves the request and raises the matching answer
  * counter. No signal is sent.
  *
- * Nothing on a page is trusted. Its name is
- * cupool-<uid>-<pid namespace>-<pid>[.N] (the namespace keeps containers
- * that share /dev/shm apart; .N when the plain name is taken, so that files
- * planted for future pids cannot keep a process from its page). The writer
- * creates it with O_EXCL|O_NOFOLLOW, so nothing at that name is followed or
- * truncated. A reader opens it without following links or blocking and
- * accepts it only if it is a regular file owned by the caller, mode 0600,
- * with one link, of the exact size, with the right header; and only as
- * long as the process named in it maps that very file (its device and
- * inode in /proc/PID/maps), which proves the page belongs to the process
- * image running now: a page left behind by exec, or by a process whose pid
- * was reused, is stale.
+ * Nothing on a page is trusted, and no other user can keep a process from
+ * its page. Pages live in a directory of their user's own,
+ * <base>/cupool-<uid> (mode 0700; base is $CUPOOL_PAGE_DIR, /dev/shm or
+ * /tmp, owned by root or the user, sticky if others may write in it), so
+ * no other user can create, squat or link names in it; a directory of that
+ * name that is not the user's own (planted by another user) is passed
+ * over for a private one, cupool-<uid>.XXXXXX, which readers look for only
+ * then. In it the page is <pid namespace>-<pid> (the namespace keeps
+ * containers that share /dev/shm apart). The writer builds the page under
+ * a temporary name, its memory reserved with posix_fallocate (a full tmpfs
+ * fails the page at creation instead of killing the program with SIGBUS
+ * when it first touches it), and renames it into place once its header is
+ * whole. A reader opens it without following links or blocking and
+ * accepts it only if it is a regular file owned by the process's user,
+ * mode 0600, with one link, of the exact size, with the right header; and
+ * only as long as the process named in it maps that very file (its device
+ * and inode in /proc/PID/maps), which proves the page belongs to the
+ * process image running now: a page left behind by exec, or by a process
+ * whose pid was reused, is stale.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -40,10 +47,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "safefile.h"
 #include "stats.h"
 
 #define PAGE_MAGIC 0x3345474150504f43ull /* "COPPAGE3" */
-enum { PAGE_VERSION = 7, PAGE_SUFFIXES = 16 };
+enum { PAGE_VERSION = 8 };
 
 /* A block exported for IPC (stats_page_export): nonce is written last
  * (release) and read first and last by importers; 0 = free slot. */
@@ -70,12 +78,14 @@ typedef struct page_data {
 
 struct stats_page {
     page_data *d;
+    bool own_dir;              /* a private directory, removed with the page */
+    char dir[400];
     char path[512];
 };
 
 const char *stats_page_dir(void)
 {
-    const char *d = getenv("CUPOOL_PAGE_DIR");
+    const char *d = secure_getenv("CUPOOL_PAGE_DIR");
     if (d && *d)
         return d;
     struct stat st;
@@ -87,12 +97,6 @@ static unsigned long pid_ns(void)
 {
     struct stat st;
     return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long)st.st_ino : 0;
-}
-
-/* "cupool-<uid>-<ns>-" : every page name of this user and namespace. */
-static void name_prefix(char *buf, size_t len)
-{
-    snprintf(buf, len, "cupool-%u-%lu-", (unsigned)geteuid(), pid_ns());
 }
 
 /* Start time of pid in clock ticks since boot, or 0 if unknown. */
@@ -121,53 +125,161 @@ static uint64_t start_time(int pid)
     return p ? strtoull(p, NULL, 10) : 0;
 }
 
+/* ---- the directories ---------------------------------------------------------- */
+
+/* Opens dir (relative to at) if it is a directory of uid's that only uid
+ * may enter: its descriptor, or -1. */
+static int user_dir_open(int at, const char *dir, uid_t uid)
+{
+    int fd = openat(at, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) || st.st_uid != uid || (st.st_mode & 077))) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* The name of uid's directory in the base: cupool-<uid>. */
+static void user_dir_name(uid_t uid, char *buf, size_t len)
+{
+    snprintf(buf, len, "cupool-%u", (unsigned)uid);
+}
+
+/* Whether name is one of uid's private directories (cupool-<uid>.XXXXXX). */
+static bool private_dir_name(const char *name, uid_t uid)
+{
+    char prefix[32];
+    int k = snprintf(prefix, sizeof(prefix), "cupool-%u.", (unsigned)uid);
+    return !strncmp(name, prefix, (size_t)k) && strlen(name) == (size_t)k + 6;
+}
+
+/* Calls fn on every directory that may hold uid's pages, open: the
+ * user's own, or, where a directory of that name is not the user's, each
+ * private one. Stops at the first fn that returns non-zero and returns
+ * that, else 0. */
+static int each_dir(uid_t uid, int (*fn)(int dfd, void *arg), void *arg)
+{
+    const char *base = stats_page_dir();
+    char name[32];
+    user_dir_name(uid, name, sizeof(name));
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", base, name);
+    int own = user_dir_open(AT_FDCWD, path, uid);
+    if (own >= 0) {
+        int r = fn(own, arg);
+        close(own);
+        return r;
+    }
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return 0; /* no pages of uid at all */
+    DIR *b = opendir(base);
+    int r = 0;
+    for (struct dirent *e; !r && b && (e = readdir(b));) {
+        if (!private_dir_name(e->d_name, uid))
+            continue;
+        int d = user_dir_open(dirfd(b), e->d_name, uid);
+        if (d >= 0) {
+            r = fn(d, arg);
+            close(d);
+        }
+    }
+    if (b)
+        closedir(b);
+    return r;
+}
+
+/* The page's name in its directory: <pid namespace>-<pid>. */
+static void page_name(int pid, char *buf, size_t len)
+{
+    snprintf(buf, len, "%lu-%d", pid_ns(), pid);
+}
+
+/* Makes (or finds) the directory this process's page goes in: p->dir, and
+ * p->own_dir when it is a private one. 0, or -1 with *why. */
+static int writer_dir(stats_page *p, const char **why, bool *passed_over)
+{
+    const char *base = stats_page_dir();
+    if ((*why = safefile_dir_refusal(base)))
+        return -1;
+    char name[32];
+    user_dir_name(geteuid(), name, sizeof(name));
+    snprintf(p->dir, sizeof(p->dir), "%s/%s", base, name);
+    if (mkdir(p->dir, 0700) && errno != EEXIST) {
+        *why = strerror(errno);
+        return -1;
+    }
+    int fd = user_dir_open(AT_FDCWD, p->dir, geteuid());
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    /* Not this user's: another user made it first. */
+    *passed_over = true;
+    snprintf(p->dir, sizeof(p->dir), "%s/%s.XXXXXX", base, name);
+    if (!mkdtemp(p->dir)) {
+        *why = strerror(errno);
+        return -1;
+    }
+    p->own_dir = true;
+    return 0;
+}
+
 /* ---- the writer --------------------------------------------------------------- */
 
-stats_page *stats_page_create(void)
+stats_page *stats_page_create(const char **why, bool *passed_over)
 {
+    *passed_over = false;
     stats_page *p = calloc(1, sizeof(*p));
-    if (!p)
+    if (!p) {
+        *why = strerror(ENOMEM);
         return NULL;
-    char prefix[64];
-    name_prefix(prefix, sizeof(prefix));
-    int fd = -1;
-    for (int n = 0; fd < 0 && n < PAGE_SUFFIXES; n++) {
-        int w = n ? snprintf(p->path, sizeof(p->path), "%s/%s%d.%d", stats_page_dir(),
-                             prefix, (int)getpid(), n)
-                  : snprintf(p->path, sizeof(p->path), "%s/%s%d", stats_page_dir(),
-                             prefix, (int)getpid());
-        if (w < 0 || (size_t)w >= sizeof(p->path)) {
-            errno = ENAMETOOLONG;
-            break;
-        }
-        fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0 && errno != EEXIST)
-            break;
     }
-    if (fd < 0 || fchmod(fd, 0600) || ftruncate(fd, sizeof(page_data))) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd), unlink(p->path);
+    char name[64], tmp[600];
+    page_name((int)getpid(), name, sizeof(name));
+    p->d = MAP_FAILED;
+    int fd = -1, err = 0;
+    if (writer_dir(p, why, passed_over)) {
         free(p);
-        errno = e;
         return NULL;
     }
-    p->d = mmap(NULL, sizeof(page_data), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p->d == MAP_FAILED) {
-        int e = errno;
-        unlink(p->path);
+    snprintf(p->path, sizeof(p->path), "%s/%s", p->dir, name);
+    snprintf(tmp, sizeof(tmp), "%s/.%s.new", p->dir, name);
+    unlink(tmp); /* this pid's own leftover: the directory is the user's */
+    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || fchmod(fd, 0600))
+        err = errno;
+    /* Reserve every byte now: on a full tmpfs the first touch of a sparse
+     * page would raise SIGBUS in the program. */
+    else if ((err = posix_fallocate(fd, 0, sizeof(page_data))) == 0) {
+        p->d = mmap(NULL, sizeof(page_data), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        err = p->d == MAP_FAILED ? errno : 0;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (!err) {
+        p->d->version = PAGE_VERSION;
+        p->d->size = sizeof(page_data);
+        p->d->pid = (int32_t)getpid();
+        p->d->uid = (uint32_t)geteuid();
+        p->d->start_time = start_time((int)getpid());
+        atomic_thread_fence(memory_order_release);
+        p->d->magic = PAGE_MAGIC; /* a reader trusts nothing before it */
+        /* Whole: under its name (what was there is this pid's stale page). */
+        if (rename(tmp, p->path))
+            err = errno;
+    }
+    if (err) {
+        *why = strerror(err);
+        if (p->d != MAP_FAILED)
+            munmap(p->d, sizeof(page_data));
+        unlink(tmp);
+        if (p->own_dir)
+            rmdir(p->dir);
         free(p);
-        errno = e;
         return NULL;
     }
-    p->d->version = PAGE_VERSION;
-    p->d->size = sizeof(page_data);
-    p->d->pid = (int32_t)getpid();
-    p->d->uid = (uint32_t)geteuid();
-    p->d->start_time = start_time((int)getpid());
-    atomic_thread_fence(memory_order_release);
-    p->d->magic = PAGE_MAGIC; /* last: a reader trusts nothing before it */
     return p;
 }
 
@@ -242,6 +354,8 @@ void stats_page_remove(stats_page *p)
         return;
     munmap(p->d, sizeof(page_data));
     unlink(p->path);
+    if (p->own_dir)
+        rmdir(p->dir);
     free(p);
 }
 
@@ -286,11 +400,11 @@ static int maps_file(int pid, dev_t dev, ino_t ino)
     return found ? 1 : 0;
 }
 
-/* Checks an open candidate: a regular file of this user, 0600, one link,
- * the page's size. */
-static bool file_ok(int fd, struct stat *st)
+/* Checks an open candidate: a regular file of uid, 0600, one link, the
+ * page's size. */
+static bool file_ok(int fd, uid_t uid, struct stat *st)
 {
-    return fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_uid == geteuid() &&
+    return fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_uid == uid &&
            (st->st_mode & 07777) == 0600 && st->st_nlink == 1 &&
            st->st_size == (off_t)sizeof(page_data);
 }
@@ -300,19 +414,19 @@ static bool pread_all(int fd, void *buf, size_t len, off_t off)
     return pread(fd, buf, len, off) == (ssize_t)len;
 }
 
-/* Validates the page open at fd for pid: 0 (live), -EPERM (not a regular
- * file of this user, 0600, one link, of the page's size), -EPROTO (not a
- * page), -ESRCH (stale: its process is gone or runs another image). */
-static int page_check(int fd, int pid)
+/* Validates the page open at fd for pid, of uid: 0 (live), -EPERM (not a
+ * regular file of uid, 0600, one link, of the page's size), -EPROTO (not
+ * a page), -ESRCH (stale: its process is gone or runs another image). */
+static int page_check(int fd, int pid, uid_t uid)
 {
     struct stat st;
     page_data h;
-    if (!file_ok(fd, &st))
+    if (!file_ok(fd, uid, &st))
         return -EPERM;
     if (!pread_all(fd, &h, offsetof(page_data, asked), 0))
         return -EPROTO;
     if (h.magic != PAGE_MAGIC || h.version != PAGE_VERSION ||
-        h.size != sizeof(page_data) || h.pid != pid || h.uid != geteuid())
+        h.size != sizeof(page_data) || h.pid != pid || h.uid != uid)
         return -EPROTO;
     uint64_t now = start_time(pid);
     if (!now || (h.start_time && now != h.start_time) || !maps_file(pid, st.st_dev, st.st_ino))
@@ -320,36 +434,34 @@ static int page_check(int fd, int pid)
     return 0;
 }
 
-/* The pid a page name names (prefix, pid, optionally .N), or -1 if name is
- * not one. */
-static int page_name_pid(const char *name, const char *prefix)
+/* The pid a page name (<namespace>-<pid>, this namespace's) names, or -1;
+ * *tmp tells whether it is a page being made (.<name>.new). */
+static int page_name_pid(const char *name, bool *tmp)
 {
-    size_t k = strlen(prefix);
-    if (strncmp(name, prefix, k))
+    char prefix[32];
+    int k = snprintf(prefix, sizeof(prefix), "%lu-", pid_ns());
+    *tmp = name[0] == '.';
+    if (*tmp)
+        name++;
+    if (strncmp(name, prefix, (size_t)k))
         return -1;
     char *end;
     long v = strtol(name + k, &end, 10);
-    if (end == name + k || v <= 0 || v > (1L << 30))
+    if (end == name + k || v <= 0 || v > (1L << 30) || name[k] == '-' || name[k] == '+')
         return -1;
-    if (*end == '.') {
-        char *e2;
-        long n = strtol(end + 1, &e2, 10);
-        if (e2 == end + 1 || *e2 || n <= 0 || n >= PAGE_SUFFIXES)
-            return -1;
-    } else if (*end) {
+    if (*tmp ? strcmp(end, ".new") : *end)
         return -1;
-    }
     return (int)v;
 }
 
-/* Opens entry name of dir (flags: O_RDONLY or O_RDWR) and checks it as
- * pid's page: 0 with *fd open, or page_check's error. */
-static int page_at(DIR *dir, const char *name, int pid, int flags, int *fd)
+/* Opens entry name of directory dfd (flags: O_RDONLY or O_RDWR) and checks
+ * it as pid's page of uid: 0 with *fd open, or page_check's error. */
+static int page_at(int dfd, const char *name, int pid, uid_t uid, int flags, int *fd)
 {
-    int f = openat(dirfd(dir), name, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    int f = openat(dfd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (f < 0)
         return -ENOENT;
-    int err = page_check(f, pid);
+    int err = page_check(f, pid, uid);
     if (err)
         close(f);
     else
@@ -357,30 +469,47 @@ static int page_at(DIR *dir, const char *name, int pid, int flags, int *fd)
     return err;
 }
 
+/* The user whose page pid's is: the caller's own; for root, the user the
+ * process runs as (root may read and flush any process's page). */
+static uid_t page_owner(int pid)
+{
+    uid_t me = geteuid();
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%d", pid);
+    return me == 0 && stat(path, &st) == 0 ? st.st_uid : me;
+}
+
+typedef struct page_find {
+    int pid, flags, fd, best;
+    uid_t uid;
+} page_find;
+
+static int find_in(int dfd, void *arg)
+{
+    page_find *f = arg;
+    char name[64];
+    page_name(f->pid, name, sizeof(name));
+    int err = page_at(dfd, name, f->pid, f->uid, f->flags, &f->fd);
+    if (!err)
+        return 1;
+    if (err == -ESRCH || (f->best == -ENOENT && err != -ENOENT))
+        f->best = err;
+    return 0;
+}
+
 /* Opens pid's live page (flags: O_RDONLY or O_RDWR) into *fd. 0, or the
  * most telling error seen: -ESRCH (a stale page), -EPROTO or -EPERM (only
  * files that are not pages), -ENOENT (none). */
 static int page_open(int pid, int flags, int *fd)
 {
-    char prefix[64];
-    name_prefix(prefix, sizeof(prefix));
-    DIR *dir = opendir(stats_page_dir());
-    if (!dir)
-        return -ENOENT;
-    int best = -ENOENT;
-    for (struct dirent *e; (e = readdir(dir));) {
-        if (page_name_pid(e->d_name, prefix) != pid)
-            continue;
-        int err = page_at(dir, e->d_name, pid, flags, fd);
-        if (!err) {
-            closedir(dir);
-            return 0;
-        }
-        if (err == -ESRCH || (best == -ENOENT && err != -ENOENT))
-            best = err;
+    page_find f = {.pid = pid, .flags = flags, .fd = -1, .best = -ENOENT,
+                   .uid = page_owner(pid)};
+    if (each_dir(f.uid, find_in, &f) == 1) {
+        *fd = f.fd;
+        return 0;
     }
-    closedir(dir);
-    return best;
+    return f.best;
 }
 
 /* Copies the view under the seqlock, with pread. */
@@ -486,32 +615,76 @@ int stats_page_answered(int pid, stats_request r, uint64_t ticket)
     return !ok ? -EPROTO : served >= ticket;
 }
 
-size_t stats_page_list(int *pids, size_t max, bool clean, size_t *removed)
+typedef struct page_listing {
+    int *pids;
+    size_t max, n, gone;
+    bool clean;
+} page_listing;
+
+/* Whether a page being made by pid was left behind: pid is gone. */
+static bool tmp_stale(int pid)
 {
-    char prefix[64];
-    name_prefix(prefix, sizeof(prefix));
-    size_t n = 0, gone = 0;
-    DIR *dir = opendir(stats_page_dir());
+    return start_time(pid) == 0;
+}
+
+static int list_in(int dfd, void *arg)
+{
+    page_listing *l = arg;
+    DIR *dir = fdopendir(dup(dfd));
+    size_t here = 0, gone = 0;
     for (struct dirent *e; dir && (e = readdir(dir));) {
-        int pid = page_name_pid(e->d_name, prefix), f;
+        if (e->d_name[0] == '.' && (!e->d_name[1] || !strcmp(e->d_name, "..")))
+            continue;
+        here++;
+        bool tmp;
+        int pid = page_name_pid(e->d_name, &tmp), f;
         if (pid < 0)
             continue;
-        int err = page_at(dir, e->d_name, pid, O_RDONLY, &f);
+        if (tmp) {
+            if (l->clean && tmp_stale(pid) && unlinkat(dfd, e->d_name, 0) == 0) {
+                l->gone++;
+                gone++;
+            }
+            continue;
+        }
+        int err = page_at(dfd, e->d_name, pid, geteuid(), O_RDONLY, &f);
         if (!err)
             close(f);
-        if (err == -ESRCH && clean)
-            gone += unlinkat(dirfd(dir), e->d_name, 0) == 0;
+        if (err == -ESRCH && l->clean && unlinkat(dfd, e->d_name, 0) == 0) {
+            l->gone++;
+            gone++;
+        }
         if (err)
             continue;
         bool dup = false;
-        for (size_t i = 0; i < n; i++)
-            dup |= pids[i] == pid;
-        if (!dup && n < max)
-            pids[n++] = pid;
+        for (size_t i = 0; i < l->n; i++)
+            dup |= l->pids[i] == pid;
+        if (!dup && l->n < l->max)
+            l->pids[l->n++] = pid;
     }
     if (dir)
         closedir(dir);
+    /* A private directory emptied of stale pages goes too. */
+    if (l->clean && here && here == gone) {
+        char self[64];
+        snprintf(self, sizeof(self), "/proc/self/fd/%d", dfd);
+        char path[600];
+        ssize_t k = readlink(self, path, sizeof(path) - 1);
+        if (k > 0) {
+            path[k] = '\0';
+            const char *slash = strrchr(path, '/');
+            if (slash && private_dir_name(slash + 1, geteuid()))
+                rmdir(path);
+        }
+    }
+    return 0;
+}
+
+size_t stats_page_list(int *pids, size_t max, bool clean, size_t *removed)
+{
+    page_listing l = {.pids = pids, .max = max, .clean = clean};
+    each_dir(geteuid(), list_in, &l);
     if (removed)
-        *removed = gone;
-    return n;
+        *removed = l.gone;
+    return l.n;
 }

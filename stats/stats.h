@@ -179,12 +179,13 @@ size_t stats_format_prometheus(const stats_view *const *v, size_t n,
                                char *buf, size_t len);
 
 /* ---- the live page (stats/page.c) ---------------------------------------
- * One file per process in stats_page_dir(), named
- * cupool-<uid>-<pid namespace>-<pid>[.N], mode 0600: the statistics (the
- * writer publishes with a seqlock; readers retry while it is odd or moves)
- * and the control channel (requests counted up by readers, answers by the
- * process's helper thread). Readers trust only a regular file of their own
- * user, mode 0600, one link, mapped by the live process it names. */
+ * One file per process, <pid namespace>-<pid> in its user's own directory
+ * stats_page_dir()/cupool-<uid> (mode 0700), mode 0600: the statistics
+ * (the writer publishes with a seqlock; readers retry while it is odd or
+ * moves) and the control channel (requests counted up by readers, answers
+ * by the process's helper thread). Readers trust only a regular file of
+ * the process's user, mode 0600, one link, mapped by the live process it
+ * names. */
 
 typedef struct stats_page stats_page;
 
@@ -195,12 +196,15 @@ typedef enum stats_request {
     STATS_NREQUESTS
 } stats_request;
 
-/* Directory of the pages: $CUPOOL_PAGE_DIR, else /dev/shm, else /tmp. */
+/* Where the users' page directories are: $CUPOOL_PAGE_DIR, else
+ * /dev/shm, else /tmp. */
 const char *stats_page_dir(void);
 
-/* Creates this process's page (never follows or truncates what is at its
- * name). Returns NULL (errno set) on failure. */
-stats_page *stats_page_create(void);
+/* Creates this process's page, its memory reserved (a full tmpfs fails
+ * here, never later). Returns NULL with *why on failure. *passed_over is
+ * set when the user's directory was another user's and a private one was
+ * made instead. */
+stats_page *stats_page_create(const char **why, bool *passed_over);
 /* The page's path. */
 const char *stats_page_path(const stats_page *p);
 /* Publishes a view. Single writer. */
@@ -232,8 +236,9 @@ int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
 
 /* Reads the page of pid into *v. 0, -ENOENT (no page), -ESRCH (a page
  * whose process is gone or has exec'd: stale), -EPROTO (not a cupool
- * page), -EPERM (a file named like it that is not a regular file of this
- * user, mode 0600, one link), -EAGAIN (kept changing while read). */
+ * page), -EPERM (a file named like it that is not a regular file of the
+ * process's user, mode 0600, one link), -EAGAIN (kept changing while
+ * read). Root reads any user's process's page; others their own. */
 int stats_page_read(int pid, stats_view *v);
 /* Asks pid for r: *ticket is the ticket to wait for. 0 or as
  * stats_page_read. Catches SIGBUS while it runs: for readers, not for the
@@ -242,7 +247,9 @@ int stats_page_ask(int pid, stats_request r, uint64_t *ticket);
 /* 1 if pid answered ticket of r, 0 if not yet, or as stats_page_read. */
 int stats_page_answered(int pid, stats_request r, uint64_t ticket);
 /* Lists the pids that have live pages for this user in this pid namespace,
- * up to max; removes stale pages when clean is true. Returns the count. */
+ * up to max; removes stale pages (and pages left half made by processes
+ * that died) when clean is true, counting them in *removed. Returns the
+ * count. */
 size_t stats_page_list(int *pids, size_t max, bool clean, size_t *removed);
 
 #endif

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -230,27 +231,53 @@ static int page_setup(void **s)
     return 0;
 }
 
+/* Mounts a 64 KiB tmpfs at path: 0, or -1 where mounting is not allowed. */
+static int mount_small_tmpfs(const char *path)
+{
+    return mount("tmpfs", path, "tmpfs", 0, "size=64k,mode=0700");
+}
+
 static int page_teardown(void **s)
 {
     (void)s;
+    umount2(dir, MNT_DETACH); /* test_full_tmpfs_fails_cleanly's */
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     return system(cmd);
 }
 
-/* The plain name of pid's page: cupool-<uid>-<pid namespace>-<pid>. */
-static void page_name(char *path, size_t len, int pid, const char *suffix)
+/* The path of pid's page: cupool-<uid>/<pid namespace>-<pid>, or with
+ * prefix "." and suffix ".new" the name it is made under. */
+static void page_name_as(char *path, size_t len, int pid, const char *prefix,
+                         const char *suffix)
 {
     struct stat ns;
     assert_int_equal(stat("/proc/self/ns/pid", &ns), 0);
-    snprintf(path, len, "%s/cupool-%u-%lu-%d%s", dir, (unsigned)geteuid(),
+    snprintf(path, len, "%s/cupool-%u/%s%lu-%d%s", dir, (unsigned)geteuid(), prefix,
              (unsigned long)ns.st_ino, pid, suffix);
+}
+
+static void page_name(char *path, size_t len, int pid, const char *suffix)
+{
+    page_name_as(path, len, pid, "", suffix);
+}
+
+/* Creates this process's page, in the user's own directory. */
+static stats_page *page_create(void)
+{
+    const char *why = NULL;
+    bool passed_over = true;
+    stats_page *p = stats_page_create(&why, &passed_over);
+    if (!p)
+        print_message("no page: %s\n", why);
+    assert_false(p && passed_over);
+    return p;
 }
 
 static void test_page_round_trip(void **s)
 {
     (void)s;
-    stats_page *p = stats_page_create();
+    stats_page *p = page_create();
     assert_non_null(p);
     char path[256];
     page_name(path, sizeof(path), (int)getpid(), "");
@@ -278,7 +305,7 @@ static void test_page_round_trip(void **s)
 static void test_page_requests(void **s)
 {
     (void)s;
-    stats_page *p = stats_page_create();
+    stats_page *p = page_create();
     assert_non_null(p);
     stats_view v;
     sample(&v, "self");
@@ -306,7 +333,7 @@ static void test_stale_page_is_cleaned(void **s)
     (void)s;
     pid_t child = fork();
     if (child == 0) {
-        stats_page *p = stats_page_create(); /* and exits without removing */
+        stats_page *p = page_create(); /* and exits without removing */
         stats_view v;
         sample(&v, "child");
         stats_page_publish(p, &v);
@@ -333,7 +360,7 @@ static void test_exec_makes_page_stale(void **s)
     assert_int_equal(pipe(go), 0);
     pid_t child = fork();
     if (child == 0) {
-        stats_page *p = stats_page_create();
+        stats_page *p = page_create();
         stats_view v;
         sample(&v, "child");
         if (p)
@@ -376,12 +403,13 @@ static void test_foreign_file_is_not_a_page(void **s)
 {
     (void)s;
     char path[256];
+    stats_page_remove(page_create()); /* makes the user's directory */
     page_name(path, sizeof(path), (int)getpid(), "");
     plant(path, 4096 * 8, 0600);
     stats_view r;
     assert_int_equal(stats_page_read((int)getpid(), &r), -EPERM); /* wrong size */
     unlink(path);
-    stats_page *p = stats_page_create();
+    stats_page *p = page_create();
     assert_non_null(p);
     stats_view v;
     sample(&v, "self");
@@ -399,32 +427,32 @@ static void test_foreign_file_is_not_a_page(void **s)
     stats_page_remove(p);
 }
 
-/* Files planted at the name a process will use (a file of another user, a
- * hard link to one of the user's own files, a FIFO) neither keep it from
- * its page nor get written: the page takes the next name. Readers ignore
- * them without blocking. */
+/* Files planted at the name a process will use (a hard link to one of
+ * the user's own files, a FIFO, a file of another user: in the user's own
+ * directory only root can plant them) neither keep it from its page nor
+ * get written: the page is made under another name and renamed over
+ * them. Readers ignore them without blocking. */
 static void test_planted_names(void **s)
 {
     (void)s;
     char path[256], victim[256];
+    stats_page_remove(page_create()); /* makes the user's directory */
     page_name(path, sizeof(path), (int)getpid(), "");
     snprintf(victim, sizeof(victim), "%s/victim", dir);
     plant(victim, 100, 0600);
     assert_int_equal(link(victim, path), 0);
-    stats_page *p = stats_page_create();
+    stats_page *p = page_create();
     assert_non_null(p);
-    char want[300];
-    page_name(want, sizeof(want), (int)getpid(), ".1");
-    assert_string_equal(stats_page_path(p), want);
+    assert_string_equal(stats_page_path(p), path);
     struct stat st;
     assert_int_equal(stat(victim, &st), 0);
     assert_int_equal(st.st_size, 100); /* untouched */
+    assert_int_equal(st.st_nlink, 1);  /* the name is the page's now */
     stats_view v, r;
     sample(&v, "self");
     stats_page_publish(p, &v);
     assert_int_equal(stats_page_read((int)getpid(), &r), 0);
     stats_page_remove(p);
-    unlink(path);
     unlink(victim);
     assert_int_equal(mkfifo(path, 0600), 0);
     alarm(10); /* a reader that blocks on the FIFO fails here */
@@ -435,7 +463,7 @@ static void test_planted_names(void **s)
     unlink(path);
     if (geteuid() != 0)
         return; /* only root can make a file of another user here */
-    p = stats_page_create();
+    p = page_create();
     assert_non_null(p);
     stats_page_publish(p, &v);
     assert_int_equal(chown(path, 65534, 65534), 0);
@@ -445,15 +473,119 @@ static void test_planted_names(void **s)
     stats_page_remove(p);
 }
 
+/* Another user made the directory the user's pages go in (here: a
+ * directory others may enter, or, as root, one of another user): the page
+ * goes to a private directory, which readers find, and which goes with
+ * the page. Squatting every name a process could use is no longer
+ * possible. */
+static void test_squatted_directory_passed_over(void **s)
+{
+    (void)s;
+    char squat[128];
+    snprintf(squat, sizeof(squat), "%s/cupool-%u", dir, (unsigned)geteuid());
+    assert_int_equal(mkdir(squat, 0777), 0);
+    assert_int_equal(chmod(squat, 0777), 0);
+    if (geteuid() == 0)
+        assert_int_equal(chown(squat, 65534, 65534), 0);
+    const char *why = NULL;
+    bool passed_over = false;
+    stats_page *p = stats_page_create(&why, &passed_over);
+    assert_non_null(p);
+    assert_true(passed_over);
+    char inside[160];
+    snprintf(inside, sizeof(inside), "%s/", squat);
+    assert_null(strstr(stats_page_path(p), inside));
+    stats_view v, r;
+    sample(&v, "self");
+    stats_page_publish(p, &v);
+    assert_int_equal(stats_page_read((int)getpid(), &r), 0);
+    int pids[4];
+    assert_int_equal(stats_page_list(pids, 4, true, NULL), 1);
+    char priv[512];
+    snprintf(priv, sizeof(priv), "%s", stats_page_path(p));
+    *strrchr(priv, '/') = '\0';
+    stats_page_remove(p);
+    assert_int_equal(access(priv, F_OK), -1); /* the private directory went too */
+    rmdir(squat);
+}
+
+/* A page directory others could rename pages in (writable, not sticky;
+ * or, as root, another user's) is refused with the reason. */
+static void test_unsafe_base_refused(void **s)
+{
+    (void)s;
+    assert_int_equal(chmod(dir, 0777), 0);
+    const char *why = NULL;
+    bool passed_over;
+    assert_null(stats_page_create(&why, &passed_over));
+    assert_non_null(strstr(why, "sticky"));
+    assert_int_equal(chmod(dir, 01777), 0);
+    stats_page_remove(page_create());
+    if (geteuid() != 0)
+        return;
+    assert_int_equal(chown(dir, 65534, 65534), 0);
+    assert_int_equal(chmod(dir, 0700), 0);
+    assert_null(stats_page_create(&why, &passed_over));
+    assert_non_null(strstr(why, "another user"));
+}
+
+/* A page on a full tmpfs (another user filled /dev/shm) fails at creation,
+ * and the process goes on; without its memory reserved there, the first
+ * write to the page killed the process with SIGBUS. Root only (it mounts a
+ * small tmpfs). */
+static void test_full_tmpfs_fails_cleanly(void **s)
+{
+    (void)s;
+    if (geteuid() != 0 || mount_small_tmpfs(dir) != 0)
+        skip();
+    char fill[128];
+    snprintf(fill, sizeof(fill), "%s/fill", dir);
+    int fd = open(fill, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    static char block[4096];
+    while (write(fd, block, sizeof(block)) > 0)
+        ;
+    close(fd);
+    const char *why = NULL;
+    bool passed_over;
+    stats_page *p = stats_page_create(&why, &passed_over);
+    assert_null(p);
+    assert_non_null(strstr(why, "space"));
+    char left[160];
+    snprintf(left, sizeof(left), "test -z \"$(ls -A %s/cupool-%u)\"", dir,
+             (unsigned)geteuid());
+    assert_int_equal(system(left), 0); /* nothing half made is left */
+}
+
+/* A page left half made by a process that died while making it is
+ * removed by the next cleaning reader. */
+static void test_half_made_page_cleaned(void **s)
+{
+    (void)s;
+    stats_page_remove(page_create()); /* makes the user's directory */
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    char tmp[256];
+    page_name_as(tmp, sizeof(tmp), child, ".", ".new");
+    plant(tmp, 100, 0600);
+    int pids[4];
+    size_t removed = 0;
+    assert_int_equal(stats_page_list(pids, 4, true, &removed), 0);
+    assert_int_equal(removed, 1);
+    assert_int_equal(access(tmp, F_OK), -1);
+}
+
 /* A page of another pid namespace (same pid number) is neither read,
  * listed nor removed. */
 static void test_other_namespace_left_alone(void **s)
 {
     (void)s;
-    stats_page *p = stats_page_create();
+    stats_page *p = page_create();
     assert_non_null(p);
     char other[256];
-    snprintf(other, sizeof(other), "%s/cupool-%u-1-%d", dir, (unsigned)geteuid(),
+    snprintf(other, sizeof(other), "%s/cupool-%u/1-%d", dir, (unsigned)geteuid(),
              (int)getpid());
     assert_int_equal(link(stats_page_path(p), other), 0);
     assert_int_equal(unlink(stats_page_path(p)), 0); /* still mapped by us */
@@ -485,7 +617,7 @@ static void *truncate_loop(void *arg)
 static void test_truncated_while_read(void **s)
 {
     (void)s;
-    stats_page *p = stats_page_create();
+    stats_page *p = page_create();
     assert_non_null(p);
     stats_view v;
     sample(&v, "self");
@@ -533,6 +665,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_page_requests, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_exec_makes_page_stale, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_planted_names, page_setup, page_teardown),
+        cmocka_unit_test_setup_teardown(test_squatted_directory_passed_over, page_setup,
+                                        page_teardown),
+        cmocka_unit_test_setup_teardown(test_unsafe_base_refused, page_setup, page_teardown),
+        cmocka_unit_test_setup_teardown(test_full_tmpfs_fails_cleanly, page_setup,
+                                        page_teardown),
+        cmocka_unit_test_setup_teardown(test_half_made_page_cleaned, page_setup,
+                                        page_teardown),
         cmocka_unit_test_setup_teardown(test_other_namespace_left_alone, page_setup,
                                         page_teardown),
         cmocka_unit_test_setup_teardown(test_truncated_while_read, page_setup, page_teardown),
