@@ -30,7 +30,7 @@ static int resize(pool_addrmap *m, size_t cap)
     size_t old_cap = old ? m->mask + 1 : 0;
     struct pool_addrmap_slot *s = calloc(cap, sizeof(*s));
     if (!s)
-        return -ENOMEM;
+        return -ENOBUFS;
     m->slots = s;
     m->mask = cap - 1;
     m->count = 0;

@@ -20,12 +20,12 @@ typedef struct pool_addrmap {
     size_t count;
 } pool_addrmap;
 
-/* 0 or -ENOMEM. A map of zeroes is an empty map too (its first reserve
+/* 0 or -ENOBUFS. A map of zeroes is an empty map too (its first reserve
  * allocates). */
 int pool_addrmap_init(pool_addrmap *m);
 void pool_addrmap_fini(pool_addrmap *m);
 void pool_addrmap_clear(pool_addrmap *m);
-/* Makes room for one more entry; the only call that allocates. 0/-ENOMEM. */
+/* Makes room for one more entry; the only call that allocates. 0/-ENOBUFS. */
 int pool_addrmap_reserve(pool_addrmap *m);
 /* Inserts key (nonzero, not present). Needs a prior pool_addrmap_reserve. */
 void pool_addrmap_put(pool_addrmap *m, uintptr_t key, void *val);

@@ -67,6 +67,8 @@ const char *pool_strerror(int err)
     case -EOVERFLOW: return "size too large";
     case -EDQUOT: return "reserved-memory cap reached";
     case -ENOMEM: return "out of device memory";
+    case -ENOBUFS: return "out of host memory (for the pool's own records; the "
+                          "device was not asked)";
     case -ENOENT: return "address not owned by the pool";
     case -EINVAL: return "address inside a block, not its start";
     case -EALREADY: return "block already free (double free)";
@@ -77,7 +79,7 @@ const char *pool_strerror(int err)
 
 /* ---- block nodes ------------------------------------------------------ */
 
-/* Makes sure at least n spare nodes exist. 0 or -ENOMEM. */
+/* Makes sure at least n spare nodes exist. 0 or -ENOBUFS (host memory). */
 static int nodes_reserve(pool *p, int n)
 {
     int have = 0;
@@ -86,10 +88,10 @@ static int nodes_reserve(pool *p, int n)
     if (have >= n)
         return 0;
     if (!pool_grow((void **)&p->slabs, &p->slabs_cap, p->nslabs, sizeof(*p->slabs)))
-        return -ENOMEM;
+        return -ENOBUFS;
     pool_block *slab = calloc(SLAB_BLOCKS, sizeof(*slab));
     if (!slab)
-        return -ENOMEM;
+        return -ENOBUFS;
     p->slabs[p->nslabs++] = slab;
     for (int i = 0; i < SLAB_BLOCKS; i++) {
         slab[i].next = p->spare;
@@ -211,17 +213,17 @@ long pool_segment_find(const pool *p, uintptr_t addr)
     return pool_span_find(p, p->nsegs, segment_at, addr);
 }
 
-/* Makes room in p->segs for one more segment. 0 or -ENOMEM. */
+/* Makes room in p->segs for one more segment. 0 or -ENOBUFS. */
 static int segs_room(pool *p)
 {
     return pool_grow((void **)&p->segs, &p->segs_cap, p->nsegs, sizeof(*p->segs))
-               ? 0 : -ENOMEM;
+               ? 0 : -ENOBUFS;
 }
 
 static int segs_insert(pool *p, pool_segment *s)
 {
     if (segs_room(p))
-        return -ENOMEM;
+        return -ENOBUFS;
     size_t i = p->nsegs;
     while (i > 0 && p->segs[i - 1]->base > s->base) {
         p->segs[i] = p->segs[i - 1];
@@ -291,7 +293,7 @@ static void trim_span(const pool *p, const pool_block *b, uintptr_t *lo,
 /* Gives back [lo, hi) (trim units inside clean free block b of segment i)
  * and holds what is left of the segment as up to two segments: the part
  * before lo and the part from hi, each keeping its blocks, b's remnants
- * included. Returns 0, or -ENOMEM (host memory) or the backend's error with
+ * included. Returns 0, or -ENOBUFS (host memory) or the backend's error with
  * nothing changed. */
 static int segment_cut(pool *p, size_t i, pool_block *b, uintptr_t lo,
                        uintptr_t hi)
@@ -304,7 +306,7 @@ static int segment_cut(pool *p, size_t i, pool_block *b, uintptr_t lo,
         r = malloc(sizeof(*r));
         if (!r || segs_room(p) || nodes_reserve(p, 1)) {
             free(r);
-            return -ENOMEM;
+            return -ENOBUFS;
         }
     }
     int err = p->be.trim(p->be.ctx, lo, hi - lo);
@@ -455,7 +457,8 @@ static size_t trim_free(pool *p, size_t need)
 
 /* Reserves a new segment of size bytes and kind, indexes its one free
  * block and stores that block in *out. Needs one spare node. Returns 0,
- * -EDQUOT, -ENOMEM or a backend error. */
+ * -EDQUOT, -ENOMEM (the device), -ENOBUFS (host memory) or a backend
+ * error. */
 static int segment_grow(pool *p, enum pool_kind kind, size_t size,
                         pool_block **out)
 {
@@ -467,7 +470,7 @@ static int segment_grow(pool *p, enum pool_kind kind, size_t size,
     pool_segment *s = malloc(sizeof(*s));
     if (!s) {
         pool_budget_give(p->budget, size);
-        return -ENOMEM;
+        return -ENOBUFS;
     }
     uintptr_t base = 0;
     int err = p->be.reserve(p->be.ctx, size, &base);
@@ -790,7 +793,7 @@ static size_t units_take(part *c, long nc, size_t want, size_t *n)
  * segments older than it), mapped at its end: its mapped part stays,
  * where unstitching and stitching anew would map all of it again.
  * Returns 0 with its block (the grown segment) in *out, 1 if no segment
- * qualifies or the free units or the backend cannot serve it, or -ENOMEM. */
+ * qualifies or the free units or the backend cannot serve it, or -ENOBUFS. */
 static int stitch_extend(pool *p, size_t size, pool_block **out)
 {
     size_t u = p->be.trim_unit, want = round_up(size, u);
@@ -807,11 +810,11 @@ static int stitch_extend(pool *p, size_t size, pool_block **out)
     part *c = NULL;
     long nc = units_collect(p, true, t->seq, &c);
     if (nc < 0)
-        return -ENOMEM;
+        return -ENOBUFS;
     size_t have = units_take(c, nc, extra, &n);
     pool_span *sp = have < extra ? NULL : malloc(n * sizeof(*sp));
     pool_block **parts = !sp ? NULL : realloc(t->parts, (t->nparts + n) * sizeof(*parts));
-    int err = have < extra ? 1 : !sp || !parts ? -ENOMEM : nodes_reserve(p, (int)(2 * n));
+    int err = have < extra ? 1 : !sp || !parts ? -ENOBUFS : nodes_reserve(p, (int)(2 * n));
     if (parts)
         t->parts = parts;
     if (!err) {
@@ -867,7 +870,7 @@ static int stitch_grow(pool *p, size_t size, pool_block **out)
     pool_span *sp = malloc(np * sizeof(*sp));
     pool_segment *s = calloc(1, sizeof(*s));
     pool_block **parts = malloc(np * sizeof(*parts));
-    int err = !sp || !s || !parts ? -ENOMEM : nodes_reserve(p, (int)(2 * np + 1));
+    int err = !sp || !s || !parts ? -ENOBUFS : nodes_reserve(p, (int)(2 * np + 1));
     pool_block *fb = NULL;
     if (!err && fresh)
         err = segment_grow(p, POOL_LARGE, fresh, &fb);
@@ -1312,7 +1315,7 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
         return -EINVAL;
     pool *p = calloc(1, sizeof(*p));
     if (!p)
-        return -ENOMEM;
+        return -ENOBUFS;
     p->cfg = *cfg;
     p->be = *be;
     p->budget = cfg->budget ? cfg->budget : &p->own_budget;
@@ -1334,7 +1337,7 @@ int pool_create(const pool_config *cfg, const pool_backend *be, pool **out)
         pool_addrmap_fini(&p->live);
         free(p->gens);
         free(p);
-        return -ENOMEM;
+        return -ENOBUFS;
     }
     *out = p;
     return 0;

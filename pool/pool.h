@@ -285,7 +285,7 @@ int pool_config_validate(const pool_config *cfg);
 
 /* Creates a pool. cfg NULL means the defaults; the backend is copied and
  * needs reserve and release. Returns 0 and stores the pool in *out, or
- * -EINVAL (bad config/backend) or -ENOMEM (host memory). */
+ * -EINVAL (bad config/backend) or -ENOBUFS (host memory). */
 int pool_create(const pool_config *cfg, const pool_backend *backend,
                 pool **out);
 
@@ -312,6 +312,8 @@ void pool_let_go(pool *p);
  *   -EDQUOT     serving it would pass the budget's limit, even after
  *               releasing every fully free segment;
  *   -ENOMEM     the backend had no memory, even after that release;
+ *   -ENOBUFS    host memory for the pool's own records ran out (the
+ *               device was not asked: not an out-of-device-memory);
  *   other       the backend's fence error.
  * On error *addr is left untouched and the pool is unchanged (bar released
  * free segments). */

@@ -133,7 +133,7 @@ static int fences_begun(run *x, uint64_t now)
 {
     while (x->nbegun < x->dev.tickets) {
         if (!pool_grow((void **)&x->begun, &x->begun_cap, x->nbegun, sizeof(*x->begun)))
-            return -ENOMEM;
+            return -ENOBUFS;
         x->begun[x->nbegun++] = now;
     }
     return 0;
@@ -190,7 +190,7 @@ static int replay_alloc(run *x, size_t i, const trace_record *e)
     if (!e->addr || !a) /* a zero-byte block: nothing to free */
         return 0;
     if (pool_addrmap_reserve(&x->map) != 0)
-        return -ENOMEM;
+        return -ENOBUFS;
     pool_addrmap_put(&x->map, e->addr, (void *)a);
     return 0;
 }
@@ -295,7 +295,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     x.mark = calloc(t->n ? t->n : 1, 1);
     if (!x.mark || pool_addrmap_init(&x.map) != 0 || (o->samples && count &&
                     !(r->sample = malloc(count * sizeof(*r->sample)))))
-        err = -ENOMEM;
+        err = -ENOBUFS;
     uint64_t last_time = 0;
     double frag_area = 0, frag_now = 0;
     bool started = false;

@@ -19,13 +19,13 @@ static int addresses(sim_backend *s, size_t span, uintptr_t *base)
     return 0;
 }
 
-/* Holds the range [base, base + size): 0 or -ENOMEM. */
+/* Holds the range [base, base + size): 0 or -ENOBUFS (host memory). */
 static int hold(sim_backend *s, uintptr_t base, size_t size)
 {
     sim_segment *g = malloc(sizeof(*g));
     if (!g || pool_addrmap_reserve(&s->segs) != 0) {
         free(g);
-        return -ENOMEM;
+        return -ENOBUFS;
     }
     *g = (sim_segment){base, size};
     pool_addrmap_put(&s->segs, base, g);
@@ -61,8 +61,11 @@ static int sim_reserve(void *ctx, size_t size, uintptr_t *base)
     if (s->capacity && size > s->capacity - s->used)
         return -ENOMEM;
     uintptr_t b;
-    if (addresses(s, size, &b) != 0 || hold(s, b, size) != 0)
-        return -ENOMEM;
+    int err = addresses(s, size, &b);
+    if (!err)
+        err = hold(s, b, size);
+    if (err)
+        return err;
     *base = b;
     s->used += size;
     s->reserves++;
@@ -113,7 +116,7 @@ static int sim_trim(void *ctx, uintptr_t addr, size_t size)
     /* [h->base, addr) and [addr + size, end) stay held. */
     uintptr_t end = h->base + h->size;
     if (addr + size < end && hold(s, addr + size, end - addr - size) != 0)
-        return -ENOMEM;
+        return -ENOBUFS;
     if (addr > h->base) {
         h->size = addr - h->base;
     } else {
@@ -249,11 +252,12 @@ static int sim_stitch_map(void *ctx, const pool_span *parts, size_t n, uintptr_t
     if (!size)
         return -EINVAL;
     if (!pool_grow((void **)&s->st, &s->st_cap, s->nst, sizeof(*s->st)))
-        return -ENOMEM;
+        return -ENOBUFS;
     pool_span *copy = parts_copy(parts, n, NULL, 0);
-    if (!copy || addresses(s, 2 * size, base) != 0) {
+    int err = !copy ? -ENOBUFS : addresses(s, 2 * size, base);
+    if (err) {
         free(copy);
-        return -ENOMEM;
+        return err;
     }
     s->st[s->nst++] = (sim_stitch){*base, size, n, 2 * size, copy};
     s->stitches++;
@@ -278,7 +282,7 @@ static int sim_extend(void *ctx, uintptr_t base, size_t size, const pool_span *p
         return -ENOSPC;
     pool_span *c = parts_copy(parts, n, s->st[i].parts, s->st[i].n);
     if (!c)
-        return -ENOMEM;
+        return -ENOBUFS;
     s->st[i].parts = c;
     s->st[i].n += n;
     s->st[i].size += more;

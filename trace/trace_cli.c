@@ -350,6 +350,8 @@ static const char *replay_error(int err)
 {
     return err == -EOVERFLOW ? "the trace reserves more than 4 EiB at once: no device "
                                "holds that, so it is not a trace of one (refused)"
+           : err == -ENOBUFS ? "out of host memory (the replay's own records: "
+                               "its figures would be wrong, so none are printed)"
            : err == -EPROTO ? "the pool released, trimmed or stitched memory the "
                               "simulated device had not given it (a bug in the pool: "
                               "please report it with the trace)"
