@@ -6,6 +6,8 @@
  * cannot disagree with the code) and its meaning.
  */
 #include <ctype.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <errno.h>
 #include <signal.h>
 #include <stddef.h>
@@ -320,8 +322,10 @@ static void complain(shim_warn_fn warn, const char *name, const char *value,
                      enum opt_kind kind, const char *def)
 {
     char line[512];
-    snprintf(line, sizeof(line), "%s=%.64s is invalid (expected %s); using %s",
-             name, value, expected(kind), *def ? def : "the default (empty)");
+    char shown[80];
+    snprintf(line, sizeof(line), "%s=%s is invalid (expected %s); using %s",
+             name, stats_printable(value, shown, sizeof(shown)), expected(kind),
+             *def ? def : "the default (empty)");
     warn(line);
 }
 
@@ -465,6 +469,94 @@ uint64_t shim_cap_bytes(const shim_cap *cap, uint64_t total)
     if (cap->percent)
         return total / 100 * cap->percent + total % 100 * cap->percent / 100;
     return cap->bytes;
+}
+
+/* The variables cupool's own tools read (scripts/cupool), not options. */
+static const char *const tool_names[] = {"CUPOOL_LIB", "CUPOOL_TRACE_BIN"};
+
+/* Levenshtein distance between a and b, both under 64 characters, else a
+ * large number. */
+static size_t distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+    if (la >= 64 || lb >= 64)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* Whether name (up to len characters) is an option, a device's cap or a
+ * tool's variable. */
+static bool known_name(const char *name, size_t len)
+{
+    for (int i = 0; i < NOPTIONS; i++)
+        if (strlen(options[i].name) == len && !strncmp(options[i].name, name, len))
+            return true;
+    for (size_t i = 0; i < sizeof(tool_names) / sizeof(tool_names[0]); i++)
+        if (strlen(tool_names[i]) == len && !strncmp(tool_names[i], name, len))
+            return true;
+    static const char dev[] = "CUPOOL_MAX_RESERVED_";
+    size_t k = sizeof(dev) - 1;
+    if (len <= k || len > k + 2 || strncmp(name, dev, k))
+        return false;
+    for (size_t i = k; i < len; i++)
+        if (!isdigit((unsigned char)name[i]))
+            return false;
+    return strtol(name + k, NULL, 10) < SHIM_MAX_DEVICES;
+}
+
+int shim_config_unknown(char *const *env, shim_warn_fn warn)
+{
+    int bad = 0;
+    for (; env && *env; env++) {
+        const char *eq = strchr(*env, '=');
+        size_t len = eq ? (size_t)(eq - *env) : strlen(*env);
+        if (strncmp(*env, "CUPOOL_", 7) || known_name(*env, len))
+            continue;
+        char name[64], shown[64];
+        snprintf(name, sizeof(name), "%.*s", (int)(len < 63 ? len : 63), *env);
+        const char *near = NULL;
+        size_t best = 3; /* farther than 2 edits: no suggestion */
+        for (int i = 0; i < NOPTIONS; i++) {
+            size_t d = distance(name, options[i].name);
+            if (d < best)
+                best = d, near = options[i].name;
+        }
+        char line[256];
+        snprintf(line, sizeof(line), "%s is not a cupool option%s%s%s; using "
+                 "nothing from it ('cupool options' lists the options)", stats_printable(name, shown, sizeof(shown)),
+                 near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+        warn(line);
+        bad++;
+    }
+    return bad;
+}
+
+shim_log_level shim_config_log_level(shim_getenv_fn get)
+{
+    shim_config c;
+    memset(&c, 0, sizeof(c));
+    const char *v = get("CUPOOL_LOG");
+    for (int i = 0; i < NOPTIONS; i++)
+        if (options[i].kind == OPT_LOG &&
+            (!v || parse_option(&options[i], v, &c)))
+            parse_option(&options[i], options[i].def, &c);
+    return c.log;
 }
 
 void shim_config_describe(int fd)

@@ -75,6 +75,15 @@ typedef void (*shim_warn_fn)(const char *line);
  * warn and replaced by its default. Returns the number of invalid values. */
 int shim_config_load(shim_config *c, shim_getenv_fn get, shim_warn_fn warn);
 
+/* Warns (through warn) about every CUPOOL_* variable of env that is no
+ * option, naming the nearest option's name where one is near. Returns
+ * their number. */
+int shim_config_unknown(char *const *env, shim_warn_fn warn);
+
+/* CUPOOL_LOG's level alone (its default where unset or invalid), so that
+ * the warnings of shim_config_load can be shown at once. */
+shim_log_level shim_config_log_level(shim_getenv_fn get);
+
 /* The cap for a device with total bytes of memory: 0 = none. */
 uint64_t shim_cap_bytes(const shim_cap *cap, uint64_t total);
 

@@ -4,6 +4,7 @@
  * next message that passes.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -69,11 +70,11 @@ static size_t prefix_lines(const char *text, char *out, size_t cap)
     return n;
 }
 
-void shim_log(shim_log_level l, const char *fmt, ...)
+static void vlog(shim_log_level l, bool limited, const char *fmt, va_list ap)
 {
     if ((int)l > atomic_load(&level) || l == SHIM_LOG_OFF)
         return;
-    long was_dropped = take_token();
+    long was_dropped = limited ? take_token() : 0;
     if (was_dropped < 0)
         return;
     char text[2048], out[2560];
@@ -81,11 +82,24 @@ void shim_log(shim_log_level l, const char *fmt, ...)
     if (was_dropped > 0)
         k = snprintf(text, sizeof(text), "(%ld messages suppressed)\n",
                      was_dropped);
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(text + k, sizeof(text) - (size_t)k, fmt, ap);
-    va_end(ap);
     size_t n = prefix_lines(text, out, sizeof(out));
     ssize_t w = write(STDERR_FILENO, out, n);
     (void)w;
+}
+
+void shim_log(shim_log_level l, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(l, true, fmt, ap);
+    va_end(ap);
+}
+
+void shim_log_always(shim_log_level l, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(l, false, fmt, ap);
+    va_end(ap);
 }

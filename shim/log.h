@@ -19,6 +19,10 @@ void shim_log_set_level(shim_log_level level);
  * level is enabled and the rate limit allows. */
 void shim_log(shim_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The same without the rate limit: for start-up lines (every bad option
+ * is named, however many there are). */
+void shim_log_always(shim_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 
 #endif

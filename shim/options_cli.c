@@ -6,6 +6,7 @@
  *   cupool-options check      the environment's CUPOOL_* options as
  *                             libcupool.so will read them: 0 if every one
  *                             holds, 2 after one line per one that does not
+ *                             (a bad value, or a name that is no option)
  *   cupool-options kind NAME  "flag" (NAME=1 turns it on) or "value";
  *                             exit 1 if NAME is no option
  *   cupool-options list       name, default and meaning, one per line
@@ -32,7 +33,9 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && !strcmp(argv[1], "check")) {
         shim_config c;
-        return shim_config_load(&c, check_get, check_warn) ? 2 : 0;
+        int bad = shim_config_load(&c, check_get, check_warn);
+        bad += shim_config_unknown(environ, check_warn);
+        return bad ? 2 : 0;
     }
     if (argc == 3 && !strcmp(argv[1], "kind")) {
         int flag = shim_option_is_flag(argv[2]);

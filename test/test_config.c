@@ -20,7 +20,7 @@
 #define GIB ((uint64_t)1 << 30)
 
 static const char *const *env_table;
-static char warned[8][512];
+static char warned[64][512];
 static int nwarned;
 
 static const char *fake_getenv(const char *name)
@@ -34,7 +34,7 @@ static const char *fake_getenv(const char *name)
 
 static void collect(const char *line)
 {
-    if (nwarned < 8)
+    if (nwarned < 64)
         snprintf(warned[nwarned++], sizeof(warned[0]), "%s", line);
 }
 
@@ -52,6 +52,27 @@ static int load(const char *const *env, shim_config *c)
     env_table = env;
     nwarned = 0;
     return shim_config_load(c, fake_getenv, collect);
+}
+
+/* A misspelled option is named with the nearest option, so that a cap
+ * does not silently disappear; options, device caps and the tools' own
+ * variables are not. */
+static void test_unknown_names(void **state)
+{
+    (void)state;
+    char *env[] = {"CUPOOL_MAX_RESERVE=20G", "CUPOOL_FENSE=poll", "CUPOOL_ZZZZZZZZZZ=1",
+                   "CUPOOL_MAX_RESERVED=1G", "CUPOOL_MAX_RESERVED_3=1G", "CUPOOL_LIB=/x",
+                   "CUPOOL_TRACE_BIN=/y", "CUPOOL_MAX_RESERVED_64=1G", "PATH=/bin",
+                   "CUPOOL_\033[2J=1", NULL};
+    nwarned = 0;
+    assert_int_equal(shim_config_unknown(env, collect), 5);
+    assert_non_null(strstr(warning_with("CUPOOL_MAX_RESERVE "), "did you mean "
+                           "CUPOOL_MAX_RESERVED?"));
+    assert_non_null(strstr(warning_with("CUPOOL_FENSE "), "did you mean CUPOOL_FENCE?"));
+    assert_null(strstr(warning_with("CUPOOL_ZZZZZZZZZZ"), "did you mean"));
+    assert_non_null(warning_with("CUPOOL_MAX_RESERVED_64 ")); /* no device 64 */
+    assert_non_null(warning_with("CUPOOL_?[2J")); /* no escape reaches a terminal */
+    assert_null(warning_with("\033"));
 }
 
 static void test_sizes(void **state)
@@ -310,6 +331,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_unknown_names),
         cmocka_unit_test(test_caps),
         cmocka_unit_test(test_bools_and_signals),
         cmocka_unit_test(test_defaults),
