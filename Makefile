@@ -23,7 +23,7 @@ TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := trace/sim_backend.c
 TEST_INC := -Ipool -Itrace -Itest
 
-STATS_SRC := stats/format.c stats/page.c stats/trace.c
+STATS_SRC := stats/format.c stats/page.c stats/trace.c stats/safefile.c
 STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c shim/process.c \
@@ -180,10 +180,10 @@ $(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC
 	    -lcmocka -lpthread -lm -lz -o $@
 
 # The recorder with its test window (recorder.h), under ThreadSanitizer.
-$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/recorder.c stats/trace.c $(SHIM_HDR) $(POOL_HDR)
+$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/recorder.c stats/trace.c stats/safefile.c stats/format.c $(SHIM_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/recorder.c \
-	    stats/trace.c -lcmocka -lpthread -o $@
+	    stats/trace.c stats/safefile.c stats/format.c -lcmocka -lpthread -o $@
 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner)

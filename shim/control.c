@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@
 #include "nvml.h"
 #include "process.h"
 #include "recorder.h"
+#include "safefile.h"
 #include "signals.h"
 
 static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
@@ -142,45 +144,32 @@ static void refresh_outside(void)
 }
 
 /* Why CUPOOL_STATS_FILE's path cannot take the statistics, or NULL if it
- * can: a regular file of this user, not a link, or nothing yet. */
+ * can: nothing yet, or a file safefile_open would write. */
 static const char *stats_file_refusal(const char *path)
 {
     struct stat st;
     if (lstat(path, &st) != 0)
         return errno == ENOENT ? NULL : strerror(errno);
-    if (S_ISLNK(st.st_mode))
-        return "it is a symbolic link";
-    if (!S_ISREG(st.st_mode))
-        return "it is not a regular file (a device, FIFO or socket)";
-    if (st.st_uid != geteuid())
-        return "it belongs to another user";
-    return NULL;
+    return safefile_stat_refusal(&st, geteuid());
 }
 
 /* Opens CUPOOL_STATS_FILE (with %p replaced by the pid) for appending, or
  * returns stderr. Never follows a link, never blocks, never writes into
- * something that is not a regular file of this user. */
+ * something that is not a regular file of this user with one name. */
 static int stats_fd(void)
 {
     if (!*shim_cfg.stats_file)
         return STDERR_FILENO;
-    char path[SHIM_PATH_MAX + 32];
+    char path[SHIM_PATH_MAX + 32], shown[SHIM_PATH_MAX];
     const char *why = "the path is too long";
     int fd = -1;
     if (shim_path_expand(shim_cfg.stats_file, (int)getpid(), path, sizeof(path)) == 0 &&
-        !(why = stats_file_refusal(path))) {
-        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK |
-                  O_NOCTTY | O_CLOEXEC, 0600);
-        struct stat st;
-        why = fd < 0 ? strerror(errno)
-              : fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid()
-                  ? "it changed into something else while opened" : NULL;
-        if (why && fd >= 0)
-            close(fd), fd = -1;
-    }
+        !(why = stats_file_refusal(path))) /* (a FIFO: said as such, not ENXIO) */
+        fd = safefile_open(path, O_WRONLY | O_CREAT | O_APPEND, &why);
     if (fd < 0)
         shim_log(SHIM_LOG_WARN, "cannot write to CUPOOL_STATS_FILE %s: %s; "
-                 "writing to stderr", shim_cfg.stats_file, why);
+                 "writing to stderr", stats_printable(shim_cfg.stats_file, shown,
+                 sizeof(shown)), why);
     return fd < 0 ? STDERR_FILENO : fd;
 }
 
@@ -203,8 +192,10 @@ static void stats_file_check(void)
     }
     if (!why)
         return;
+    char shown[SHIM_PATH_MAX];
     shim_log(SHIM_LOG_ERROR, "CUPOOL_STATS_FILE=%s cannot be used: %s; statistics "
-             "go to stderr", shim_cfg.stats_file, why);
+             "go to stderr", stats_printable(shim_cfg.stats_file, shown, sizeof(shown)),
+             why);
     shim_cfg.stats_file[0] = '\0';
 }
 
@@ -231,9 +222,11 @@ static void dump_stats(void)
         n = sizeof(buf) - 1;
     int fd = stats_fd();
     ssize_t w = write(fd, buf, n);
+    char shown[SHIM_PATH_MAX];
     if (w != (ssize_t)n && fd != STDERR_FILENO)
         shim_log(SHIM_LOG_WARN, "cannot write the statistics to CUPOOL_STATS_FILE "
-                 "%s: %s", shim_cfg.stats_file, w < 0 ? strerror(errno) : "short write");
+                 "%s: %s", stats_printable(shim_cfg.stats_file, shown, sizeof(shown)),
+                 w < 0 ? strerror(errno) : "short write");
     if (fd != STDERR_FILENO)
         close(fd);
     pthread_mutex_unlock(&dump_lock);
@@ -363,10 +356,19 @@ static void helper_spawn(void)
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) /* until NVML answers */
         atomic_store_explicit(&outside[i], STATS_UNKNOWN, memory_order_relaxed);
     if (shim_cfg.live_page) {
-        stats_page *p = stats_page_create();
+        const char *why = NULL;
+        bool passed_over;
+        stats_page *p = stats_page_create(&why, &passed_over);
+        char dir[256];
+        stats_printable(stats_page_dir(), dir, sizeof(dir));
         if (!p)
-            shim_log(SHIM_LOG_WARN, "no live statistics page in %s: %s",
-                     stats_page_dir(), strerror(errno));
+            shim_log(SHIM_LOG_WARN, "no live statistics page in %s: %s; the "
+                     "program runs on without it (cupool stat and flush cannot "
+                     "reach it)", dir, why);
+        else if (passed_over)
+            shim_log(SHIM_LOG_WARN, "%s/cupool-%u is not this user's (another user "
+                     "made it): the live page is in %s instead", dir,
+                     (unsigned)geteuid(), stats_page_path(p));
         pthread_mutex_lock(&page_lock);
         page = p;
         pthread_mutex_unlock(&page_lock);
@@ -446,13 +448,9 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
 
 /* ---- life cycle ----------------------------------------------------------- */
 
-static char pending[8][512];
-static int npending;
-
-static void hold_warning(const char *line)
+static void config_warning(const char *line)
 {
-    if (npending < 8)
-        snprintf(pending[npending++], sizeof(pending[0]), "%s", line);
+    shim_log_always(SHIM_LOG_ERROR, "%s", line);
 }
 
 static void after_fork_child(void)
@@ -484,16 +482,34 @@ __attribute__((destructor)) static void shim_fini(void)
     stats_page_remove(p);
 }
 
-static const char *env(const char *name) { return getenv(name); }
+/* Options come from the environment, except under secure execution (a
+ * setuid or setgid program, or one with file capabilities, into which the
+ * library was linked or put by /etc/ld.so.preload): there the environment
+ * is another user's, and every option keeps its default. */
+static const char *env(const char *name) { return secure_getenv(name); }
+
+/* Whether any CUPOOL_* variable is set. */
+static bool any_option_set(void)
+{
+    for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, "CUPOOL_", 7))
+            return true;
+    return false;
+}
 
 /* The shim's one constructor: everything at start-up, in order. */
 __attribute__((constructor(101))) static void shim_init(void)
 {
     shim_devices_init();
-    shim_config_load(&shim_cfg, env, hold_warning);
+    shim_log_set_level(shim_config_log_level(env));
+    shim_config_load(&shim_cfg, env, config_warning);
     shim_log_set_level(shim_cfg.log);
-    for (int i = 0; i < npending; i++)
-        shim_log(SHIM_LOG_ERROR, "%s", pending[i]);
+    if (getauxval(AT_SECURE) && any_option_set())
+        shim_log(SHIM_LOG_WARN, "a privileged program (setuid, setgid or "
+                 "capabilities): every CUPOOL_* option is ignored, as the "
+                 "environment is its caller's");
+    else
+        shim_config_unknown(environ, config_warning);
     stats_file_check();
     if (shim_cfg.disable) {
         shim_log(SHIM_LOG_INFO, "disabled by CUPOOL_DISABLE: every call "

@@ -603,17 +603,17 @@ static void fence_retire(shim_device *d)
 }
 
 /* Begins a poll fence: events recorded, no stream made to wait. Needs
- * d->lock. 0, -ENOMEM or -EIO. */
+ * d->lock. 0, -ENOBUFS (host memory) or -EIO. */
 static int poll_begin_locked(shim_device *d, uint64_t *ticket)
 {
     if (!pool_grow((void **)&d->fences, &d->fences_cap, d->nfences, sizeof(*d->fences)))
-        return -ENOMEM;
+        return -ENOBUFS;
     shim_fence f = {0};
     size_t nb = 0;
     for (size_t i = 0; i < d->nstreams; i++)
         nb += d->streams[i].nonblocking;
     if ((nb || d->norphans) && !(f.events = calloc(nb + d->norphans, sizeof(*f.events))))
-        return -ENOMEM;
+        return -ENOBUFS;
     int e = 0;
     size_t left = 0;
     /* Left out: a stream with no work queued since a fence covered it, or

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "control.h"
 #include "device.h"
@@ -83,8 +84,8 @@ int shim_serve_error(int err)
                    "the runtime's and the driver's codes agree");
     if (!err)
         return cudaSuccess;
-    return err == -ENOMEM || err == -EDQUOT || err == -EOVERFLOW ? cudaErrorMemoryAllocation
-                                                                  : cudaErrorUnknown;
+    return err == -ENOMEM || err == -EDQUOT || err == -EOVERFLOW || err == -ENOBUFS
+               ? cudaErrorMemoryAllocation : cudaErrorUnknown;
 }
 
 EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
@@ -157,17 +158,27 @@ void shim_mem_info_adjust(int dev, size_t *free_b, size_t *total_b)
 {
     pool_stats s;
     shim_device *d = &shim_devices[dev];
-    if (!shim_device_stats(dev, &s))
-        return;
+    if (!shim_device_stats(dev, &s)) /* no pool yet: the cap holds already */
+        memset(&s, 0, sizeof(s));
     size_t f = *free_b, t = *total_b;
-    uint64_t cap = pool_budget_limit(&d->budget), used = s.allocated + atomic_load(&d->passed);
-    /* Cached bytes are free to this process; a cap bounds both figures. */
+    uint64_t cap = shim_device_cap(dev);
+    /* Cached bytes are free to this process. Under a cap, free is what one
+     * allocation can have now: the largest free block, or a new segment
+     * (whole multiples of the large rounding) in the room the cap leaves
+     * once the fully free segments go back; never more than the device
+     * has. Free cached bytes in segments that also hold live blocks
+     * cannot make a larger block, so a figure counting them would promise
+     * what cudaMalloc then refuses. */
     uint64_t avail = (uint64_t)f + s.cached;
     uint64_t total = t;
     if (cap) {
         total = cap < total ? cap : total;
-        uint64_t room = cap > used ? cap - used : 0;
-        avail = avail < room ? avail : room;
+        uint64_t held = s.reserved - s.idle_bytes + atomic_load(&d->passed);
+        uint64_t room = cap > held ? cap - held : 0;
+        uint64_t grow = (uint64_t)f + s.idle_bytes;
+        room = room < grow ? room : grow;
+        room -= room % shim_cfg.pool.large_round;
+        avail = room > s.largest_free ? room : s.largest_free;
     }
     if (avail > total)
         avail = total;

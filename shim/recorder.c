@@ -30,6 +30,7 @@
 #include "process.h"
 #include "log.h"
 #include "recorder.h"
+#include "safefile.h"
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -245,33 +246,29 @@ void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,
 
 /* ---- life cycle ---------------------------------------------------------- */
 
-/* Opens path for this process's recording: never through a link, only a
- * regular file of this user, and only if no other process records to it
- * (an exclusive lock held for the process's life: a child that inherited
- * CUPOOL_TRACE finds the parent's file locked and leaves it alone). Then
- * empties it. Returns the descriptor, or -1 after saying why. */
+/* Opens path for this process's recording: only a file safefile_open
+ * accepts (never through a link, a regular file of this user with one
+ * name), and only if no other process records to it (an exclusive lock
+ * held for the process's life: a child that inherited CUPOOL_TRACE finds
+ * the parent's file locked and leaves it alone). Then empties it. Returns
+ * the descriptor, or -1 after saying why. */
 static int trace_file_open(const char *path)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
-                  O_CLOEXEC, 0600);
-    if (fd < 0) {
-        shim_log(SHIM_LOG_ERROR, "cannot open CUPOOL_TRACE file %s: %s; not "
-                 "recording", path, errno == ELOOP ? "it is a symbolic link" : strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    const char *why = fstat(fd, &st) ? strerror(errno)
-                      : !S_ISREG(st.st_mode) ? "it is not a regular file"
-                      : st.st_uid != geteuid() ? "it belongs to another user" : NULL;
-    if (!why && flock(fd, LOCK_EX | LOCK_NB) != 0)
+    const char *why = NULL;
+    char shown[SHIM_PATH_MAX + 32];
+    int fd = safefile_open(path, O_WRONLY | O_CREAT, &why);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0)
         why = errno == EWOULDBLOCK ? "another process records to it (the parent of "
                                      "this one, or another run)" : strerror(errno);
-    if (!why && ftruncate(fd, 0) != 0)
+    else if (fd >= 0 && ftruncate(fd, 0) != 0)
         why = strerror(errno);
+    else if (fd >= 0)
+        why = NULL;
     if (why) {
         shim_log(SHIM_LOG_ERROR, "CUPOOL_TRACE file %s: %s; this process records "
-                 "nothing", path, why);
-        close(fd);
+                 "nothing", stats_printable(path, shown, sizeof(shown)), why);
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
     fcntl(fd, F_SETFL, 0); /* blocking writes from here */
@@ -282,8 +279,9 @@ void shim_trace_open(const char *pattern)
 {
     char path[SHIM_PATH_MAX + 32];
     if (shim_path_expand(pattern, (int)getpid(), path, sizeof(path))) {
+        char shown[SHIM_PATH_MAX];
         shim_log(SHIM_LOG_ERROR, "CUPOOL_TRACE=%s: path too long; not "
-                 "recording", pattern);
+                 "recording", stats_printable(pattern, shown, sizeof(shown)));
         return;
     }
     int fd = trace_file_open(path);
@@ -301,7 +299,9 @@ void shim_trace_open(const char *pattern)
     pthread_mutex_unlock(&trace_lock);
     if (trace_fd >= 0) {
         atomic_store(&shim_trace_state, 1);
-        shim_log(SHIM_LOG_INFO, "recording allocation events to %s", path);
+        char shown[SHIM_PATH_MAX + 32];
+        shim_log(SHIM_LOG_INFO, "recording allocation events to %s",
+                 stats_printable(path, shown, sizeof(shown)));
     }
 }
 

@@ -410,7 +410,7 @@ int shim_vmm_defer(shim_vmm *v, uintptr_t addr, size_t size)
 {
     pthread_mutex_lock(&v->lock);
     int err = pool_grow((void **)&v->later, &v->later_cap, v->nlater, sizeof(*v->later))
-                  ? 0 : -ENOMEM;
+                  ? 0 : -ENOBUFS;
     if (!err)
         v->later[v->nlater++] = (pool_span){addr, size};
     pthread_mutex_unlock(&v->lock);

@@ -567,6 +567,37 @@ static int cap(void)
     return 0;
 }
 
+/* Under a cap, what cudaMemGetInfo calls free one cudaMalloc gets: with
+ * nothing live, with a small block live (its segment cannot go back) and
+ * with a large one. */
+static int free_is_allocatable(void)
+{
+    size_t free_b, total;
+    void *q;
+    OK(cudaMemGetInfo(&free_b, &total));
+    printf("free %zu of %zu\n", free_b, total);
+    CHECK(free_b > 0);
+    OK(cudaMalloc(&q, free_b));
+    OK(cudaFree(q));
+    return 0;
+}
+
+static int capinfo(void)
+{
+    void *small, *large;
+    if (free_is_allocatable())
+        return 1;
+    OK(cudaMalloc(&small, 512));
+    if (free_is_allocatable())
+        return 1;
+    OK(cudaMalloc(&large, 3 * MIB));
+    if (free_is_allocatable())
+        return 1;
+    OK(cudaFree(small));
+    OK(cudaFree(large));
+    return free_is_allocatable();
+}
+
 /* Double and interior frees fail and leave the pool intact. */
 static int badfree(void)
 {
@@ -1778,7 +1809,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"capture_real", capture_real},
 #endif
     {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
-    {"cap", cap}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import},
+    {"cap", cap}, {"capinfo", capinfo}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
     {"vmm", vmm}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
     {"tracechild", tracechild},
