@@ -10,6 +10,7 @@ import io
 import json
 import os
 import pickle
+import resource
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,27 @@ with tempfile.TemporaryDirectory() as tmp:
         blob = pickle.dumps({"device_traces": [[ent] * 2, [dict(e, addr=8192)] * 40]})
         blob += bytes(4096)  # enough bytes for its entries
         refused(f"bad-{key}-{bad!r}.pickle", blob, f"{key} is")
+
+    # Values no str() can print: an integer of 66000 bits, a list nested
+    # 100000 deep (each once made a traceback).
+    refused("huge-int.pickle", pickle.dumps({"device_traces": [[dict(e, addr=10**20000)]]})
+            + bytes(4096), "integer of")
+    def uni(text):  # pickle's BINUNICODE
+        return b"X" + len(text).to_bytes(4, "little") + text.encode()
+    deep = (b"\x80\x02}" + uni("device_traces") + b"]]}" + uni("action") + uni("alloc") +
+            b"s" + uni("addr") + b"]" * 100000 + b"a" * 99999 + b"saas." + bytes(4096))
+    refused("deep.pickle", deep, "addr is a list")
+    # Memory: a 30 KB gzip of 30 million empty dicts (one pickle byte
+    # each) is refused before it takes a gigabyte (2.2 GB before).
+    path = os.path.join(tmp, "dicts.pickle.gz")
+    open(path, "wb").write(gzip.compress(b"\x80\x02" + b"}" * 30000000 + b"."))
+    p = subprocess.run(["python3", os.path.join(root, "scripts", "cupool-import-torch"), path,
+                        "-o", os.path.join(tmp, "x.trace")], env=env, capture_output=True,
+                       text=True, timeout=120)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    check("refuses 30 million empty dicts within 1 GiB", p.returncode == 1 and
+          p.stderr.count("\n") == 1 and "memory" in p.stderr and peak < (1 << 30),
+          f"peak {peak >> 20} MiB: {p.stderr[-300:]}")
 
     # Fuzzing: a few hundred mutants of the real snapshot (bytes flipped,
     # inserted, cut), loaded and converted in this process. Each must be
