@@ -23,8 +23,10 @@ static int gunzip(const char *path, unsigned char **buf, size_t *got, char *why,
                                                           : GZ_FREE + GZ_RATIO * *got;
     z_stream z;
     memset(&z, 0, sizeof(z));
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
-        snprintf(why, len, "%s: zlib cannot start", path);
+    int started = inflateInit2(&z, 16 + MAX_WBITS);
+    if (started != Z_OK) {
+        snprintf(why, len, "%s: zlib cannot start (%s)", path,
+                 started == Z_MEM_ERROR ? "out of host memory" : "zlib's error");
         return -1;
     }
     size_t cap = 1 << 20, n = 0;

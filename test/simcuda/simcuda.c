@@ -334,7 +334,7 @@ EXPORT cudaError_t simrt_cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f
     sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuEventCreate);
     (void)f;
     *e = (cudaEvent_t)calloc(1, sizeof(sim_event));
-    return cudaSuccess;
+    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 EXPORT cudaError_t simrt_cudaEventDestroy(cudaEvent_t e)
@@ -416,7 +416,7 @@ EXPORT cudaError_t simrt_cudaStreamCreateWithPriority(cudaStream_t *s, unsigned 
     sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamCreateWithPriority);
     (void)f, (void)p;
     *s = (cudaStream_t)malloc(16);
-    return cudaSuccess;
+    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 EXPORT cudaError_t simrt_cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f)

@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""test_safety.py BUILD - cupool on a machine shared with other users, and
+under host memory pressure. Each check runs real processes: the scenario
+program preloaded with BUILD/libcupool.so over the simulated runtime, the
+readers and the trace tools. Checks that need another user (root makes one,
+`cupool-safety`, and removes it) or a mount are skipped, with the reason,
+where the machine does not allow them.
+
+Prints "ok NAME", "FAIL NAME: why" or "skip NAME: why", one line each."""
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+
+build = sys.argv[1] if len(sys.argv) > 1 else "build"
+lib = os.path.abspath(os.path.join(build, "libcupool.so"))
+prog = os.path.abspath(os.path.join(build, "rt", "rt_prog"))
+failmalloc = os.path.abspath(os.path.join(build, "rt", "libfailmalloc.so"))
+reader = os.path.abspath(os.path.join(build, "cupool-stat"))
+tracer = os.path.abspath(os.path.join(build, "cupool-trace"))
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER = "cupool-safety"
+failed = 0
+
+
+def report(name, cond, detail=""):
+    global failed
+    print(f"{'ok  ' if cond else 'FAIL'} {name}{': ' + str(detail)[-400:] if not cond else ''}",
+          flush=True)
+    failed += not cond
+
+
+def skip(name, why):
+    print(f"skip {name}: {why}", flush=True)
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CUPOOL_") and k != "LD_PRELOAD"}
+    env.update(CUPOOL_SMALL_SEGMENT="2M", CUPOOL_MID_MAX="0", LD_PRELOAD=lib)
+    env.update(extra)
+    return env
+
+
+def run(args, env, user=None, timeout=60):
+    """Runs args; as user (a pwd entry) when given."""
+    def drop():
+        os.setgroups([])
+        os.setgid(user.pw_gid)
+        os.setuid(user.pw_uid)
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=drop if user else None, errors="replace")
+
+
+def other_user():
+    """The second user (made now, as root), or None with why."""
+    if os.geteuid() != 0:
+        return None, "needs root to make a second user"
+    try:
+        return pwd.getpwnam(USER), None
+    except KeyError:
+        pass
+    p = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                        "/usr/sbin/nologin", USER], capture_output=True, text=True)
+    if p.returncode:
+        return None, f"useradd failed: {p.stderr.strip()}"
+    return pwd.getpwnam(USER), None
+
+
+def shared_dir(tmp, name):
+    """A directory every user may write in, sticky, as /dev/shm is."""
+    d = os.path.join(tmp, name)
+    os.mkdir(d)
+    os.chmod(d, 0o1777)
+    return d
+
+
+def wait_file(path, seconds=10):
+    import time
+    for _ in range(int(seconds * 100)):
+        if os.path.exists(path):
+            time.sleep(0.3)  # the page is published every 100 ms
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def serve(env, ready, user=None):
+    """rt_prog serve (it holds its blocks until SIGTERM), started."""
+    def drop():
+        os.setgroups([])
+        os.setgid(user.pw_gid)
+        os.setuid(user.pw_uid)
+    env = dict(env, READY=ready)
+    p = subprocess.Popen([prog, "serve"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=drop if user else None)
+    return p if wait_file(ready) else (p.kill(), p.wait(), None)[2]
+
+
+def stop(p):
+    p.terminate()
+    out, err = p.communicate(timeout=20)
+    return p.returncode, out, err
+
+
+# ---- files cupool writes --------------------------------------------------
+
+def test_hard_links(tmp):
+    """A second name of one of the user's files (another user's hard link,
+    where fs.protected_hardlinks is off) is never truncated into a trace nor
+    appended to."""
+    for var, extra in (("CUPOOL_TRACE", {}), ("CUPOOL_STATS_FILE", {"CUPOOL_STATS_AT_EXIT": "1"})):
+        victim = os.path.join(tmp, f"victim-{var}")
+        link = os.path.join(tmp, f"link-{var}")
+        with open(victim, "w") as f:
+            f.write("precious\n")
+        os.link(victim, link)
+        p = run([prog, "pairs"], clean_env(**{var: link}, **extra))
+        with open(victim, "rb") as f:
+            kept = f.read() == b"precious\n"
+        report(f"{var} refuses a file with two names", p.returncode == 0 and kept and
+               "hard links" in p.stderr, p.stderr)
+
+
+def test_trace_limit(tmp):
+    """CUPOOL_TRACE_MAX stops the recording, whole records kept, and the
+    program runs on."""
+    trace = os.path.join(tmp, "limited.trace")
+    p = run([prog, "pairs"], clean_env(CUPOOL_TRACE=trace, CUPOOL_TRACE_MAX="64K"))
+    size = os.path.getsize(trace) if os.path.exists(trace) else -1
+    d = run([tracer, "dump", trace], dict(os.environ))
+    report("CUPOOL_TRACE_MAX bounds the trace", p.returncode == 0 and 0 < size <= 65536 and
+           "CUPOOL_TRACE_MAX" in p.stderr and d.returncode == 0 and "partial" not in d.stderr,
+           f"size {size}: {p.stderr} {d.stderr}")
+
+
+def test_escapes_not_printed(tmp):
+    """A path or value from the environment never puts control bytes on the
+    terminal."""
+    p = run([prog, "pairs"], clean_env(CUPOOL_TRACE="/nonexistent/\x1b[2J\x1b]0;owned\x07",
+                                       CUPOOL_FENCE="\x1b[31mred", CUPOOL_STATS_FILE="/x/\x1b[H"))
+    report("no escape sequence reaches stderr", p.returncode == 0 and "\x1b" not in p.stderr and
+           "\x07" not in p.stderr and p.stderr.count("cupool:") >= 3, repr(p.stderr))
+
+
+# ---- options --------------------------------------------------------------
+
+def test_unknown_option():
+    """A misspelled cap is named, by the library and by cupool run (which
+    refuses to start the program)."""
+    p = run([prog, "pairs"], clean_env(CUPOOL_MAX_RESERVE="20G"))
+    lib_ok = p.returncode == 0 and "did you mean CUPOOL_MAX_RESERVED?" in p.stderr
+    r = run([os.path.join(root, "scripts", "cupool"), "run", "--", "true"],
+            dict(os.environ, CUPOOL_MAX_RESERVE="20G", CUPOOL_LIB=lib))
+    report("a misspelled option is named", lib_ok and r.returncode == 2 and
+           "CUPOOL_MAX_RESERVED" in r.stderr, p.stderr + r.stderr)
+
+
+def test_every_bad_option_reported():
+    """Forty bad values, forty lines (eight were shown, the rest dropped)."""
+    bad = {f"CUPOOL_MAX_RESERVED_{d}": "lots" for d in range(40)}
+    p = run([prog, "pairs"], clean_env(**bad))
+    report("every bad option is reported", p.returncode == 0 and
+           p.stderr.count("is invalid") == 40, f"{p.stderr.count('is invalid')} lines")
+
+
+def test_secure_execution(tmp, user):
+    """libcupool linked into a setuid-root program and run by another user:
+    that user's CUPOOL_TRACE does not truncate a root-only file."""
+    name = "a setuid program ignores its caller's options"
+    if not user:
+        return skip(name, user_why)
+    d = os.path.join(tmp, "setuid")
+    os.mkdir(d)
+    os.chmod(d, 0o755)
+    shutil.copy(lib, os.path.join(d, "libcupool.so"))
+    src = os.path.join(d, "main.c")
+    with open(src, "w") as f:
+        f.write("int main(void) { return 0; }\n")
+    exe = os.path.join(d, "privileged")
+    c = subprocess.run(["cc", src, "-o", exe, "-L" + d, "-Wl,--no-as-needed", "-l:libcupool.so",
+                        "-Wl,-rpath," + d], capture_output=True, text=True)
+    if c.returncode:
+        return report(name, False, c.stderr)
+    os.chmod(exe, 0o4755)
+    victim = os.path.join(d, "root-only")
+    with open(victim, "w") as f:
+        f.write("root's data\n")
+    os.chmod(victim, 0o600)
+    env = {"PATH": "/usr/bin:/bin", "CUPOOL_TRACE": victim, "CUPOOL_LOG": "debug"}
+    p = run([exe], env, user=user)
+    with open(victim, "rb") as f:
+        kept = f.read() == b"root's data\n"
+    report(name, p.returncode == 0 and kept and "privileged program" in p.stderr,
+           f"kept {kept}: {p.stderr}")
+
+
+# ---- live pages -----------------------------------------------------------
+
+def test_squatted_names(tmp, user):
+    """Another user makes the directory the victim's pages would go in, and
+    files named like every page: the victim's process still has a page that
+    stat and flush reach."""
+    name = "pages survive another user's squatting"
+    if not user:
+        return skip(name, user_why)
+    base = shared_dir(tmp, "squat")
+    mine = os.path.join(base, f"cupool-{os.geteuid()}")
+    # Every name a page could take, for the next 300 pids (as the attack
+    # did for all of them), and the directory the user's pages go in.
+    with open("/proc/sys/kernel/ns_last_pid") as f:
+        last = int(f.read())
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    listing = os.path.join(tmp, "squat-names")
+    with open(listing, "w") as f:
+        f.write("\n".join(f"cupool-{os.geteuid()}-{ns}-{pid}{sfx}" for pid in range(last, last + 300)
+                          for sfx in [""] + [f".{k}" for k in range(1, 16)]))
+    os.chmod(listing, 0o644)
+    run(["/bin/sh", "-c", f"mkdir -m 777 {mine} && cd {base} && xargs touch < {listing}"],
+        {"PATH": "/usr/bin:/bin"}, user=user)
+    env = clean_env(CUPOOL_PAGE_DIR=base)
+    p = serve(env, os.path.join(tmp, "squat-ready"))
+    if not p:
+        return report(name, False, "serve never got ready")
+    s = run([reader, "stat", str(p.pid)], env)
+    f = run([reader, "flush", str(p.pid)], env)
+    rc, _, err = stop(p)
+    report(name, os.stat(mine).st_uid == user.pw_uid and s.returncode == 0 and
+           f.returncode == 0 and "returned" in f.stdout and rc == 0 and
+           "is not this user's" in err, s.stderr + f.stderr + err)
+
+
+def test_root_reads_other_users(tmp, user):
+    """Root's cupool stat and flush reach another user's process."""
+    name = "root reads and flushes another user's process"
+    if not user:
+        return skip(name, user_why)
+    base = shared_dir(tmp, "rootread")
+    env = clean_env(CUPOOL_PAGE_DIR=base)
+    ready = os.path.join(base, "ready")
+    p = serve(env, ready, user=user)
+    if not p:
+        return report(name, False, "serve never got ready")
+    s = run([reader, "stat", str(p.pid)], env)
+    f = run([reader, "flush", str(p.pid)], env)
+    mine = run([reader, "stat", str(p.pid)], env, user=user)
+    stop(p)
+    report(name, s.returncode == 0 and "rt_prog" in s.stdout and f.returncode == 0 and
+           mine.returncode == 0, s.stderr + f.stderr + mine.stderr)
+
+
+def test_full_tmpfs(tmp, user):
+    """Another user fills the page directory's tmpfs: processes run on
+    without a page (they died of SIGBUS), and nothing is left behind."""
+    name = "a full tmpfs fails the page, not the program"
+    if not user:
+        return skip(name, user_why)
+    base = os.path.join(tmp, "small")
+    os.mkdir(base)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=1777", "tmpfs", base],
+                       capture_output=True, text=True)
+    if m.returncode:
+        return skip(name, f"cannot mount a tmpfs: {m.stderr.strip()}")
+    try:
+        run(["/bin/sh", "-c", f"cat /dev/zero > {base}/fill"], {"PATH": "/usr/bin:/bin"},
+            user=user)
+        env = clean_env(CUPOOL_PAGE_DIR=base)
+        # An IPC export of a block inside a segment needs the page: refused
+        # with the reason (the scenario fails), not a SIGBUS.
+        runs = [run([prog, scen], env) for scen in ("pairs", "ipc")]
+        mine = os.path.join(base, f"cupool-{os.geteuid()}")
+        left = [n for n in os.listdir(base) if n.startswith("cupool-") and n != os.path.basename(mine)]
+        left += os.listdir(mine) if os.path.isdir(mine) else []
+        s = run([reader, "stat"], env)
+        report(name, [r.returncode for r in runs] == [0, 1] and not left and
+               "its export needs the live page" in runs[1].stderr and
+               all("no live statistics page" in r.stderr for r in runs) and s.returncode == 0,
+               [(r.returncode, r.stderr[-200:]) for r in runs] + [left])
+    finally:
+        subprocess.run(["umount", "-l", base])
+
+
+# ---- host memory ----------------------------------------------------------
+
+MISLABELS = ("out of device memory", "cause: fragmentation", "cause: the device is out of memory")
+
+
+def test_shim_host_memory():
+    """Host malloc failing from the Nth call on, for every N up to where the
+    scenario no longer needs more: cupool never calls it device memory or
+    fragmentation, and never crashes (the simulated runtime may abort)."""
+    bad = []
+    for n in range(0, 120, 2):
+        for scen in ("pairs", "cap"):
+            p = run([prog, scen], clean_env(LD_PRELOAD=f"{lib}:{failmalloc}",
+                                            FAILMALLOC_AFTER=str(n),
+                                            CUPOOL_MAX_RESERVED="16M"))
+            if any(m in p.stderr for m in MISLABELS):
+                bad.append((scen, n, p.stderr[-300:]))
+            if p.returncode in (128 + 11, -11, 139):
+                bad.append((scen, n, "crashed"))
+    report("host memory failures are named as such in the shim", not bad, bad[:2])
+
+
+def test_replay_host_memory():
+    """The replay with host malloc failing: its figures, or an error and a
+    non-zero exit; never other figures (it printed 954562 failures)."""
+    trace = os.path.join(root, "test", "data", "train.trace.gz")
+    want = run([tracer, "replay", trace, "--policy", "best", "--json"], dict(os.environ))
+    if want.returncode:
+        return report("replay under host memory failures", False, want.stderr)
+    bad, refused = [], 0
+    for n in list(range(0, 60, 3)) + list(range(60, 4000, 97)):
+        p = run([tracer, "replay", trace, "--policy", "best", "--json"],
+                dict(os.environ, LD_PRELOAD=failmalloc, FAILMALLOC_AFTER=str(n)))
+        if p.returncode == 0 and p.stdout != want.stdout:
+            bad.append((n, "other figures"))
+        elif p.returncode not in (0, 1) or (p.returncode == 1 and "memory" not in p.stderr):
+            bad.append((n, p.returncode, p.stderr[-200:]))
+        refused += p.returncode == 1
+    report("replay under host memory failures: its figures or an error", not bad and refused,
+           bad[:3])
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory(prefix="cupool-safety-") as tmp:
+        os.chmod(tmp, 0o755)
+        user, user_why = other_user()
+        test_hard_links(tmp)
+        test_trace_limit(tmp)
+        test_escapes_not_printed(tmp)
+        test_unknown_option()
+        test_every_bad_option_reported()
+        test_secure_execution(tmp, user)
+        test_squatted_names(tmp, user)
+        test_root_reads_other_users(tmp, user)
+        test_full_tmpfs(tmp, user)
+        test_shim_host_memory()
+        test_replay_host_memory()
+    sys.exit(1 if failed else 0)
