@@ -47,7 +47,10 @@ atomic_uint shim_trace_ticks;
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(ring *) rings;
 static int trace_fd = -1;           /* guarded by trace_lock */
+static uint64_t trace_left;         /* bytes the file may still take; guarded
+                                       by trace_lock (UINT64_MAX: no limit) */
 static uint64_t t0;                 /* shim_trace_now() at open */
+static uint64_t trace_max; /* CUPOOL_TRACE_MAX, for its message */
 static double ns_per_tick = 1.0;
 
 /* ---- time ---------------------------------------------------------------- */
@@ -80,10 +83,24 @@ static uint64_t to_ns(uint64_t ticks)
 
 /* ---- draining ------------------------------------------------------------ */
 
-/* Writes all of buf; on failure stops the trace (once) and says so. */
-static void write_all(const void *buf, size_t n)
+/* Stops the trace (once): the file holds every record before. */
+static void trace_stop(void)
+{
+    close(trace_fd);
+    trace_fd = -1;
+    atomic_store(&shim_trace_state, 0);
+}
+
+/* Writes all of buf (whole records after the header), or as many whole
+ * records as CUPOOL_TRACE_MAX leaves room for, then stops the trace; on a
+ * failure stops it too, and says so. Returns the bytes written. */
+static size_t write_all(const void *buf, size_t n)
 {
     const char *p = buf;
+    size_t want = n;
+    if (trace_fd >= 0 && n > trace_left)
+        n = (size_t)trace_left / sizeof(trace_record) * sizeof(trace_record);
+    size_t done = n;
     while (n && trace_fd >= 0) {
         ssize_t w = write(trace_fd, p, n);
         if (w < 0 && errno == EINTR)
@@ -92,14 +109,24 @@ static void write_all(const void *buf, size_t n)
             shim_log(SHIM_LOG_ERROR, "trace: write failed (%s); recording "
                      "stops here, the file holds every record before it",
                      w < 0 ? strerror(errno) : "no progress");
-            close(trace_fd);
-            trace_fd = -1;
-            atomic_store(&shim_trace_state, 0);
-            return;
+            trace_stop();
+            return done - n;
         }
         p += w;
         n -= (size_t)w;
     }
+    if (trace_fd < 0)
+        return 0;
+    trace_left -= done;
+    if (done < want) {
+        char c[32];
+        shim_log(SHIM_LOG_WARN, "trace: the file reached CUPOOL_TRACE_MAX (%s); "
+                 "recording stops here, the file holds every record before it "
+                 "and the program runs on", stats_fmt_bytes(trace_max, c,
+                 sizeof(c)));
+        trace_stop();
+    }
+    return done;
 }
 
 /* Drains ring r to the file. Needs trace_lock. */
@@ -116,12 +143,11 @@ static void drain_locked(ring *r)
             stage[n].time = to_ns(stage[n].time);
             n++;
         }
-        if (trace_fd >= 0)
-            write_all(stage, n * sizeof(*stage));
-        if (trace_fd >= 0)
-            shim_count_add(SHIM_trace_records, n);
-        else
-            lost += n;
+        size_t put = trace_fd >= 0 ? write_all(stage, n * sizeof(*stage)) / sizeof(*stage)
+                                   : 0;
+        if (put)
+            shim_count_add(SHIM_trace_records, put);
+        lost += n - put;
     }
     if (lost)
         shim_count_add(SHIM_trace_lost, lost);
@@ -235,12 +261,8 @@ void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,
     pthread_mutex_lock(&trace_lock);
     trace_record rec = {.time = to_ns(shim_trace_now()), .addr = addr,
                         .word = trace_word(op, res, (unsigned)dev, size)};
-    if (trace_fd >= 0) {
-        write_all(&rec, sizeof(rec));
-        shim_count(trace_fd >= 0 ? SHIM_trace_records : SHIM_trace_lost);
-    } else {
-        shim_count(SHIM_trace_lost);
-    }
+    shim_count(trace_fd >= 0 && write_all(&rec, sizeof(rec)) ? SHIM_trace_records
+                                                              : SHIM_trace_lost);
     pthread_mutex_unlock(&trace_lock);
 }
 
@@ -275,7 +297,7 @@ static int trace_file_open(const char *path)
     return fd;
 }
 
-void shim_trace_open(const char *pattern)
+void shim_trace_open(const char *pattern, uint64_t max)
 {
     char path[SHIM_PATH_MAX + 32];
     if (shim_path_expand(pattern, (int)getpid(), path, sizeof(path))) {
@@ -295,6 +317,10 @@ void shim_trace_open(const char *pattern)
     t0 = shim_trace_now();
     pthread_mutex_lock(&trace_lock);
     trace_fd = fd;
+    trace_max = max;
+    trace_left = max ? max : UINT64_MAX;
+    if (trace_left < sizeof(h))
+        trace_left = sizeof(h);
     write_all(&h, sizeof(h));
     pthread_mutex_unlock(&trace_lock);
     if (trace_fd >= 0) {

@@ -146,8 +146,10 @@ slow:
 }
 
 /* Opens the trace file named by the pattern (%p = pid) and starts
- * recording. Logs and stays off on failure. */
-void shim_trace_open(const char *pattern);
+ * recording, at most max bytes of it (0: no limit; past it recording stops
+ * with a warning, and the file holds whole records). Logs and stays off
+ * on failure. */
+void shim_trace_open(const char *pattern, uint64_t max);
 
 /* Writes every ring's records to the file (helper tick, SIGTERM). */
 void shim_trace_drain(void);

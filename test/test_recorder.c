@@ -144,7 +144,7 @@ static long schedule(bool with_hold, bool *drained_first)
 {
     char path[] = "/tmp/cupool-rec-XXXXXX";
     close(mkstemp(path));
-    shim_trace_open(path);
+    shim_trace_open(path, 0);
     assert_int_equal(shim_tracing(), 1);
     /* Each run its own pool: the rings of earlier runs are drained too. */
     stand_in *sp = calloc(1, sizeof(*sp));
