@@ -28,7 +28,8 @@ STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c shim/process.c \
             shim/vmm.c shim/cupti.c shim/signals.c shim/driver.c \
-            shim/interpose_driver.c shim/passed.c shim/ipc.c shim/owner.c shim/comm.c $(STATS_SRC)
+            shim/interpose_driver.c shim/passed.c shim/ipc.c shim/owner.c shim/comm.c \
+            shim/framework.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 
@@ -97,6 +98,9 @@ $(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2
 	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) \
 	    -ldl -lpthread -o $$@
+$(1)/rt/libfailmalloc.so: test/failmalloc.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) -O2 -fPIC -shared $$< -o $$@
 $(1)/rt/libnext.so: test/next_interposer.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -fPIC -shared $$< -ldl -o $$@
@@ -190,12 +194,13 @@ TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats tes
 
 # Every test program, each one's output shown, then one line counting every
 # test they ran: "N passed, N failed, N skipped".
-test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS)
+test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
 	@scripts/run-tests $(foreach t,$(TEST_BINS),"timeout 600 $(t)") \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
-	    "timeout 600 python3 test/test_import_torch.py $(BUILD)"
+	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
+	    "timeout 600 python3 test/test_safety.py $(BUILD)"
 
 bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cupool-trace
 	scripts/bench-pool

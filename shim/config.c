@@ -85,10 +85,18 @@ static const option options[] = {
     {"CUPOOL_TRACE", OPT_PATH, F(trace), "",
      "record every allocation event to this file (%p is the pid) for "
      "'cupool replay' and 'cupool plot'; empty = off"},
+    {"CUPOOL_TRACE_MAX", OPT_SIZE, F(trace_max), "4G",
+     "largest trace file: recording stops there (with a warning; the file "
+     "holds every event before) so that a long run cannot fill the disk; "
+     "0 = no limit"},
     {"CUPOOL_STATS_FORMAT", OPT_FORMAT, F(stats_json), "table",
      "format of the statistics dump: table or json (one line)"},
     {"CUPOOL_STATS_AT_EXIT", OPT_BOOL, F(stats_at_exit), "0",
      "1 dumps the statistics when the program exits"},
+    {"CUPOOL_FRAMEWORK_FLUSH", OPT_BOOL, F(framework_flush), "1",
+     "a flush first asks a Python program's frameworks to release their "
+     "caches in its main thread (torch.cuda.empty_cache, CuPy's pools); "
+     "0 = cupool's own cache only"},
     {"CUPOOL_LIVE_PAGE", OPT_BOOL, F(live_page), "1",
      "keep a live statistics page for 'cupool stat' (0 = none)"},
     {"CUPOOL_PAGE_DIR", OPT_PATH, F(page_dir), "",

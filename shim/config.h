@@ -46,6 +46,7 @@ typedef struct shim_config {
     int stats_signal;               /* 0 = none */
     char stats_file[SHIM_PATH_MAX]; /* "" = stderr; %p = pid */
     char trace[SHIM_PATH_MAX];      /* "" = no trace; %p = pid */
+    size_t trace_max;               /* bytes a trace may take; 0 = no limit */
     char page_dir[SHIM_PATH_MAX];   /* checked here; the pages are made
                                        where stats_page_dir() says, which
                                        reads the same variable for the
@@ -53,6 +54,8 @@ typedef struct shim_config {
     bool stats_json;                /* CUPOOL_STATS_FORMAT=json */
     bool stats_at_exit;
     bool live_page;
+    bool framework_flush;           /* a flush releases the frameworks'
+                                       caches first (framework.h) */
     size_t shards;                  /* pools per device, 1..SHIM_SHARDS_MAX */
     bool vmm;                       /* segments from the driver's virtual
                                        memory calls, trimmable */

@@ -26,6 +26,7 @@
 
 #include "control.h"
 #include "device.h"
+#include "framework.h"
 #include "log.h"
 #include "nvml.h"
 #include "process.h"
@@ -258,15 +259,49 @@ static void terminate_drained(int sig)
                             it takes it */
 }
 
-/* Returns every cached segment to the driver, counted under c. */
+/* Counts what the frameworks' release did, and says it in part of a
+ * line (into buf). */
+static void framework_counted(const shim_framework_result *f, char *buf, size_t len)
+{
+    char t[32], c[32];
+    buf[0] = '\0';
+    if (f->status == SHIM_FW_LATE) {
+        shim_count(SHIM_framework_late);
+        snprintf(buf, len, "; the program's main thread reached no safe point "
+                 "within %d ms (a long call), so its framework kept its cache",
+                 SHIM_FRAMEWORK_WAIT_MS);
+        return;
+    }
+    if (f->jax_seen)
+        shim_count(SHIM_framework_unable);
+    if (f->status != SHIM_FW_DONE || !(f->torch_seen || f->cupy_seen))
+        return;
+    shim_count(SHIM_framework_flushes);
+    shim_count_add(SHIM_framework_flushed, f->torch + f->cupy);
+    shim_count_add(SHIM_framework_torch, f->torch);
+    shim_count_add(SHIM_framework_cupy, f->cupy);
+    snprintf(buf, len, "; of it, %s%s%s%s%s%s", f->torch_seen ? "torch.cuda.empty_cache " : "",
+             f->torch_seen ? stats_fmt_bytes(f->torch, t, sizeof(t)) : "",
+             f->torch_seen && f->cupy_seen ? ", " : "", f->cupy_seen ? "CuPy's pool " : "",
+             f->cupy_seen ? stats_fmt_bytes(f->cupy, c, sizeof(c)) : "",
+             f->failed ? " (a framework call raised; the program was not disturbed)" : "");
+}
+
+/* Asks the frameworks for their caches, then returns every cached segment
+ * to the driver, counted under c. */
 static void flush(enum shim_counter c, const char *by)
 {
+    shim_framework_result f;
+    shim_framework_release(&f);
     uint64_t n = shim_device_flush_all();
     shim_count(c);
     shim_count_add(SHIM_flushed, n);
-    char h[32];
-    shim_log(SHIM_LOG_WARN, "flush (%s): returned %s to the driver", by,
-             stats_fmt_bytes(n, h, sizeof(h)));
+    char h[32], parts[256];
+    framework_counted(&f, parts, sizeof(parts));
+    shim_log(SHIM_LOG_WARN, "flush (%s): returned %s to the driver%s%s", by,
+             stats_fmt_bytes(n, h, sizeof(h)), parts,
+             f.jax_seen ? "; JAX holds its own memory, which cannot be given back "
+                          "from outside" : "");
 }
 
 static void handle(unsigned char b)
@@ -522,7 +557,7 @@ __attribute__((constructor(101))) static void shim_init(void)
         shim_signals_take(sigs, 2, shim_doorbell_wr());
         shim_on_first_pool(helper_start);
         if (*shim_cfg.trace) {
-            shim_trace_open(shim_cfg.trace);
+            shim_trace_open(shim_cfg.trace, shim_cfg.trace_max);
             if (shim_tracing())
                 install_term();
         }

@@ -265,6 +265,37 @@ static int ask(int pid, stats_request r, double timeout, stats_view *before,
     return 1;
 }
 
+/* What a flush returned, and the frameworks' part of it, from the
+ * process's counters before and after. */
+static void print_flush(int pid, const stats_process *a, const stats_process *b)
+{
+    char h[32], t[32], c[32], own[32];
+    uint64_t got = b->flushed - a->flushed;
+    uint64_t torch = b->framework_torch - a->framework_torch;
+    uint64_t cupy = b->framework_cupy - a->framework_cupy;
+    printf("%d: returned %s (%lu bytes) to the driver", pid,
+           stats_fmt_bytes(got, h, sizeof(h)), (unsigned long)got);
+    if (b->framework_flushes > a->framework_flushes) {
+        printf("; %s of it from the framework's cache (", stats_fmt_bytes(torch + cupy, h,
+                                                                         sizeof(h)));
+        if (torch || !cupy)
+            printf("torch.cuda.empty_cache %s%s", stats_fmt_bytes(torch, t, sizeof(t)),
+                   cupy ? ", " : "");
+        if (cupy)
+            printf("CuPy's pool %s", stats_fmt_bytes(cupy, c, sizeof(c)));
+        printf("), %s from cupool's own",
+               stats_fmt_bytes(got > torch + cupy ? got - torch - cupy : 0, own, sizeof(own)));
+    }
+    printf("\n");
+    if (b->framework_late > a->framework_late)
+        printf("%d: its main thread reached no safe point in time (busy in a long "
+               "call): the framework's cache was not released, and will not be "
+               "later by this request\n", pid);
+    if (b->framework_unable > a->framework_unable)
+        printf("%d: JAX holds its own memory, which cannot be given back from "
+               "outside\n", pid);
+}
+
 /* flush and dump: [--timeout SECONDS] PID. */
 static int cmd_ask(const char *name, stats_request r, int argc, char **argv)
 {
@@ -290,10 +321,7 @@ static int cmd_ask(const char *name, stats_request r, int argc, char **argv)
     if (ask(pid, r, timeout, &before, &after))
         return 1;
     if (r == STATS_REQ_FLUSH) {
-        char h[32];
-        uint64_t got = after.proc.flushed - before.proc.flushed;
-        printf("%d: returned %s (%lu bytes) to the driver\n", pid,
-               stats_fmt_bytes(got, h, sizeof(h)), (unsigned long)got);
+        print_flush(pid, &before.proc, &after.proc);
     } else {
         printf("%d: statistics written (to its CUPOOL_STATS_FILE, else its "
                "standard error)\n", pid);

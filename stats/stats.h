@@ -95,6 +95,16 @@
     X(requested_flushes, COUNT, COUNTER, "flushes asked for by cupool flush") \
     X(requested_dumps, COUNT, COUNTER, "dumps asked for by cupool dump")      \
     X(flushed, BYTES, COUNTER, "bytes returned by flushes")                   \
+    X(framework_flushes, COUNT, COUNTER, "flushes that first released a "    \
+      "framework's cache (PyTorch, CuPy) in the program's main thread")       \
+    X(framework_flushed, BYTES, COUNTER, "bytes the frameworks' caches gave " \
+      "back in those flushes (returned to the driver with cupool's)")        \
+    X(framework_torch, BYTES, COUNTER, "of those, torch.cuda.empty_cache's")  \
+    X(framework_cupy, BYTES, COUNTER, "of those, CuPy's memory pool's")       \
+    X(framework_late, COUNT, COUNTER, "framework releases withdrawn: the "    \
+      "main thread reached no safe point in time (a long C call)")            \
+    X(framework_unable, COUNT, COUNTER, "flushes of a program using JAX, "    \
+      "whose memory cannot be given back from outside")                       \
     X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")           \
     X(trace_records, COUNT, COUNTER, "trace records written (CUPOOL_TRACE)")  \
     X(trace_lost, COUNT, COUNTER, "trace records lost (write error)")        \

@@ -14,7 +14,7 @@ import time
 class SimStats(ctypes.Structure):
     _fields_ = [(n, ctypes.c_ulong) for n in (
         "mallocs", "frees", "bad_frees", "syncs", "event_records",
-        "legacy_records", "stream_waits", "capture_queries", "vmm_maps",
+        "legacy_records", "stream_waits", "event_queries", "capture_queries", "vmm_maps",
         "vmm_unmaps", "unsynced_unmaps")] + [
         (n, ctypes.c_ulonglong) for n in ("vmm_mapped", "used", "capacity")]
 

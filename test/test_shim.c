@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -218,11 +219,11 @@ static child *spawn(child *c, const char *scenario, ...)
 /* Starts python3 SCRIPT preloaded (the plain library: a sanitizer runtime
  * cannot be preloaded into python3), with extra NAME=VALUE strings (NULL
  * terminated). */
-static void python_start(child *c, const char *script, char **extra)
+static void python_start(child *c, const char *script, const char *arg, char **extra)
 {
     static char preload[600];
     snprintf(preload, sizeof(preload), "LD_PRELOAD=%s/libcupool.so", dir);
-    char *argv[] = {"python3", (char *)script, NULL};
+    char *argv[] = {"python3", (char *)script, (char *)arg, NULL};
     child_spawn(c, argv, preload, extra);
 }
 
@@ -565,7 +566,7 @@ static void test_cupool_run(void **s)
     (void)s;
     if (runtime)
         skip(); /* a sanitizer build cannot be preloaded into sh */
-    char out[4096], cmd[1024];
+    char out[16384], cmd[1024];
     snprintf(cmd, sizeof(cmd), "CUPOOL_LIB=%s/libcupool.so scripts/cupool run --cupti "
              "--vmm --fence sync --max-reserved 2G -- sh -c 'echo \"$CUPOOL_CUPTI "
              "$CUPOOL_VMM $CUPOOL_FENCE $CUPOOL_MAX_RESERVED $LD_PRELOAD\"' 2>/dev/null",
@@ -1217,7 +1218,7 @@ static void test_python_handler(void **s)
         char *env[] = {simenv, readyenv, direnv, "CUPOOL_SMALL_SEGMENT=2M",
                        "CUPOOL_MID_MAX=0", NULL};
         child c;
-        python_start(&c, "test/sig_prog.py", env);
+        python_start(&c, "test/sig_prog.py", NULL, env);
         wait_for_file(ready);
         if (by_signal) {
             kill(c.pid, SIGUSR1);
@@ -1235,6 +1236,134 @@ static void test_python_handler(void **s)
         assert_non_null(strstr(r->out, by_signal ? "handler calls: 1, driver holds: 0"
                                                  : "handler calls: 0, driver holds: 0"));
     }
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* test/fw_prog.py MODE under cupool with its page in the test's
+ * directory, started and ready; extra: one more NAME=VALUE or NULL. */
+static void fw_start(child *c, const char *mode, const char *extra)
+{
+    static char sim[600], full[PATH_MAX], simenv[PATH_MAX + 16], readyenv[160],
+        ready[128], direnv[128];
+    snprintf(sim, sizeof(sim), "%s/sim/libcudart.so.13", dir);
+    assert_non_null(realpath(sim, full));
+    snprintf(simenv, sizeof(simenv), "SIM_LIB=%s", full);
+    snprintf(ready, sizeof(ready), "%s/ready-fw-%s", pages, mode);
+    unlink(ready);
+    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    char *env[] = {simenv, readyenv, direnv, "CUPOOL_SMALL_SEGMENT=2M", "CUPOOL_MID_MAX=0",
+                   (char *)extra, NULL};
+    python_start(c, "test/fw_prog.py", mode, env);
+    wait_for_file(ready);
+}
+
+/* cupool flush of c into out; its exit status. */
+static int fw_flush(child *c, char *out, size_t len)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush %d", pages, c->pid);
+    return shell(cmd, out, len);
+}
+
+static result *fw_end(child *c)
+{
+    kill(c->pid, SIGTERM);
+    result *r = finish(c, "fw_prog.py", 0);
+    assert_int_equal(r->status, 0);
+    return r;
+}
+
+/* A flush releases the framework's cache in the program's main thread,
+ * once per request, then cupool returns it to the driver; the answer
+ * names both parts. With CUPOOL_FRAMEWORK_FLUSH=0 (the behaviour before)
+ * nothing comes back: the cache is the framework's. */
+static void test_framework_flush(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip(); /* a sanitizer runtime cannot be preloaded into python3 */
+    char out[4096];
+    child c;
+    fw_start(&c, "torch", NULL);
+    assert_int_equal(fw_flush(&c, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "returned 24.00 MiB"));
+    assert_non_null(strstr(out, "torch.cuda.empty_cache 18.00 MiB"));
+    assert_int_equal(fw_flush(&c, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "returned 0 B"));
+    result *r = fw_end(&c);
+    assert_non_null(strstr(r->out, "empty_cache calls: 2, in the main thread: 2, "
+                                   "driver holds: 0"));
+    fw_start(&c, "torch", "CUPOOL_FRAMEWORK_FLUSH=0");
+    assert_int_equal(fw_flush(&c, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "returned 0 B"));
+    r = fw_end(&c);
+    assert_non_null(strstr(r->out, "empty_cache calls: 0"));
+}
+
+/* kill -USR1 releases the framework's cache too. */
+static void test_framework_flush_by_signal(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip();
+    child c;
+    fw_start(&c, "torch", NULL);
+    kill(c.pid, SIGUSR1);
+    assert_int_equal(wait_page(c.pid, "d[\"process\"][\"framework_torch\"] == 18 << 20 "
+                               "and d[\"process\"][\"flushed\"] == 24 << 20"), 0);
+    result *r = fw_end(&c);
+    assert_non_null(strstr(r->out, "empty_cache calls: 1, in the main thread: 1, "
+                                   "driver holds: 0"));
+}
+
+/* A main thread blocked in one long C call: the answer comes within the
+ * bound and says so, and the request never runs later by surprise. */
+static void test_framework_flush_blocked(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip();
+    char out[4096];
+    child c;
+    fw_start(&c, "blocked", NULL);
+    double t0 = now_s();
+    assert_int_equal(fw_flush(&c, out, sizeof(out)), 0);
+    double took = now_s() - t0;
+    print_message("blocked main thread: answered in %.2f s\n", took);
+    assert_true(took < 3.5);
+    assert_non_null(strstr(out, "reached no safe point"));
+    usleep(4000000); /* the sleep ends, then a second of bytecode */
+    result *r = fw_end(&c);
+    assert_non_null(strstr(r->out, "empty_cache calls: 0"));
+}
+
+/* A program that never imported the framework does not get it imported;
+ * a forked child never runs the release. */
+static void test_framework_flush_leaves_alone(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip();
+    char out[4096];
+    child c;
+    fw_start(&c, "none", NULL);
+    assert_int_equal(fw_flush(&c, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "returned 4.00 MiB"));
+    result *r = fw_end(&c);
+    assert_non_null(strstr(r->out, "torch imported: False, driver holds: 0"));
+    fw_start(&c, "fork", NULL);
+    assert_int_equal(fw_flush(&c, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "torch.cuda.empty_cache 18.00 MiB"));
+    r = fw_end(&c);
+    assert_non_null(strstr(r->out, "child empty_cache calls: 0"));
+    assert_non_null(strstr(r->out, "\nempty_cache calls: 1, in the main thread: 1"));
 }
 
 static void test_threads_and_signal_storm(void **s)
@@ -1580,6 +1709,13 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_exec_makes_page_stale,
                                         pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_python_handler, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_framework_flush, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_framework_flush_by_signal, pages_setup,
+                                        pages_teardown),
+        cmocka_unit_test_setup_teardown(test_framework_flush_blocked, pages_setup,
+                                        pages_teardown),
+        cmocka_unit_test_setup_teardown(test_framework_flush_leaves_alone, pages_setup,
+                                        pages_teardown),
         cmocka_unit_test(test_signal_chaining),
         cmocka_unit_test(test_signal_ignored_or_default),
         cmocka_unit_test(test_signal_blocked_everywhere),

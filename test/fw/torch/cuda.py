@@ -1,0 +1,45 @@
+"""torch.cuda of the stand-in (see __init__.py)."""
+import ctypes
+import threading
+
+_rt = ctypes.CDLL(None)
+_initialized = False
+_cache = []              # blocks the program freed, kept: (pointer, size)
+empty_cache_calls = []   # per call: whether it ran in the main thread
+
+
+def init():
+    global _initialized
+    _initialized = True
+
+
+def is_initialized():
+    return _initialized
+
+
+def device_count():
+    return 1
+
+
+def cache(size, count):
+    """Allocates count blocks of size bytes and frees them into the cache."""
+    for _ in range(count):
+        p = ctypes.c_void_p()
+        assert _rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(size)) == 0
+        _cache.append((p, size))
+
+
+def memory_reserved(device):
+    assert device == 0
+    return sum(size for _, size in _cache)
+
+
+def empty_cache():
+    empty_cache_calls.append(threading.current_thread() is threading.main_thread())
+    while _cache:
+        p, _ = _cache.pop()
+        assert _rt.cudaFree(p) == 0
+
+
+def ipc_collect():
+    pass
