@@ -90,8 +90,25 @@ def ddp(out, rc):
           f"; step time after the next step {ratio:.3f}x plain PyTorch's")
 
 
+def cap(out, gib):
+    n = json.load(open(f"{out}/cap_native.peak.json"))
+    c = json.load(open(f"{out}/cap_cupool.peak.json"))
+    rn, rc = ranks(f"{out}/cap_native.json").get(0), ranks(f"{out}/cap_cupool.json").get(0)
+    limit = gib * 1024 + max(c["outside_mib"], 0)
+    ok = n["exit"] == c["exit"] and c["outside_mib"] >= 0 and c["peak_used_mib"] <= limit
+    same = rn and rc and rn["losses"] == rc["losses"]
+    print(f"fw_cap {'PASS' if ok and same else 'FAIL'} cap {gib} GiB: native (PyTorch's "
+          f"fraction) exit {n['exit']}, nvidia-smi peak {n['peak_used_mib']} MiB; cupool "
+          f"(--max-reserved) exit {c['exit']}, peak {c['peak_used_mib']} MiB (cap + outside "
+          f"the pool {c['outside_mib']} = {limit}); losses {'equal' if same else 'differ'}; "
+          f"PyTorch's peak reserved native {rn and rn['peak_reserved'] >> 20}, under cupool "
+          f"{rc and rc['peak_reserved'] >> 20} MiB")
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "one":
+    if sys.argv[1] == "cap":
+        cap(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "one":
         one(sys.argv[2])
     else:
         ddp(sys.argv[2], int(sys.argv[3]))

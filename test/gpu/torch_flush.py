@@ -7,8 +7,9 @@ Python, reaching safe points, until $GO exists (the flush comes from
 outside meanwhile), and trains on. Under DDP (torchrun, RANK set) every
 rank pauses at the same step, READY and GO get the rank appended.
 
-Prints one JSON line: losses, step times (ms), the pause's step, and
-PyTorch's reserved bytes before and after the pause."""
+With FRACTION_GIB=N, PyTorch's own cap (set_per_process_memory_fraction)
+is N GiB. Prints one JSON line: losses, step times (ms), the pause's step,
+PyTorch's reserved bytes before and after the pause, and its peaks."""
 import json
 import os
 import random
@@ -33,6 +34,9 @@ cfg._attn_implementation = "eager"  # the fused kernels' backward is not determi
 model = GPT2LMHeadModel(cfg).cuda()
 if ddp:
     model = torch.nn.parallel.DistributedDataParallel(model)
+if os.environ.get("FRACTION_GIB"):  # PyTorch's own cap, for comparison
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(float(os.environ["FRACTION_GIB"]) * 2**30 / total)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 rng = random.Random(1 + rank)
 gen = torch.Generator(device="cpu").manual_seed(2 + rank)
@@ -64,4 +68,6 @@ for step in range(STEPS):
         pause["reserved_after"] = torch.cuda.memory_reserved()
 if ddp:
     dist.destroy_process_group()
-print(json.dumps({"rank": rank, "losses": losses, "times": times, "pause": pause}))
+print(json.dumps({"rank": rank, "losses": losses, "times": times, "pause": pause,
+                  "peak_reserved": torch.cuda.max_memory_reserved(),
+                  "peak_allocated": torch.cuda.max_memory_allocated()}))
