@@ -108,6 +108,8 @@ void shim_stats_view(stats_view *v)
     shim_comm(v->comm, sizeof(v->comm));
     v->updated_ns = shim_unix_ns();
     v->flush_signal = shim_cfg.flush_signal;
+    shim_framework_view fw;
+    shim_framework_view_get(&fw);
     for (int i = 0; i < SHIM_MAX_DEVICES && v->ndevices < STATS_MAX_DEVICES; i++) {
         pool_stats ps;
         if (!shim_device_stats(i, &ps))
@@ -122,11 +124,15 @@ void shim_stats_view(stats_view *v)
         d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
         d->passed = atomic_load(&shim_devices[i].passed);
         d->passed_peak = atomic_load(&shim_devices[i].passed_peak);
+        d->framework_allocated = fw.taken_ns ? fw.allocated[i] : STATS_UNKNOWN;
+        d->framework_reserved = fw.taken_ns ? fw.reserved[i] : STATS_UNKNOWN;
+        d->framework_inactive = fw.taken_ns ? fw.inactive[i] : STATS_UNKNOWN;
     }
 #define X(name, unit, kind, help) \
     v->proc.name = shim_counter(SHIM_##name);
     STATS_PROCESS_FIELDS(X)
 #undef X
+    v->proc.framework_view_ns = fw.taken_ns;
 }
 
 /* Asks NVML what the process holds on each device with a pool, and keeps
@@ -315,13 +321,37 @@ static void handle(unsigned char b)
     } else if (b == shim_cfg.flush_signal) {
         flush(SHIM_signal_flushes, "a signal");
     } else if (b == shim_cfg.stats_signal) {
+        shim_framework_view_now();
         dump_stats();
     }
 }
 
-/* Serves what readers asked for on the page (cupool flush, cupool dump),
- * then publishes and answers, so that a reader that sees its answer sees
- * the flush in the figures. */
+/* A reader's request for the framework's figures (cupool stat, top),
+ * answered once they are read or a second has passed: helper's. */
+static uint64_t view_ticket, view_since_ms;
+
+/* Whether the view request in t (or one waiting) can be answered now;
+ * asks for a reading when one is due. */
+static bool view_ready(uint64_t *t)
+{
+    uint64_t now = shim_mono_ns() / 1000000u;
+    if (*t && !view_ticket)
+        view_since_ms = now;
+    if (*t > view_ticket)
+        view_ticket = *t;
+    if (!view_ticket)
+        return false;
+    bool coming = shim_framework_view_ask();
+    if (coming && now - view_since_ms < 1000)
+        return false;
+    *t = view_ticket;
+    view_ticket = 0;
+    return true;
+}
+
+/* Serves what readers asked for on the page (cupool flush, cupool dump,
+ * the framework's figures for cupool stat), then publishes and answers,
+ * so that a reader that sees its answer sees the flush in the figures. */
 static void serve_requests(void)
 {
     uint64_t t[STATS_NREQUESTS];
@@ -329,12 +359,15 @@ static void serve_requests(void)
     for (int r = 0; r < STATS_NREQUESTS; r++)
         t[r] = page ? stats_page_pending(page, (stats_request)r) : 0;
     pthread_mutex_unlock(&page_lock);
-    if (!t[STATS_REQ_FLUSH] && !t[STATS_REQ_DUMP])
+    if (!view_ready(&t[STATS_REQ_VIEW]))
+        t[STATS_REQ_VIEW] = 0;
+    if (!t[STATS_REQ_FLUSH] && !t[STATS_REQ_DUMP] && !t[STATS_REQ_VIEW])
         return;
     if (t[STATS_REQ_FLUSH])
         flush(SHIM_requested_flushes, "cupool flush");
     if (t[STATS_REQ_DUMP]) {
         shim_count(SHIM_requested_dumps);
+        shim_framework_view_now();
         dump_stats();
     }
     publish();

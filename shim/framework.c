@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,10 +47,13 @@ enum { PY_FILE_INPUT = 257 }; /* Py_file_input */
  * own try: one that raises leaves the others and the program unharmed.
  * Only modules the program imported are touched (sys.modules), and torch
  * only once the program initialized CUDA through it. */
-static const char release_code[] =
-    "import sys\n"
-    "t = sys.modules.get('torch')\n"
+#define TORCH_CUDA                                                            \
+    "import sys\n"                                                            \
+    "t = sys.modules.get('torch')\n"                                          \
     "cuda = getattr(t, 'cuda', None) if t is not None else None\n"
+
+static const char release_code[] =
+    TORCH_CUDA
     "try:\n"
     "    if cuda is not None and cuda.is_initialized():\n"
     "        torch_seen = 1\n"
@@ -73,14 +77,39 @@ static const char release_code[] =
     "    failed = 1\n"
     "jax_seen = int('jax' in sys.modules)\n";
 
+/* PyTorch's own figures per device (after the release, when both run):
+ * a<d> allocated, r<d> reserved, i<d> inactive split bytes. */
+static const char view_code[] =
+    TORCH_CUDA
+    "try:\n"
+    "    if cuda is not None and cuda.is_initialized():\n"
+    "        view_seen = 1\n"
+    "        for d in range(min(cuda.device_count(), 64)):\n"
+    "            globals()['a%d' % d] = cuda.memory_allocated(d)\n"
+    "            globals()['r%d' % d] = cuda.memory_reserved(d)\n"
+    "            globals()['i%d' % d] = cuda.memory_stats(d).get(\n"
+    "                'inactive_split_bytes.all.current', 0)\n"
+    "except Exception:\n"
+    "    failed = 1\n";
+
 enum { IDLE, PENDING, RUNNING, DONE, WITHDRAWN };
+
+/* What the main thread ran and read: a release (with the view after it)
+ * or the view alone. */
+typedef struct reading {
+    shim_framework_result r;
+    shim_framework_view v;
+} reading;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
 static atomic_int state = IDLE;
+static bool releasing;               /* the request's kind; helper's */
 static pid_t asker;                  /* the process that asked */
-static shim_framework_result out;    /* written by the main thread while
+static reading out;                  /* written by the main thread while
                                         RUNNING, read after DONE */
+static uint64_t asked_ns;            /* when the request went out */
+static shim_framework_view last;     /* the newest view; guarded by lock */
 
 #define RESOLVE(field, name) (*(void **)&py.field = shim_dlsym(RTLD_DEFAULT, name))
 
@@ -127,9 +156,9 @@ static uint64_t py_get(pyobj *g, const char *name)
     return n > 0 ? (uint64_t)n : 0;
 }
 
-/* Runs release_code in a fresh namespace and reads its figures into r.
- * GIL held. */
-static void py_release(shim_framework_result *r)
+/* Runs code in a fresh namespace and returns the namespace (NULL after
+ * a failure, r->failed set). GIL held. */
+static pyobj *py_run(const char *code, shim_framework_result *r)
 {
     pyobj *g = py.Dict_New();
     if (!g || py.Dict_SetItemString(g, "__builtins__", py.Eval_GetBuiltins()) != 0) {
@@ -137,67 +166,120 @@ static void py_release(shim_framework_result *r)
         r->failed = true;
         if (g)
             py.DecRef(g);
-        return;
+        return NULL;
     }
-    pyobj *res = py.Run_StringFlags(release_code, PY_FILE_INPUT, g, g, NULL);
+    pyobj *res = py.Run_StringFlags(code, PY_FILE_INPUT, g, g, NULL);
     if (res)
         py.DecRef(res);
     else
         r->failed = true;
     py.Err_Clear(); /* never leave the program an exception */
+    r->failed |= py_get(g, "failed") != 0;
+    return g;
+}
+
+/* The release's figures into r. GIL held. */
+static void py_release(shim_framework_result *r)
+{
+    pyobj *g = py_run(release_code, r);
+    if (!g)
+        return;
     r->torch = py_get(g, "torch");
     r->cupy = py_get(g, "cupy");
     r->torch_seen = py_get(g, "torch_seen");
     r->cupy_seen = py_get(g, "cupy_seen");
     r->jax_seen = py_get(g, "jax_seen");
-    r->failed |= py_get(g, "failed") != 0;
+    py.DecRef(g);
+}
+
+/* PyTorch's own figures into v (v->taken_ns stays 0 without them). GIL
+ * held. */
+static void py_view(shim_framework_view *v, shim_framework_result *r)
+{
+    pyobj *g = py_run(view_code, r);
+    if (!g)
+        return;
+    if (py_get(g, "view_seen")) {
+        for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
+            char k[8];
+            snprintf(k, sizeof(k), "a%d", d);
+            v->allocated[d] = py_get(g, k);
+            snprintf(k, sizeof(k), "r%d", d);
+            v->reserved[d] = py_get(g, k);
+            snprintf(k, sizeof(k), "i%d", d);
+            v->inactive[d] = py_get(g, k);
+        }
+        v->taken_ns = shim_unix_ns();
+    }
     py.DecRef(g);
 }
 
 /* The pending call: in the main thread, with the GIL, between bytecodes.
  * Always 0 with no exception set: the program's code goes on as if
  * nothing ran. */
-static int pending_release(void *arg)
+static int pending_call(void *arg)
 {
     (void)arg;
     int want = PENDING;
     if (getpid() != asker || !atomic_compare_exchange_strong(&state, &want, RUNNING))
         return 0; /* withdrawn, served, or a forked child's copy */
-    shim_framework_result r = {.status = SHIM_FW_DONE};
-    if (py_running())
-        py_release(&r);
+    reading x = {.r = {.status = SHIM_FW_DONE}};
+    if (!py_running())
+        x.r.status = SHIM_FW_NO_PYTHON;
+    else if (releasing)
+        py_release(&x.r), py_view(&x.v, &x.r);
     else
-        r.status = SHIM_FW_NO_PYTHON;
+        py_view(&x.v, &x.r);
     pthread_mutex_lock(&lock);
-    out = r;
+    out = x;
     atomic_store(&state, DONE);
     pthread_cond_broadcast(&done_cond);
     pthread_mutex_unlock(&lock);
     return 0;
 }
 
-void shim_framework_release(shim_framework_result *r)
+/* Asks the main thread to run a release (or the view alone): 0, or the
+ * status that says why not. The state must be IDLE. */
+static int ask(bool release)
 {
-    memset(r, 0, sizeof(*r));
-    if (!shim_cfg.framework_flush) {
-        r->status = SHIM_FW_OFF;
-        return;
-    }
-    if (!py_resolve() || !py_running()) {
-        r->status = SHIM_FW_NO_PYTHON;
-        return;
-    }
+    if (!shim_cfg.framework_flush)
+        return SHIM_FW_OFF;
+    if (!py_resolve() || !py_running())
+        return SHIM_FW_NO_PYTHON;
     asker = getpid();
+    releasing = release;
+    asked_ns = shim_mono_ns();
     atomic_store(&state, PENDING);
-    if (py.AddPendingCall(pending_release, NULL) != 0) {
+    if (py.AddPendingCall(pending_call, NULL) != 0) {
         atomic_store(&state, IDLE);
-        r->status = SHIM_FW_REFUSED;
-        return;
+        return SHIM_FW_REFUSED;
     }
+    return 0;
+}
+
+/* Takes a finished request's reading: its view becomes the newest. Needs
+ * lock and state DONE. */
+static void collect_locked(shim_framework_result *r)
+{
+    if (r)
+        *r = out.r;
+    if (out.v.taken_ns)
+        last = out.v;
+    atomic_store(&state, IDLE);
+}
+
+/* Ends the request in flight, if any, within wait_ms: DONE is collected;
+ * PENDING past the wait is withdrawn (SHIM_FW_LATE); RUNNING is waited
+ * for to its end. Returns the request's status (SHIM_FW_DONE when none was
+ * in flight), with its figures in *r. */
+static shim_framework_status settle(int wait_ms, shim_framework_result *r)
+{
+    if (atomic_load(&state) == IDLE)
+        return SHIM_FW_DONE;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += SHIM_FRAMEWORK_WAIT_MS / 1000;
-    until.tv_nsec += (long)(SHIM_FRAMEWORK_WAIT_MS % 1000) * 1000000L;
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L)
         until.tv_sec++, until.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&lock);
@@ -205,14 +287,55 @@ void shim_framework_release(shim_framework_result *r)
         int e = pthread_cond_timedwait(&done_cond, &lock, &until);
         int want = PENDING;
         if (e == ETIMEDOUT && atomic_compare_exchange_strong(&state, &want, WITHDRAWN)) {
+            atomic_store(&state, IDLE);
             pthread_mutex_unlock(&lock);
-            r->status = SHIM_FW_LATE;
-            return;
+            return SHIM_FW_LATE;
         }
         if (e == ETIMEDOUT) /* running: it ends soon, wait on */
             until.tv_sec += 1;
     }
-    *r = out;
-    atomic_store(&state, IDLE);
+    collect_locked(r);
+    pthread_mutex_unlock(&lock);
+    return r ? r->status : SHIM_FW_DONE;
+}
+
+void shim_framework_release(shim_framework_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    /* A view asked for earlier: its answer first (it is quick), or gone. */
+    settle(SHIM_FRAMEWORK_WAIT_MS, NULL);
+    int why = ask(true);
+    if (why) {
+        r->status = (shim_framework_status)why;
+        return;
+    }
+    r->status = settle(SHIM_FRAMEWORK_WAIT_MS, r);
+}
+
+void shim_framework_view_now(void)
+{
+    settle(SHIM_FRAMEWORK_WAIT_MS, NULL);
+    if (ask(false) == 0)
+        settle(SHIM_FRAMEWORK_WAIT_MS, NULL);
+}
+
+bool shim_framework_view_ask(void)
+{
+    int s = atomic_load(&state);
+    if (s == DONE || (s == PENDING && shim_mono_ns() - asked_ns >
+                      (uint64_t)SHIM_FRAMEWORK_WAIT_MS * 1000000u))
+        settle(0, NULL); /* collect, or withdraw what waited too long */
+    if (atomic_load(&state) != IDLE)
+        return true;
+    pthread_mutex_lock(&lock);
+    uint64_t age = shim_unix_ns() - last.taken_ns;
+    pthread_mutex_unlock(&lock);
+    return age >= 1000000000u && ask(false) == 0;
+}
+
+void shim_framework_view_get(shim_framework_view *v)
+{
+    pthread_mutex_lock(&lock);
+    *v = last;
     pthread_mutex_unlock(&lock);
 }

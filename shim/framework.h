@@ -22,6 +22,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config.h"
+
 typedef enum shim_framework_status {
     SHIM_FW_OFF,      /* CUPOOL_FRAMEWORK_FLUSH=0 */
     SHIM_FW_NO_PYTHON,/* no interpreter, or not running (start, end) */
@@ -40,6 +42,15 @@ typedef struct shim_framework_result {
     bool failed;      /* a framework's call raised (the program unharmed) */
 } shim_framework_result;
 
+/* PyTorch's own view of its memory, per device, as the program's main
+ * thread last read it. */
+typedef struct shim_framework_view {
+    uint64_t taken_ns;                  /* CLOCK_REALTIME; 0 = never read */
+    uint64_t allocated[SHIM_MAX_DEVICES];
+    uint64_t reserved[SHIM_MAX_DEVICES];
+    uint64_t inactive[SHIM_MAX_DEVICES];
+} shim_framework_view;
+
 /* The wait for the main thread, in milliseconds. */
 #define SHIM_FRAMEWORK_WAIT_MS 2000
 
@@ -48,5 +59,17 @@ typedef struct shim_framework_result {
  * already running). From the helper thread, with no lock of cupool's
  * held. */
 void shim_framework_release(shim_framework_result *r);
+
+/* Asks the main thread for PyTorch's figures, without waiting, unless the
+ * newest reading is under a second old; collects a reading that came in.
+ * True while a reading is on its way. Helper thread only. */
+bool shim_framework_view_ask(void);
+
+/* Reads PyTorch's figures now, waiting as a release does. Helper thread
+ * only. */
+void shim_framework_view_now(void);
+
+/* The newest reading (flushes take one too). Any thread. */
+void shim_framework_view_get(shim_framework_view *v);
 
 #endif

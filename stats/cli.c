@@ -116,9 +116,31 @@ static const char *read_error(int err)
     }
 }
 
-/* Reads the pages of the given pids, or of every process of this user.
- * Returns the number read, or -1 if a named process had no page. */
-static int collect(char **pids, int npids)
+/* Asks each process for its framework's own figures (PyTorch's, read in
+ * its main thread at most once a second) and waits up to wait seconds for
+ * the answers: a process without a framework answers at once, one whose
+ * main thread is busy within a second; what did not come shows its age. */
+static void refresh_views(const int *pids, int n, double wait)
+{
+    uint64_t ticket[MAX_PROCS];
+    bool asked[MAX_PROCS];
+    for (int i = 0; i < n; i++)
+        asked[i] = stats_page_ask(pids[i], STATS_REQ_VIEW, &ticket[i]) == 0;
+    for (double waited = 0; waited < wait; waited += 0.01) {
+        bool all = true;
+        for (int i = 0; i < n; i++)
+            if (asked[i] && stats_page_answered(pids[i], STATS_REQ_VIEW, ticket[i]) == 0)
+                all = false;
+        if (all)
+            return;
+        sleep_s(0.01);
+    }
+}
+
+/* Reads the pages of the given pids, or of every process of this user,
+ * after waiting up to wait seconds for their framework figures. Returns
+ * the number read, or -1 if a named process had no page. */
+static int collect(char **pids, int npids, double wait)
 {
     int n = 0, bad = 0;
     if (npids == 0) {
@@ -128,11 +150,17 @@ static int collect(char **pids, int npids)
         if (removed)
             fprintf(stderr, "cupool: removed %zu stale page%s of exited "
                     "processes\n", removed, removed == 1 ? "" : "s");
+        refresh_views(all, (int)k, wait);
         for (size_t i = 0; i < k; i++)
             if (stats_page_read(all[i], &views[n]) == 0)
                 order[n] = &views[n], n++;
         return n;
     }
+    int named[MAX_PROCS] = {0}, k = 0;
+    for (int i = 0; i < npids && k < MAX_PROCS; i++)
+        if (parse_pid(pids[i]) > 0)
+            named[k++] = parse_pid(pids[i]);
+    refresh_views(named, k, wait);
     for (int i = 0; i < npids && n < MAX_PROCS; i++) {
         int pid = parse_pid(pids[i]);
         if (pid < 0) {
@@ -165,7 +193,7 @@ static int cmd_stat(int argc, char **argv)
     }
     if (json && prom)
         return usage();
-    int n = collect(argv + i, argc - i);
+    int n = collect(argv + i, argc - i, 1.0);
     int status = n < 0;
     if (n < 0)
         n = 0;
@@ -221,7 +249,7 @@ static int cmd_top(int argc, char **argv)
     }
     int tty = isatty(STDOUT_FILENO);
     for (long it = 0; count < 0 || it < count; it++) {
-        int n = collect(NULL, 0);
+        int n = collect(NULL, 0, 0); /* the next frame shows what they read */
         qsort(order, (size_t)n, sizeof(order[0]), by_reserved);
         stats_format_table(order, (size_t)n, buf, sizeof(buf));
         time_t now = time(NULL);

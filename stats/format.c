@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "stats.h"
 
@@ -149,6 +150,31 @@ static const char *fmt_short(uint64_t n, char *buf, size_t len)
 /* 80 columns: what tells a leak (ALLOC grows) from a cache (CACHED) from
  * memory no pool gives back (OUTSIDE, which includes bytes passed on).
  * Every other field is in the detail, JSON and Prometheus forms. */
+/* Under a process's rows, PyTorch's own figures per device where the
+ * process has them: what sits in its cache, before anyone flushes. */
+static void put_framework(out *o, const stats_view *v)
+{
+    if (!v->proc.framework_view_ns)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double age = ((double)now.tv_sec * 1e9 + (double)now.tv_nsec -
+                  (double)v->proc.framework_view_ns) / 1e9;
+    for (uint32_t k = 0; k < v->ndevices; k++) {
+        const stats_device *d = &v->dev[k];
+        if (d->framework_reserved == STATS_UNKNOWN || !d->framework_reserved)
+            continue;
+        char a[24], r[24], c[24], in[24];
+        uint64_t cache = d->framework_reserved > d->framework_allocated
+                             ? d->framework_reserved - d->framework_allocated : 0;
+        put(o, "        PyTorch, device %d: allocated %s, reserved %s (%s in its "
+            "cache, %s inactive), %.1f s ago\n", d->device,
+            fmt_short(d->framework_allocated, a, sizeof(a)),
+            fmt_short(d->framework_reserved, r, sizeof(r)), fmt_short(cache, c, sizeof(c)),
+            fmt_short(d->framework_inactive, in, sizeof(in)), age < 0 ? 0 : age);
+    }
+}
+
 size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
                           size_t len)
 {
@@ -168,6 +194,7 @@ size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
                 fmt_short(d->outside_pool, o2, sizeof(o2)),
                 fmt_short(d->reserved_peak, p, sizeof(p)), (unsigned long)d->allocs, hit);
         }
+        put_framework(&o, v[i]);
     }
     return done(&o);
 }

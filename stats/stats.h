@@ -41,6 +41,12 @@
     X(passed, BYTES, GAUGE, "bytes allocated through calls passed on "        \
       "(stream-ordered, managed, pitched, cuMemCreate), counted against the cap") \
     X(passed_peak, BYTES, GAUGE, "peak of passed")                            \
+    X(framework_allocated, BYTES, GAUGE, "PyTorch's own figure: bytes of its " \
+      "live tensors (read in the program's main thread; framework_view_ns)")  \
+    X(framework_reserved, BYTES, GAUGE, "PyTorch's own figure: bytes it "      \
+      "reserves (from cupool), its cache included")                          \
+    X(framework_inactive, BYTES, GAUGE, "PyTorch's own figure: bytes of "      \
+      "inactive split blocks in its segments")                                \
     P(X, free_blocks, free_blocks, COUNT, GAUGE, "free blocks")               \
     P(X, segments, segments, COUNT, GAUGE, "segments held from the driver")   \
     P(X, allocs, allocs, COUNT, COUNTER, "allocations served")                \
@@ -105,6 +111,8 @@
       "main thread reached no safe point in time (a long C call)")            \
     X(framework_unable, COUNT, COUNTER, "flushes of a program using JAX, "    \
       "whose memory cannot be given back from outside")                       \
+    X(framework_view_ns, COUNT, GAUGE, "when the framework_* device figures " \
+      "were read (CLOCK_REALTIME, ns; 0 = never)")                            \
     X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")           \
     X(trace_records, COUNT, COUNTER, "trace records written (CUPOOL_TRACE)")  \
     X(trace_lost, COUNT, COUNTER, "trace records lost (write error)")        \
@@ -203,6 +211,8 @@ typedef struct stats_page stats_page;
 typedef enum stats_request {
     STATS_REQ_FLUSH, /* return the cache to the driver */
     STATS_REQ_DUMP,  /* write the statistics where CUPOOL_STATS_FILE says */
+    STATS_REQ_VIEW,  /* read the framework's own figures (at most once a
+                        second; answered when read, or at once without) */
     STATS_NREQUESTS
 } stats_request;
 

@@ -3,7 +3,8 @@ runtime, for the framework flush tests of test_shim (the stand-in torch of
 test/fw on its path). It touches $READY when its memory is in place and
 runs until SIGTERM, then prints what the stand-in saw.
 
-  torch    imports torch, initializes it, caches 24 MiB in its cache
+  torch    imports torch, initializes it, caches 18 MiB (6 blocks of 3 MiB)
+           in its cache and holds 1 MiB
   blocked  the same, then sleeps 4 s in one C call right after $READY
   none     never imports torch; 12 MiB in cupool's own cache
   fork     as torch, and a forked child that runs Python for 3 s"""
@@ -48,6 +49,7 @@ def main(mode):
         import torch
         torch.cuda.init()
         torch.cuda.cache(3 * MIB, 6)
+        torch.cuda.hold(MIB)
         if mode == "fork":
             child = os.fork()
             if child == 0:

@@ -1299,12 +1299,39 @@ static void test_framework_flush(void **s)
     assert_non_null(strstr(out, "returned 0 B"));
     result *r = fw_end(&c);
     assert_non_null(strstr(r->out, "empty_cache calls: 2, in the main thread: 2, "
-                                   "driver holds: 0"));
+                                   "driver holds: 2097152")); /* its live 1 MiB */
     fw_start(&c, "torch", "CUPOOL_FRAMEWORK_FLUSH=0");
     assert_int_equal(fw_flush(&c, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "returned 0 B"));
     r = fw_end(&c);
     assert_non_null(strstr(r->out, "empty_cache calls: 0"));
+}
+
+/* cupool stat shows what sits in the framework's cache before anyone
+ * flushes: PyTorch's own figures, read in the main thread when stat asks;
+ * a main thread that reaches no safe point delays stat by at most about a
+ * second, and then there are none to show. */
+static void test_framework_view(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip();
+    char cmd[256], out[4096];
+    child c;
+    fw_start(&c, "torch", NULL);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat %d", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "PyTorch, device 0: allocated 1.00M, reserved 19.0M (18.0M "
+                                "in its cache, 512 inactive)"));
+    fw_end(&c);
+    fw_start(&c, "blocked", NULL);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat %d", pages, c.pid);
+    double t0 = now_s();
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_true(now_s() - t0 < 1.8);
+    assert_null(strstr(out, "PyTorch"));
+    usleep(3000000);
+    fw_end(&c);
 }
 
 /* kill -USR1 releases the framework's cache too. */
@@ -1320,7 +1347,7 @@ static void test_framework_flush_by_signal(void **s)
                                "and d[\"process\"][\"flushed\"] == 24 << 20"), 0);
     result *r = fw_end(&c);
     assert_non_null(strstr(r->out, "empty_cache calls: 1, in the main thread: 1, "
-                                   "driver holds: 0"));
+                                   "driver holds: 2097152"));
 }
 
 /* A main thread blocked in one long C call: the answer comes within the
@@ -1712,6 +1739,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_framework_flush, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_framework_flush_by_signal, pages_setup,
                                         pages_teardown),
+        cmocka_unit_test_setup_teardown(test_framework_view, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_framework_flush_blocked, pages_setup,
                                         pages_teardown),
         cmocka_unit_test_setup_teardown(test_framework_flush_leaves_alone, pages_setup,
