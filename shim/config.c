@@ -95,8 +95,9 @@ static const option options[] = {
      "1 dumps the statistics when the program exits"},
     {"CUPOOL_FRAMEWORK_FLUSH", OPT_BOOL, F(framework_flush), "1",
      "a flush first asks a Python program's frameworks to release their "
-     "caches in its main thread (torch.cuda.empty_cache, CuPy's pools); "
-     "0 = cupool's own cache only"},
+     "caches in its main thread (torch.cuda.empty_cache, CuPy's pools), and "
+     "statistics carry PyTorch's own figures; 0 = cupool's own cache and "
+     "figures only"},
     {"CUPOOL_LIVE_PAGE", OPT_BOOL, F(live_page), "1",
      "keep a live statistics page for 'cupool stat' (0 = none)"},
     {"CUPOOL_PAGE_DIR", OPT_PATH, F(page_dir), "",

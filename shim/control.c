@@ -132,7 +132,7 @@ void shim_stats_view(stats_view *v)
     v->proc.name = shim_counter(SHIM_##name);
     STATS_PROCESS_FIELDS(X)
 #undef X
-    v->proc.framework_view_ns = fw.taken_ns;
+    v->proc.framework_read_at = fw.taken_ns;
 }
 
 /* Asks NVML what the process holds on each device with a pool, and keeps

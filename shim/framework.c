@@ -201,7 +201,7 @@ static void py_view(shim_framework_view *v, shim_framework_result *r)
         return;
     if (py_get(g, "view_seen")) {
         for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
-            char k[8];
+            char k[16];
             snprintf(k, sizeof(k), "a%d", d);
             v->allocated[d] = py_get(g, k);
             snprintf(k, sizeof(k), "r%d", d);

@@ -154,12 +154,18 @@ static const char *fmt_short(uint64_t n, char *buf, size_t len)
  * process has them: what sits in its cache, before anyone flushes. */
 static void put_framework(out *o, const stats_view *v)
 {
-    if (!v->proc.framework_view_ns)
+    if (!v->proc.framework_read_at)
         return;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    double age = ((double)now.tv_sec * 1e9 + (double)now.tv_nsec -
-                  (double)v->proc.framework_view_ns) / 1e9;
+    double s = ((double)now.tv_sec * 1e9 + (double)now.tv_nsec -
+                (double)v->proc.framework_read_at) / 1e9;
+    char age[16];
+    if (s < 60)
+        snprintf(age, sizeof(age), "%.0fs", s < 0 ? 0 : s);
+    else
+        snprintf(age, sizeof(age), s < 3600 ? "%.0fm" : s < 86400 * 9 ? "%.0fh" : "long",
+                 s < 3600 ? s / 60 : s / 3600);
     for (uint32_t k = 0; k < v->ndevices; k++) {
         const stats_device *d = &v->dev[k];
         if (d->framework_reserved == STATS_UNKNOWN || !d->framework_reserved)
@@ -167,11 +173,11 @@ static void put_framework(out *o, const stats_view *v)
         char a[24], r[24], c[24], in[24];
         uint64_t cache = d->framework_reserved > d->framework_allocated
                              ? d->framework_reserved - d->framework_allocated : 0;
-        put(o, "        PyTorch, device %d: allocated %s, reserved %s (%s in its "
-            "cache, %s inactive), %.1f s ago\n", d->device,
+        put(o, "  PyTorch dev %d: alloc %s reserved %s cache %s inactive %s, %s ago\n",
+            d->device,
             fmt_short(d->framework_allocated, a, sizeof(a)),
             fmt_short(d->framework_reserved, r, sizeof(r)), fmt_short(cache, c, sizeof(c)),
-            fmt_short(d->framework_inactive, in, sizeof(in)), age < 0 ? 0 : age);
+            fmt_short(d->framework_inactive, in, sizeof(in)), age);
     }
 }
 

@@ -42,7 +42,7 @@
       "(stream-ordered, managed, pitched, cuMemCreate), counted against the cap") \
     X(passed_peak, BYTES, GAUGE, "peak of passed")                            \
     X(framework_allocated, BYTES, GAUGE, "PyTorch's own figure: bytes of its " \
-      "live tensors (read in the program's main thread; framework_view_ns)")  \
+      "live tensors (read in the program's main thread; framework_read_at)")  \
     X(framework_reserved, BYTES, GAUGE, "PyTorch's own figure: bytes it "      \
       "reserves (from cupool), its cache included")                          \
     X(framework_inactive, BYTES, GAUGE, "PyTorch's own figure: bytes of "      \
@@ -111,7 +111,7 @@
       "main thread reached no safe point in time (a long C call)")            \
     X(framework_unable, COUNT, COUNTER, "flushes of a program using JAX, "    \
       "whose memory cannot be given back from outside")                       \
-    X(framework_view_ns, COUNT, GAUGE, "when the framework_* device figures " \
+    X(framework_read_at, COUNT, GAUGE, "when the framework_* device figures " \
       "were read (CLOCK_REALTIME, ns; 0 = never)")                            \
     X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")           \
     X(trace_records, COUNT, COUNTER, "trace records written (CUPOOL_TRACE)")  \

@@ -15,16 +15,10 @@ import sys
 import threading
 import time
 
+from sim_stats import driver_used
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fw"))
 MIB = 1 << 20
-
-
-class SimStats(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_ulong) for n in (
-        "mallocs", "frees", "bad_frees", "syncs", "event_records",
-        "legacy_records", "stream_waits", "event_queries", "capture_queries", "vmm_maps",
-        "vmm_unmaps", "unsynced_unmaps")] + [
-        (n, ctypes.c_ulonglong) for n in ("vmm_mapped", "used", "capacity")]
 
 
 def run_python(seconds):
@@ -66,14 +60,12 @@ def main(mode):
         time.sleep(0.01)
     if child:
         os.waitpid(child, 0)
-    st = SimStats()
-    sim.simcuda_get_stats(0, ctypes.byref(st))
     if "torch" in sys.modules:
         calls = sys.modules["torch"].cuda.empty_cache_calls
         print(f"empty_cache calls: {len(calls)}, in the main thread: {sum(calls)}, "
-              f"driver holds: {st.used}")
+              f"driver holds: {driver_used(sim)}")
     else:
-        print(f"torch imported: False, driver holds: {st.used}")
+        print(f"torch imported: False, driver holds: {driver_used(sim)}")
     sys.stdout.flush()
 
 

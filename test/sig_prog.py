@@ -10,13 +10,7 @@ import signal
 import sys
 import time
 
-
-class SimStats(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_ulong) for n in (
-        "mallocs", "frees", "bad_frees", "syncs", "event_records",
-        "legacy_records", "stream_waits", "event_queries", "capture_queries", "vmm_maps",
-        "vmm_unmaps", "unsynced_unmaps")] + [
-        (n, ctypes.c_ulonglong) for n in ("vmm_mapped", "used", "capacity")]
+from sim_stats import driver_used
 
 
 def main():
@@ -36,9 +30,7 @@ def main():
     deadline = time.time() + 20
     while not stop and time.time() < deadline:
         time.sleep(0.01)
-    st = SimStats()
-    sim.simcuda_get_stats(0, ctypes.byref(st))
-    print(f"handler calls: {len(calls)}, driver holds: {st.used}")
+    print(f"handler calls: {len(calls)}, driver holds: {driver_used(sim)}")
     sys.stdout.flush()
 
 

@@ -54,18 +54,26 @@ def run(args, env, user=None, timeout=60):
                           preexec_fn=drop if user else None, errors="replace")
 
 
+made_user = False
+
+
 def other_user():
     """The second user (made now, as root), or None with why."""
+    global made_user
     if os.geteuid() != 0:
         return None, "needs root to make a second user"
     try:
         return pwd.getpwnam(USER), None
     except KeyError:
         pass
-    p = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                        "/usr/sbin/nologin", USER], capture_output=True, text=True)
+    try:
+        p = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                            "/usr/sbin/nologin", USER], capture_output=True, text=True)
+    except OSError as e:
+        return None, f"no useradd: {e}"
     if p.returncode:
         return None, f"useradd failed: {p.stderr.strip()}"
+    made_user = True
     return pwd.getpwnam(USER), None
 
 
@@ -340,4 +348,6 @@ if __name__ == "__main__":
         test_full_tmpfs(tmp, user)
         test_shim_host_memory()
         test_replay_host_memory()
+    if made_user:
+        subprocess.run(["userdel", USER], capture_output=True)
     sys.exit(1 if failed else 0)

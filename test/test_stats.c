@@ -19,6 +19,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -80,15 +81,25 @@ static void test_table(void **s)
     assert_non_null(strstr(buf, " 2.00G "));
     assert_non_null(strstr(buf, " 518M "));
     assert_non_null(strstr(buf, "75%")); /* fragmentation */
-    /* Two devices: a header and two rows, none wider than 80 columns. */
-    int lines = 0, width = 0, widest = 0;
-    for (char *c = buf; *c; c++) {
-        lines += *c == '\n';
-        width = *c == '\n' ? 0 : width + 1;
-        widest = width > widest ? width : widest;
+    /* Two devices: a header and two rows, none wider than 80 columns;
+     * with PyTorch's own figures read, a line under each row. */
+    for (int read = 0; read < 2; read++) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        v.proc.framework_read_at = read ? (uint64_t)now.tv_sec * 1000000000u +
+                                              (uint64_t)now.tv_nsec - 3000000000u : 0;
+        stats_format_table(&one, 1, buf, sizeof(buf));
+        int lines = 0, width = 0, widest = 0;
+        for (char *c = buf; *c; c++) {
+            lines += *c == '\n';
+            width = *c == '\n' ? 0 : width + 1;
+            widest = width > widest ? width : widest;
+        }
+        assert_int_equal(lines, read ? 5 : 3);
+        assert_true(widest <= 80);
     }
-    assert_int_equal(lines, 3);
-    assert_true(widest <= 80);
+    assert_non_null(strstr(buf, "  PyTorch dev "));
+    assert_non_null(strstr(buf, ", 3s ago\n"));
 }
 
 static void test_truncation_reports_needed_length(void **s)

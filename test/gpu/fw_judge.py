@@ -53,6 +53,23 @@ def first_difference(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
+def view(out, tag, rank, pause):
+    """fw_view: cupool stat --json before the flush carried PyTorch's own
+    figures, equal to what the paused program read itself."""
+    try:
+        d = json.loads(open(f"{out}/{tag}.stat_json.{rank}").read())
+        dev = d["devices"][0]
+        got = (dev["framework_reserved"], dev["framework_allocated"])
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        print(f"fw_view FAIL no figures: {e}")
+        return
+    want = (pause["reserved_before"], pause["live"])
+    table = open(f"{out}/{tag}.stat.{rank}").read().splitlines()
+    line = next((l.strip() for l in table if "PyTorch" in l), "no PyTorch line")
+    print(f"fw_view {'PASS' if got == want else 'FAIL'} cupool stat: {line} "
+          f"(program's own: reserved {want[0]}, allocated {want[1]}; stat's {got})")
+
+
 def one(out):
     ref, run = ranks(f"{out}/ref.json").get(0), ranks(f"{out}/one.json").get(0)
     fl = records(f"{out}/one.flush.jsonl")
@@ -63,6 +80,7 @@ def one(out):
     ok = 0 <= seen(f) <= 1000
     print(f"fw_flush {'PASS' if ok else 'FAIL'} {describe(f)}; answer: "
           f"{f['answer'].strip()[:200]}")
+    view(out, "one", 0, run["pause"])
     d = first_difference(ref["losses"], run["losses"])
     ref2 = ranks(f"{out}/ref2.json").get(0)
     c = first_difference(ref["losses"], ref2["losses"]) if ref2 else "no control run"
