@@ -23,13 +23,13 @@ TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := trace/sim_backend.c
 TEST_INC := -Ipool -Itrace -Itest
 
-STATS_SRC := stats/format.c stats/page.c stats/trace.c stats/safefile.c
+STATS_SRC := stats/format.c stats/page.c stats/trace.c stats/safefile.c stats/groupseg.c
 STATS_HDR := $(wildcard stats/*.h)
 SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c shim/process.c \
             shim/vmm.c shim/cupti.c shim/signals.c shim/driver.c \
             shim/interpose_driver.c shim/passed.c shim/ipc.c shim/owner.c shim/comm.c \
-            shim/framework.c $(STATS_SRC)
+            shim/framework.c shim/group.c $(STATS_SRC)
 SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
 SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
 
@@ -123,9 +123,9 @@ $(BUILD)/cupool-stat: stats/cli.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< $(STATS_SRC) -o $@
 
 # The shim's option table for `cupool run` (check and translate options).
-$(BUILD)/cupool-options: shim/options_cli.c shim/config.c stats/format.c $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/cupool-options: shim/options_cli.c shim/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim $< shim/config.c stats/format.c $(POOL_SRC) \
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim $< shim/config.c $(STATS_SRC) $(POOL_SRC) \
 	    -lpthread -o $@
 
 # The trace tools behind `cupool replay/plot/import-torch`: the real pool
@@ -141,9 +141,9 @@ $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(STATS_SRC) -lcmocka -lpthread -o $@
 
-$(BUILD)/asan/test_config: test/test_config.c shim/config.c stats/format.c $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/asan/test_config: test/test_config.c shim/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim $< shim/config.c stats/format.c $(POOL_SRC) \
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim $< shim/config.c $(STATS_SRC) $(POOL_SRC) \
 	    -lcmocka -lpthread -o $@
 
 $(BUILD)/tsan/test_owner: test/test_owner.c shim/owner.c shim/owner.h

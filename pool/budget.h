@@ -6,7 +6,12 @@
  * several pools and anything else charged to it, as the shim's device cap
  * spans the device's shards and the memory it passes on to CUDA.
  *
- * Thread safety: lock-free; any number of threads and pools may use one.
+ * A budget may answer to an outer one (pool_budget_outer): every byte it
+ * takes must be taken from the outer too, as a process's device cap
+ * answers to a group of processes' budget (shim/group.c).
+ *
+ * Thread safety: lock-free; any number of threads and pools may use one
+ * (the outer budget's calls are its own affair).
  */
 #ifndef CUPOOL_POOL_BUDGET_H
 #define CUPOOL_POOL_BUDGET_H
@@ -16,9 +21,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* An outer budget: take returns 0 or -EDQUOT (force: take whatever the
+ * limit, for memory held already); give returns what was taken. */
+typedef struct pool_budget_outer {
+    int (*take)(void *ctx, uint64_t size, bool force);
+    void (*give)(void *ctx, uint64_t size);
+    void *ctx;
+} pool_budget_outer;
+
 typedef struct pool_budget {
     _Atomic uint64_t used;  /* bytes taken */
     _Atomic uint64_t limit; /* bytes that may be taken: 0 = no cap */
+    const pool_budget_outer *outer; /* or NULL; set before first use */
 } pool_budget;
 
 static inline uint64_t pool_budget_limit(const pool_budget *b)
@@ -50,6 +64,10 @@ static inline int pool_budget_take(pool_budget *b, uint64_t size)
     } while (!atomic_compare_exchange_weak_explicit(&b->used, &used, used + size,
                                                     memory_order_relaxed,
                                                     memory_order_relaxed));
+    if (b->outer && b->outer->take(b->outer->ctx, size, false) != 0) {
+        atomic_fetch_sub_explicit(&b->used, size, memory_order_relaxed);
+        return -EDQUOT;
+    }
     return 0;
 }
 
@@ -57,12 +75,16 @@ static inline int pool_budget_take(pool_budget *b, uint64_t size)
 static inline void pool_budget_charge(pool_budget *b, uint64_t size)
 {
     atomic_fetch_add_explicit(&b->used, size, memory_order_relaxed);
+    if (b->outer)
+        b->outer->take(b->outer->ctx, size, true);
 }
 
 /* Gives back size bytes taken or charged. */
 static inline void pool_budget_give(pool_budget *b, uint64_t size)
 {
     atomic_fetch_sub_explicit(&b->used, size, memory_order_relaxed);
+    if (b->outer)
+        b->outer->give(b->outer->ctx, size);
 }
 
 #endif /* CUPOOL_POOL_BUDGET_H */

@@ -16,6 +16,7 @@
 #include <strings.h>
 
 #include "config.h"
+#include "groupseg.h"
 #include "stats.h"
 
 enum opt_kind {
@@ -93,6 +94,13 @@ static const option options[] = {
      "format of the statistics dump: table or json (one line)"},
     {"CUPOOL_STATS_AT_EXIT", OPT_BOOL, F(stats_at_exit), "0",
      "1 dumps the statistics when the program exits"},
+    {"CUPOOL_GROUP", OPT_PATH, F(group), "",
+     "processes of this user with the same NAME share one budget per device "
+     "(CUPOOL_GROUP_MAX_RESERVED) and flush for each other before one is "
+     "refused; empty = none"},
+    {"CUPOOL_GROUP_MAX_RESERVED", OPT_SIZE, F(group_max), "0",
+     "the budget per device of CUPOOL_GROUP, set by its first member (a "
+     "size; 0 = none)"},
     {"CUPOOL_FRAMEWORK_FLUSH", OPT_BOOL, F(framework_flush), "1",
      "a flush first asks a Python program's frameworks to release their "
      "caches in its main thread (torch.cuda.empty_cache, CuPy's pools), and "
@@ -403,6 +411,15 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
                  "on devices with room); using the default", sized[i]);
         warn(line);
         reset_default(c, sized[i]);
+        bad++;
+    }
+    if (*c->group && !group_name_ok(c->group)) {
+        char line[160], shown[80];
+        snprintf(line, sizeof(line), "CUPOOL_GROUP=%s is invalid (expected 1 to 64 of "
+                 "A-Z a-z 0-9 . _ -, not starting with .); using none",
+                 stats_printable(c->group, shown, sizeof(shown)));
+        warn(line);
+        c->group[0] = '\0';
         bad++;
     }
     if (c->flush_signal && c->flush_signal == c->stats_signal) {

@@ -27,6 +27,7 @@
 #include "control.h"
 #include "device.h"
 #include "framework.h"
+#include "group.h"
 #include "log.h"
 #include "nvml.h"
 #include "process.h"
@@ -378,6 +379,16 @@ static void serve_requests(void)
     pthread_mutex_unlock(&page_lock);
 }
 
+/* Serves a flush another member of the group asked for. */
+static void serve_group(void)
+{
+    uint64_t t = shim_group_tick();
+    if (t) {
+        flush(SHIM_group_flushes, "the group");
+        shim_group_flushed(t);
+    }
+}
+
 /* Publishes the page and drains the trace every PUBLISH_MS; while
  * recording, also advances the trace's tick every SHIM_TRACE_TICK_MS (the
  * rings read the clock again after it moves: recorder.h). */
@@ -386,13 +397,14 @@ static void *helper(void *arg)
     (void)arg;
     shim_signals_helper_mask(); /* cupool's own signals reach it even when
                                    every program thread blocks them */
-    bool ticking = shim_cfg.live_page || shim_tracing();
+    bool ticking = shim_cfg.live_page || shim_tracing() || *shim_cfg.group;
     uint64_t due = 0;
     for (unsigned publishes = 0;;) {
         uint64_t now = shim_mono_ns() / 1000000u;
         if (now >= due) {
             if (shim_cfg.live_page && publishes++ % NVML_EVERY == 0)
                 refresh_outside();
+            serve_group();
             publish();
             serve_requests();
             if (shim_tracing())
@@ -492,8 +504,12 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
     if (pass_bytes)
         snprintf(passed, sizeof(passed), "; %s more is allocated through calls "
                  "passed on", stats_fmt_bytes(pass_bytes, pb, sizeof(pb)));
+    char group[1024];
+    shim_group_report(dev, size, group, sizeof(group));
     const char *cause =
-        frag ? "fragmentation: enough memory is free in total, but no free "
+        *group ? "the group's budget (CUPOOL_GROUP), after its other members "
+                 "flushed"
+        : frag ? "fragmentation: enough memory is free in total, but no free "
                "block is large enough and no new segment fits"
         : err == -EDQUOT ? "the cap: allocated memory plus this request "
                            "exceeds CUPOOL_MAX_RESERVED"
@@ -503,7 +519,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
              "  cap %s, reserved %s, allocated %s, cached free %s\n"
              "  largest free block %s, %lu free blocks, %lu segments, "
              "fragmentation %.0f%%, device free %s\n"
-             "  cause: %s%s", dev, call, rq,
+             "  cause: %s%s%s", dev, call, rq,
              d.cap ? stats_fmt_bytes(d.cap, c, sizeof(c)) : "none",
              stats_fmt_bytes(d.reserved, r, sizeof(r)),
              stats_fmt_bytes(d.allocated, a, sizeof(a)),
@@ -511,7 +527,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
              stats_fmt_bytes(d.largest_free, l, sizeof(l)),
              (unsigned long)d.free_blocks, (unsigned long)d.segments,
              100.0 * stats_fragmentation(&d),
-             stats_fmt_bytes(dfree, df, sizeof(df)), cause, passed);
+             stats_fmt_bytes(dfree, df, sizeof(df)), cause, passed, group);
 }
 
 /* ---- life cycle ----------------------------------------------------------- */
@@ -532,6 +548,7 @@ static void after_fork_child(void)
     shim_doorbell_close();
     stats_page_forget(page);
     page = NULL;
+    shim_group_forget();
     shim_trace_after_fork();
 }
 
@@ -548,6 +565,7 @@ __attribute__((destructor)) static void shim_fini(void)
     page = NULL;
     pthread_mutex_unlock(&page_lock);
     stats_page_remove(p);
+    shim_group_leave();
 }
 
 /* Options come from the environment, except under secure execution (a
@@ -572,6 +590,7 @@ __attribute__((constructor(101))) static void shim_init(void)
     shim_log_set_level(shim_config_log_level(env));
     shim_config_load(&shim_cfg, env, config_warning);
     shim_log_set_level(shim_cfg.log);
+    shim_group_join();
     if (getauxval(AT_SECURE) && any_option_set())
         shim_log(SHIM_LOG_WARN, "a privileged program (setuid, setgid or "
                  "capabilities): every CUPOOL_* option is ignored, as the "

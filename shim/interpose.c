@@ -13,6 +13,7 @@
 
 #include "control.h"
 #include "device.h"
+#include "group.h"
 #include "interpose.h"
 #include "ipc.h"
 #include "log.h"
@@ -69,6 +70,10 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
 {
     inside++;
     int err = shim_device_alloc(dev, size, a);
+    /* Refused by the group's budget: the other members flush, then once
+     * more (the wait holds no lock of cupool's). */
+    if (err == -EDQUOT && shim_group_reclaim(dev, size))
+        err = shim_device_alloc(dev, size, a);
     inside--;
     if (err == -ENODEV)
         return err;

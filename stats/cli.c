@@ -5,7 +5,7 @@
  * flush or dump its statistics and waits for the answer. It never sends a
  * signal.
  *
- *   cupool-stat stat [--json | --prometheus] [PID...]
+ *   cupool-stat stat [--json | --prometheus] [PID... | --group NAME]
  *   cupool-stat top [--interval SECONDS] [--count N]
  *   cupool-stat flush [--timeout SECONDS] PID
  *   cupool-stat dump [--timeout SECONDS] PID
@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "groupseg.h"
 #include "stats.h"
 
 enum { MAX_PROCS = 256 };
@@ -32,7 +33,7 @@ static char buf[1 << 20];
 
 static int usage(void)
 {
-    fputs("usage: cupool stat [--json | --prometheus] [PID...]\n"
+    fputs("usage: cupool stat [--json | --prometheus] [PID... | --group NAME]\n"
           "       cupool top [--interval SECONDS] [--count N]\n"
           "       cupool flush [--timeout SECONDS] PID\n"
           "       cupool dump [--timeout SECONDS] PID\n", stderr);
@@ -43,7 +44,7 @@ static int usage(void)
 static int help(const char *cmd)
 {
     static const struct { const char *cmd, *text; } h[] = {
-        {"stat", "usage: cupool stat [--json | --prometheus] [PID...]\n"
+        {"stat", "usage: cupool stat [--json | --prometheus] [PID... | --group NAME]\n"
                  "Statistics of processes running under cupool (all of this user's\n"
                  "when no PID is given), read from their live pages.\n"},
         {"top", "usage: cupool top [--interval SECONDS] [--count N]\n"
@@ -180,19 +181,45 @@ static int collect(char **pids, int npids, double wait)
     return bad ? -1 : n;
 }
 
+/* cupool stat --group NAME: the group's budget and each member's share. */
+static int stat_group(const char *name, int json, int prom)
+{
+    static group_view g;
+    int err = group_read(name, &g);
+    if (err) {
+        char shown[80];
+        fprintf(stderr, "cupool: group %s: %s\n", stats_printable(name, shown, sizeof(shown)),
+                err == -EINVAL ? "not a group name (1 to 64 of A-Z a-z 0-9 . _ -)"
+                : err == -ENOENT ? "no such group of this user (CUPOOL_GROUP)"
+                : err == -EPERM || err == -EPROTO ? "the file there is not a group "
+                                                    "segment this version reads: refused"
+                : strerror(-err));
+        return 1;
+    }
+    stats_format_group(&g, json ? STATS_JSON : prom ? STATS_PROMETHEUS : STATS_TABLE, buf,
+                       sizeof(buf));
+    fputs(buf, stdout);
+    return 0;
+}
+
 static int cmd_stat(int argc, char **argv)
 {
     int json = 0, prom = 0, i = 0;
+    const char *gname = NULL;
     for (; i < argc && argv[i][0] == '-'; i++) {
-        if (!strcmp(argv[i], "--json"))
+        if (!strcmp(argv[i], "--group") && i + 1 < argc)
+            gname = argv[++i];
+        else if (!strcmp(argv[i], "--json"))
             json = 1;
         else if (!strcmp(argv[i], "--prometheus"))
             prom = 1;
         else
             return usage();
     }
-    if (json && prom)
+    if ((json && prom) || (gname && i < argc))
         return usage();
+    if (gname)
+        return stat_group(gname, json, prom);
     int n = collect(argv + i, argc - i, 1.0);
     int status = n < 0;
     if (n < 0)

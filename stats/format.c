@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "groupseg.h"
 #include "stats.h"
 
 typedef struct out { char *buf; size_t len, n; } out;
@@ -367,5 +368,106 @@ size_t stats_format_prometheus(const stats_view *const *v, size_t n,
     }
     STATS_PROCESS_FIELDS(X)
 #undef X
+    return done(&o);
+}
+
+/* ---- a group (cupool stat --group) ------------------------------------------ */
+
+/* The devices any member holds or caches memory on, as a bit set. */
+static uint64_t group_devices(const group_view *g)
+{
+    uint64_t used = 0;
+    for (uint32_t i = 0; i < g->nmembers; i++)
+        for (int k = 0; k < STATS_MAX_DEVICES; k++)
+            if (g->members[i].held[k] || g->members[i].cached[k])
+                used |= 1ull << k;
+    return used;
+}
+
+static void group_table(out *o, const group_view *g)
+{
+    char a[24], b[24], name[GROUP_NAME_MAX + 1];
+    put(o, "group %s: budget %s per device, %u member%s\n",
+        stats_printable(g->name, name, sizeof(name)),
+        g->limit ? fmt_short(g->limit, a, sizeof(a)) : "none", g->nmembers,
+        g->nmembers == 1 ? "" : "s");
+    put(o, "%-7s %-10s %3s %6s %6s\n", "PID", "COMM", "DEV", "HELD", "CACHED");
+    uint64_t devs = group_devices(g);
+    for (int k = 0; k < STATS_MAX_DEVICES; k++) {
+        if (!(devs >> k & 1))
+            continue;
+        uint64_t held = 0;
+        for (uint32_t i = 0; i < g->nmembers; i++) {
+            const group_member_view *m = &g->members[i];
+            char comm[16];
+            held += m->held[k];
+            put(o, "%-7d %-10.10s %3d %6s %6s\n", m->pid,
+                stats_printable(m->comm, comm, sizeof(comm)), k,
+                fmt_short(m->held[k], a, sizeof(a)), fmt_short(m->cached[k], b, sizeof(b)));
+        }
+        put(o, "%-18s %3d %6s of %s\n", "group", k, fmt_short(held, a, sizeof(a)),
+            g->limit ? fmt_short(g->limit, b, sizeof(b)) : "none");
+    }
+}
+
+static void group_json(out *o, const group_view *g)
+{
+    put(o, "{\"group\": ");
+    put_json_string(o, g->name);
+    put(o, ", \"limit\": %lu, \"members\": [", (unsigned long)g->limit);
+    uint64_t devs = group_devices(g);
+    for (uint32_t i = 0; i < g->nmembers; i++) {
+        const group_member_view *m = &g->members[i];
+        put(o, "%s{\"pid\": %d, \"comm\": ", i ? ", " : "", m->pid);
+        put_json_string(o, m->comm);
+        put(o, ", \"devices\": [");
+        bool first = true;
+        for (int k = 0; k < STATS_MAX_DEVICES; k++)
+            if (devs >> k & 1) {
+                put(o, "%s{\"device\": %d, \"held\": %lu, \"cached\": %lu}", first ? "" : ", ",
+                    k, (unsigned long)m->held[k], (unsigned long)m->cached[k]);
+                first = false;
+            }
+        put(o, "]}");
+    }
+    put(o, "]}\n");
+}
+
+static void group_prometheus(out *o, const group_view *g)
+{
+    put_family(o, "cupool_group_limit_bytes", 0, "budget per device of the group (0 = none)");
+    put(o, "cupool_group_limit_bytes{group=\"");
+    put_label(o, g->name);
+    put(o, "\"} %lu\n", (unsigned long)g->limit);
+    static const char *const fam[] = {"cupool_group_held_bytes", "cupool_group_cached_bytes"};
+    static const char *const help[] = {"bytes a member of the group holds on the device",
+                                       "bytes a member of the group caches on the device"};
+    uint64_t devs = group_devices(g);
+    for (int f = 0; f < 2; f++) {
+        put_family(o, fam[f], 0, help[f]);
+        for (uint32_t i = 0; i < g->nmembers; i++)
+            for (int k = 0; k < STATS_MAX_DEVICES; k++) {
+                if (!(devs >> k & 1))
+                    continue;
+                const group_member_view *m = &g->members[i];
+                put(o, "%s{group=\"", fam[f]);
+                put_label(o, g->name);
+                put(o, "\",pid=\"%d\",comm=\"", m->pid);
+                put_label(o, m->comm);
+                put(o, "\",device=\"%d\"} %lu\n", k,
+                    (unsigned long)(f ? m->cached[k] : m->held[k]));
+            }
+    }
+}
+
+size_t stats_format_group(const group_view *g, enum stats_format f, char *buf, size_t len)
+{
+    out o = {buf, len, 0};
+    if (f == STATS_JSON)
+        group_json(&o, g);
+    else if (f == STATS_PROMETHEUS)
+        group_prometheus(&o, g);
+    else
+        group_table(&o, g);
     return done(&o);
 }

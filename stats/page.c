@@ -100,7 +100,7 @@ static unsigned long pid_ns(void)
 }
 
 /* Start time of pid in clock ticks since boot, or 0 if unknown. */
-static uint64_t start_time(int pid)
+uint64_t stats_start_time(int pid)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", pid);
@@ -198,23 +198,36 @@ static void page_name(int pid, char *buf, size_t len)
 
 /* Makes (or finds) the directory this process's page goes in: p->dir, and
  * p->own_dir when it is a private one. 0, or -1 with *why. */
-static int writer_dir(stats_page *p, const char **why, bool *passed_over)
+int stats_user_dir(char *path, size_t len, const char **why)
 {
     const char *base = stats_page_dir();
     if ((*why = safefile_dir_refusal(base)))
         return -1;
     char name[32];
     user_dir_name(geteuid(), name, sizeof(name));
-    snprintf(p->dir, sizeof(p->dir), "%s/%s", base, name);
-    if (mkdir(p->dir, 0700) && errno != EEXIST) {
+    snprintf(path, len, "%s/%s", base, name);
+    if (mkdir(path, 0700) && errno != EEXIST) {
         *why = strerror(errno);
         return -1;
     }
-    int fd = user_dir_open(AT_FDCWD, p->dir, geteuid());
+    int fd = user_dir_open(AT_FDCWD, path, geteuid());
+    if (fd < 0)
+        *why = "it is another user's (made there first)";
+    return fd;
+}
+
+static int writer_dir(stats_page *p, const char **why, bool *passed_over)
+{
+    int fd = stats_user_dir(p->dir, sizeof(p->dir), why);
     if (fd >= 0) {
         close(fd);
         return 0;
     }
+    if (strcmp(*why, "it is another user's (made there first)"))
+        return -1;
+    const char *base = stats_page_dir();
+    char name[32];
+    user_dir_name(geteuid(), name, sizeof(name));
     /* Not this user's: another user made it first. */
     *passed_over = true;
     snprintf(p->dir, sizeof(p->dir), "%s/%s.XXXXXX", base, name);
@@ -263,7 +276,7 @@ stats_page *stats_page_create(const char **why, bool *passed_over)
         p->d->size = sizeof(page_data);
         p->d->pid = (int32_t)getpid();
         p->d->uid = (uint32_t)geteuid();
-        p->d->start_time = start_time((int)getpid());
+        p->d->start_time = stats_start_time((int)getpid());
         atomic_thread_fence(memory_order_release);
         p->d->magic = PAGE_MAGIC; /* a reader trusts nothing before it */
         /* Whole: under its name (what was there is this pid's stale page). */
@@ -428,7 +441,7 @@ static int page_check(int fd, int pid, uid_t uid)
     if (h.magic != PAGE_MAGIC || h.version != PAGE_VERSION ||
         h.size != sizeof(page_data) || h.pid != pid || h.uid != uid)
         return -EPROTO;
-    uint64_t now = start_time(pid);
+    uint64_t now = stats_start_time(pid);
     if (!now || (h.start_time && now != h.start_time) || !maps_file(pid, st.st_dev, st.st_ino))
         return -ESRCH; /* (an unreadable map, -1, leaves the start time to judge) */
     return 0;
@@ -624,7 +637,7 @@ typedef struct page_listing {
 /* Whether a page being made by pid was left behind: pid is gone. */
 static bool tmp_stale(int pid)
 {
-    return start_time(pid) == 0;
+    return stats_start_time(pid) == 0;
 }
 
 static int list_in(int dfd, void *arg)

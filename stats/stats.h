@@ -111,6 +111,10 @@
       "main thread reached no safe point in time (a long C call)")            \
     X(framework_unable, COUNT, COUNTER, "flushes of a program using JAX, "    \
       "whose memory cannot be given back from outside")                       \
+    X(group_reclaims, COUNT, COUNTER, "times this process, refused by its "   \
+      "group's budget (CUPOOL_GROUP), asked the other members to flush")      \
+    X(group_flushes, COUNT, COUNTER, "flushes this process made because "     \
+      "another member of its group asked")                                    \
     X(framework_read_at, COUNT, GAUGE, "when the framework_* device figures " \
       "were read (CLOCK_REALTIME, ns; 0 = never)")                            \
     X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")           \
@@ -189,6 +193,12 @@ size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
                           size_t len);
 /* Every field of one view, one "device N  name  value" line each. */
 size_t stats_format_detail(const stats_view *v, char *buf, size_t len);
+struct group_view;
+enum stats_format { STATS_TABLE, STATS_JSON, STATS_PROMETHEUS };
+/* A group's budget and each member's share per device (cupool stat
+ * --group), in the format asked for. */
+size_t stats_format_group(const struct group_view *g, enum stats_format f, char *buf,
+                          size_t len);
 /* One JSON object per view, one line each. */
 size_t stats_format_json(const stats_view *v, char *buf, size_t len);
 /* Prometheus text exposition of views, cupool_ names, pid/device/comm
@@ -219,6 +229,17 @@ typedef enum stats_request {
 /* Where the users' page directories are: $CUPOOL_PAGE_DIR, else
  * /dev/shm, else /tmp. */
 const char *stats_page_dir(void);
+
+/* Opens this user's own directory in stats_page_dir() (cupool-<uid>, mode
+ * 0700), making it if need be: its descriptor, or -1 with *why (the base
+ * is unsafe, or another user made a directory of that name first). path
+ * gets its path. Pages and group segments live there. */
+int stats_user_dir(char *path, size_t len, const char **why);
+
+/* Start time of process pid in clock ticks since boot (/proc/PID/stat
+ * field 22), or 0 if it is gone: with the pid, it names one process for
+ * its life (a reused pid has another). */
+uint64_t stats_start_time(int pid);
 
 /* Creates this process's page, its memory reserved (a full tmpfs fails
  * here, never later). Returns NULL with *why on failure. *passed_over is

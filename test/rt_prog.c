@@ -567,6 +567,79 @@ static int cap(void)
     return 0;
 }
 
+/* Waits up to 20 s for file path to exist: 0, or -1. */
+static int wait_path(const char *path)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (access(path, F_OK) == 0)
+            return 0;
+        usleep(10000);
+    }
+    return -1;
+}
+
+/* Phases taken in turn with another process (test_shim's group tests):
+ * PHASES phases of PHASE_MIB MiB each, in 4 MiB blocks allocated and
+ * freed (the cache keeps them). After its phase n a process touches
+ * $PHASE_DIR/<PHASE_ME>.<n>; the first (PHASE_FIRST=1) waits for the
+ * other's n-1 before phase n, the second for the other's n. Prints what
+ * each phase got; exit 0 if every phase got all of it. */
+static int phases(void)
+{
+    const char *dir = getenv("PHASE_DIR"), *me = getenv("PHASE_ME"),
+               *other = getenv("PHASE_OTHER");
+    int n = atoi(getenv("PHASES") ? getenv("PHASES") : "4");
+    int blocks = atoi(getenv("PHASE_MIB") ? getenv("PHASE_MIB") : "60") / 4;
+    bool first = getenv("PHASE_FIRST") && atoi(getenv("PHASE_FIRST"));
+    char path[512];
+    void *p[256];
+    int ok = 0;
+    for (int k = 0; k < n; k++) {
+        snprintf(path, sizeof(path), "%s/%s.%d", dir, other, first ? k - 1 : k);
+        if ((k > 0 || !first) && wait_path(path)) {
+            printf("phase %d: the other process never finished its phase\n", k);
+            return 1;
+        }
+        int got = 0;
+        while (got < blocks && got < 256 && cudaMalloc(&p[got], 4 * MIB) == cudaSuccess)
+            got++;
+        printf("phase %d: %d of %d blocks\n", k, got, blocks);
+        ok += got == blocks;
+        for (int i = 0; i < got; i++)
+            cudaFree(p[i]);
+        snprintf(path, sizeof(path), "%s/%s.%d", dir, me, k);
+        close(open(path, O_WRONLY | O_CREAT, 0600));
+    }
+    fflush(stdout);
+    return ok == n ? 0 : 1;
+}
+
+/* Races other processes on one group budget: RACE_ITERS times, allocates
+ * a block of 1 to 6 MiB (keeping at most 3, freeing the oldest); a refusal
+ * is counted, not a failure. Exit 0 once done. */
+static int group_race(void)
+{
+    int iters = atoi(getenv("RACE_ITERS") ? getenv("RACE_ITERS") : "300");
+    void *held[3] = {NULL, NULL, NULL};
+    unsigned seed = (unsigned)getpid();
+    int refused = 0;
+    for (int i = 0; i < iters; i++) {
+        int k = i % 3;
+        if (held[k])
+            OK(cudaFree(held[k]));
+        held[k] = NULL;
+        size_t size = (size_t)(1 + rand_r(&seed) % 6) * MIB;
+        if (cudaMalloc(&held[k], size) != cudaSuccess)
+            held[k] = NULL, refused++;
+        usleep(200); /* the racers overlap the reader's readings */
+    }
+    for (int k = 0; k < 3; k++)
+        if (held[k])
+            OK(cudaFree(held[k]));
+    printf("refused %d of %d\n", refused, iters);
+    return 0;
+}
+
 /* Under a cap, what cudaMemGetInfo calls free one cudaMalloc gets: with
  * nothing live, with a small block live (its segment cannot go back) and
  * with a large one. */
@@ -1809,7 +1882,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"capture_real", capture_real},
 #endif
     {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
-    {"cap", cap}, {"capinfo", capinfo}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import},
+    {"cap", cap}, {"capinfo", capinfo}, {"phases", phases}, {"group_race", group_race}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
     {"vmm", vmm}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
     {"tracechild", tracechild},

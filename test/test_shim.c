@@ -1393,6 +1393,124 @@ static void test_framework_flush_leaves_alone(void **s)
     assert_non_null(strstr(r->out, "\nempty_cache calls: 1, in the main thread: 1"));
 }
 
+/* ---- CUPOOL_GROUP ------------------------------------------------------------ */
+
+/* Two processes take phases in turn on one simulated device of 100 MiB
+ * (SIMCUDA_SHARED), each phase needing 60 MiB, which the phase before
+ * leaves in its process's cache. extra: the group's settings, or NULL.
+ * Returns how many of the two got every phase; their statistics (JSON at
+ * exit) in pages/stats.a and stats.b. */
+static int group_phases(const char *g1, const char *g2)
+{
+    static char dirv[128], shared[160], sa[160], sb[160];
+    snprintf(dirv, sizeof(dirv), "PHASE_DIR=%s", pages);
+    snprintf(shared, sizeof(shared), "SIMCUDA_SHARED=%s/device", pages);
+    snprintf(sa, sizeof(sa), "CUPOOL_STATS_FILE=%s/stats.a", pages);
+    snprintf(sb, sizeof(sb), "CUPOOL_STATS_FILE=%s/stats.b", pages);
+    char cmd[1024], out[64];
+    snprintf(cmd, sizeof(cmd), "rm -f %s/device %s/a.* %s/b.* %s/stats.*", pages, pages,
+             pages, pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    child a, b;
+    spawn(&a, "phases", dirv, shared, sa, "SIMCUDA_CAPACITY=104857600", "PHASE_ME=a",
+          "PHASE_OTHER=b", "PHASE_FIRST=1", "CUPOOL_STATS_AT_EXIT=1",
+          "CUPOOL_STATS_FORMAT=json", g1, g2, NULL);
+    spawn(&b, "phases", dirv, shared, sb, "SIMCUDA_CAPACITY=104857600", "PHASE_ME=b",
+          "PHASE_OTHER=a", "CUPOOL_STATS_AT_EXIT=1", "CUPOOL_STATS_FORMAT=json", g1, g2,
+          NULL);
+    int ok = finish(&a, "phases a", 0)->status == 0;
+    return ok + (finish(&b, "phases b", 0)->status == 0);
+}
+
+/* Without a group the second process fails (the first holds its cache);
+ * as a group both finish: each, refused by the group's budget, asked the
+ * other to flush, and the other did. */
+static void test_group_phases(void **s)
+{
+    (void)s;
+    assert_int_equal(group_phases(NULL, NULL), 1);
+    assert_int_equal(group_phases("CUPOOL_GROUP=phases", "CUPOOL_GROUP_MAX_RESERVED=100M"), 2);
+    char cmd[512], out[256];
+    snprintf(cmd, sizeof(cmd), "cat %s/stats.a %s/stats.b | python3 -c 'import json,sys; "
+             "p=[json.loads(l)[\"process\"] for l in sys.stdin]; "
+             "print(all(x[\"group_reclaims\"] >= 1 and x[\"group_flushes\"] >= 1 and "
+             "x[\"flushed\"] >= 60 << 20 for x in p), p[0][\"group_reclaims\"] + "
+             "p[1][\"group_reclaims\"])'", pages, pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    print_message("group phases: %s", out);
+    assert_non_null(strstr(out, "True"));
+}
+
+/* Eight processes race on one budget of 64 MiB: a reader that sums what
+ * every member holds, under the group's lock, never sees more. */
+static void test_group_race(void **s)
+{
+    (void)s;
+    child c[8];
+    for (int i = 0; i < 8; i++)
+        spawn(&c[i], "group_race", "CUPOOL_GROUP=race", "CUPOOL_GROUP_MAX_RESERVED=64M",
+              "CUPOOL_LOG=off", "RACE_ITERS=300", NULL);
+    char cmd[512], out[256];
+    snprintf(cmd, sizeof(cmd), "for i in $(seq 200); do CUPOOL_PAGE_DIR=%s " READER
+             " stat --group race --json 2>/dev/null; done | python3 -c 'import json,sys; "
+             "r=[json.loads(l) for l in sys.stdin]; "
+             "h=[sum(d[\"held\"] for m in g[\"members\"] for d in m[\"devices\"]) for g in r]; "
+             "print(len(r), max(h), sum(x > 64 << 20 for x in h))'", run_pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    print_message("readings, most held, readings over the budget: %s", out);
+    int n = 0;
+    unsigned long most = 0, over = 1;
+    assert_int_equal(sscanf(out, "%d %lu %lu", &n, &most, &over), 3);
+    assert_true(n > 10 && most > 0);
+    assert_int_equal(over, 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(finish(&c[i], "group_race", 0)->status, 0);
+}
+
+/* A member killed with SIGKILL holds nothing: readers no longer list it,
+ * and a new member gets the room its share held. */
+static void test_group_killed_member(void **s)
+{
+    (void)s;
+    char cmd[512], out[1024];
+    child a, b;
+    serve_start(&a, "ga", "CUPOOL_GROUP=killed", "CUPOOL_GROUP_MAX_RESERVED=16M");
+    kill(a.pid, SIGKILL);
+    finish(&a, "serve", 128 + SIGKILL);
+    double t0 = now_s();
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat --group killed", pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_true(now_s() - t0 < 1.0);
+    assert_non_null(strstr(out, "0 members"));
+    serve_start(&b, "gb", "CUPOOL_GROUP=killed", "CUPOOL_GROUP_MAX_RESERVED=16M");
+    kill(b.pid, SIGTERM);
+    result *r = finish(&b, "serve", 0);
+    assert_int_equal(r->status, 0);
+    assert_null(strstr(r->err, "out of memory"));
+}
+
+/* A segment another version wrote, or garbage, is refused in one line and
+ * the process runs on under its own cap. */
+static void test_group_corrupt_segment(void **s)
+{
+    (void)s;
+    char path[256], direnv[128];
+    snprintf(path, sizeof(path), "%s/cupool-%u", pages, (unsigned)geteuid());
+    mkdir(path, 0700);
+    snprintf(path, sizeof(path), "%s/cupool-%u/group-bad", pages, (unsigned)geteuid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    char junk[4096];
+    memset(junk, 0x5a, sizeof(junk));
+    assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+    close(fd);
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    result *r = run("pairs", direnv, "CUPOOL_GROUP=bad", "CUPOOL_GROUP_MAX_RESERVED=1G", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "CUPOOL_GROUP=bad: cannot join: a file there is not a "
+                                   "group segment of this user"));
+}
+
 static void test_threads_and_signal_storm(void **s)
 {
     (void)s;
@@ -1740,6 +1858,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_framework_flush_by_signal, pages_setup,
                                         pages_teardown),
         cmocka_unit_test_setup_teardown(test_framework_view, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_group_phases, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_group_race, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_group_killed_member, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_group_corrupt_segment, pages_setup,
+                                        pages_teardown),
         cmocka_unit_test_setup_teardown(test_framework_flush_blocked, pages_setup,
                                         pages_teardown),
         cmocka_unit_test_setup_teardown(test_framework_flush_leaves_alone, pages_setup,

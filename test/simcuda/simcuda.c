@@ -7,6 +7,8 @@
  * tests call around it) is implemented.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -65,10 +68,110 @@ static int busy_slot(cudaStream_t s)
 }
 static _Thread_local cudaError_t last_error;
 
+/* SIMCUDA_SHARED=FILE: the devices' memory is shared by every process
+ * that names the same file, as one GPU is by the processes on it:
+ * SIMCUDA_CAPACITY bounds what the live ones hold together, and a process
+ * that ended (even by SIGKILL) holds nothing, as the real driver frees a
+ * process's memory when it ends. The file holds a slot per process. */
+enum { SHARED_PROCS = 64 };
+typedef struct shared_slot {
+    _Atomic int pid;
+    _Atomic uint64_t used[SIM_MAX_DEV];
+} shared_slot;
+typedef struct shared_mem {
+    atomic_flag lock;
+    shared_slot slots[SHARED_PROCS];
+} shared_mem;
+static shared_mem *shared;
+static shared_slot *shared_me;
+
+static void shared_lock(void)
+{
+    while (atomic_flag_test_and_set(&shared->lock))
+        ;
+}
+
+static void shared_setup(void)
+{
+    const char *path = getenv("SIMCUDA_SHARED");
+    int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) ||
+        ((size_t)st.st_size < sizeof(shared_mem) && ftruncate(fd, sizeof(shared_mem)))) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    void *m = mmap(NULL, sizeof(shared_mem), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return;
+    shared = m;
+    shared_lock();
+    for (int i = 0; i < SHARED_PROCS && !shared_me; i++) {
+        shared_slot *s = &shared->slots[i];
+        int pid = atomic_load(&s->pid);
+        if (!pid || (kill(pid, 0) && errno == ESRCH)) {
+            memset((void *)s->used, 0, sizeof(s->used));
+            atomic_store(&s->pid, (int)getpid());
+            shared_me = s;
+        }
+    }
+    atomic_flag_clear(&shared->lock);
+}
+
+/* A process that ends holds nothing (the real driver frees its memory
+ * then; a killed one's once it is reaped here). */
+__attribute__((destructor)) static void shared_exit(void)
+{
+    if (shared_me)
+        atomic_store(&shared_me->pid, 0);
+}
+
+/* Bytes of dev's memory in use: this process's, or every live process's. */
+static uint64_t mem_used(int dev)
+{
+    if (!shared_me)
+        return sim_st[dev].used;
+    uint64_t sum = 0;
+    for (int i = 0; i < SHARED_PROCS; i++) {
+        shared_slot *s = &shared->slots[i];
+        int pid = atomic_load(&s->pid);
+        if (pid && (pid == getpid() || !kill(pid, 0) || errno != ESRCH))
+            sum += atomic_load(&s->used[dev]);
+    }
+    return sum;
+}
+
+/* Takes size bytes of dev's memory: true, or false if they are not free. */
+static bool mem_take(int dev, size_t size)
+{
+    uint64_t cap = sim_st[dev].capacity;
+    if (shared_me)
+        shared_lock();
+    uint64_t used = mem_used(dev);
+    bool ok = size <= cap && used <= cap - size;
+    if (ok && shared_me)
+        atomic_fetch_add(&shared_me->used[dev], size);
+    if (shared_me)
+        atomic_flag_clear(&shared->lock);
+    if (ok)
+        sim_st[dev].used += size;
+    return ok;
+}
+
+static void mem_give(int dev, size_t size)
+{
+    sim_st[dev].used -= size;
+    if (shared_me)
+        atomic_fetch_sub(&shared_me->used[dev], size);
+}
+
 void sim_setup(void)
 {
     if (sim_ndev >= 0)
         return;
+    shared_setup();
     const char *d = getenv("SIMCUDA_DEVICES"), *c = getenv("SIMCUDA_CAPACITY");
     sim_ndev = d ? atoi(d) : 2;
     if (sim_ndev < 1 || sim_ndev > SIM_MAX_DEV)
@@ -165,7 +268,7 @@ static cudaError_t sim_alloc(void **ptr, size_t size, int dev)
     void *p = MAP_FAILED;
     int fd = -1;
     const char *ipc = getenv("SIMCUDA_IPC");
-    if (size > sim_st[dev].capacity - sim_st[dev].used || nallocs == MAX_ALLOCS)
+    if (nallocs == MAX_ALLOCS || !mem_take(dev, size))
         e = cudaErrorMemoryAllocation;
     else if (ipc && *ipc == '1')
         p = (fd = memfd_create("simcuda", 0)) >= 0 && ftruncate(fd, (off_t)size) == 0
@@ -175,12 +278,12 @@ static cudaError_t sim_alloc(void **ptr, size_t size, int dev)
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (e == cudaSuccess && p == MAP_FAILED) {
         e = cudaErrorMemoryAllocation;
+        mem_give(dev, size);
         if (fd >= 0)
             close(fd);
     }
     if (e == cudaSuccess) {
         allocs[nallocs++] = (alloc){p, size, dev, fd};
-        sim_st[dev].used += size;
         sim_st[dev].mallocs++;
         *ptr = p;
     }
@@ -208,7 +311,7 @@ EXPORT cudaError_t simrt_cudaFree(void *ptr)
         munmap(ptr, allocs[i].size);
         if (allocs[i].fd >= 0)
             close(allocs[i].fd);
-        sim_st[allocs[i].dev].used -= allocs[i].size;
+        mem_give(allocs[i].dev, allocs[i].size);
         sim_st[allocs[i].dev].frees++;
         sim_st[allocs[i].dev].syncs++; /* the real cudaFree synchronizes */
         allocs[i] = allocs[--nallocs];
@@ -258,7 +361,7 @@ EXPORT cudaError_t simrt_cudaMemGetInfo(size_t *free_b, size_t *total)
     sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2);
     pthread_mutex_lock(&sim_lock);
     sim_setup();
-    *free_b = sim_st[current].capacity - sim_st[current].used;
+    *free_b = sim_st[current].capacity - mem_used(current);
     *total = sim_st[current].capacity;
     pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
@@ -272,7 +375,7 @@ EXPORT cudaError_t simrt_cudaDeviceReset(void)
             munmap(allocs[i].p, allocs[i].size);
             if (allocs[i].fd >= 0)
                 close(allocs[i].fd);
-            sim_st[current].used -= allocs[i].size;
+            mem_give(current, allocs[i].size);
             allocs[i] = allocs[--nallocs];
         } else {
             i++;

@@ -1,0 +1,43 @@
+/*
+ * group.h - CUPOOL_GROUP: this process as a member of a group of
+ * processes that share one budget per device (stats/groupseg.h holds the
+ * segment). Every byte the device's budget takes (pool segments, memory
+ * passed on) is taken from the group's too; when the group's budget
+ * refuses, the process returns its own cache (the pool does so for any
+ * cap), then asks the other members to flush theirs, framework caches
+ * included, and waits a bounded time for the budget to fall.
+ */
+#ifndef CUPOOL_SHIM_GROUP_H
+#define CUPOOL_SHIM_GROUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The wait for the other members' flushes, in milliseconds (a framework's
+ * release may take up to SHIM_FRAMEWORK_WAIT_MS of it). */
+#define SHIM_GROUP_WAIT_MS 3000
+
+/* Joins CUPOOL_GROUP if set, before any budget is used; says why not (the
+ * process then runs under its own cap alone). */
+void shim_group_join(void);
+/* Leaves the group (exit), or forgets it (a forked child). */
+void shim_group_leave(void);
+void shim_group_forget(void);
+
+/* After the group's budget refused size bytes on dev: true once the other
+ * members' flushes made room (retry), false if the group was not what
+ * refused, or no room came within SHIM_GROUP_WAIT_MS. */
+bool shim_group_reclaim(int dev, size_t size);
+
+/* Helper thread, every tick: publishes this member's cache, and returns
+ * the ticket of a flush another member asked for (0: none), to answer
+ * with shim_group_flushed once flushed. */
+uint64_t shim_group_tick(void);
+void shim_group_flushed(uint64_t ticket);
+
+/* One line naming the group's budget and each member's pid, command, held
+ * and cached bytes on dev, into buf; "" when the group is not full. */
+void shim_group_report(int dev, size_t size, char *buf, size_t len);
+
+#endif

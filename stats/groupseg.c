@@ -1,0 +1,391 @@
+/*
+ * groupseg.c - see groupseg.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "groupseg.h"
+
+#define GROUP_MAGIC 0x3150524750504f43ull /* "COPPGRP1" */
+enum { GROUP_VERSION = 1 };
+
+typedef struct slot {
+    _Atomic int32_t pid;           /* 0 = free */
+    uint32_t pad;
+    uint64_t start_time;           /* stats_start_time of pid */
+    char comm[16];
+    _Atomic uint64_t held[STATS_MAX_DEVICES];
+    _Atomic uint64_t cached[STATS_MAX_DEVICES];
+    _Atomic uint64_t asked, served;  /* flush requests of other members */
+} slot;
+
+typedef struct group_data {
+    uint64_t magic;
+    uint32_t version, size;
+    uint32_t uid, pad;
+    uint64_t limit;                /* per device; 0 = none */
+    pthread_mutex_t lock;          /* robust, process-shared */
+    slot slots[GROUP_MEMBERS];
+} group_data;
+
+struct group {
+    group_data *d;
+    slot *me;
+};
+
+bool group_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (!n || n > GROUP_NAME_MAX || name[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* ---- the lock and the members ----------------------------------------------- */
+
+static void lock(group_data *d)
+{
+    if (pthread_mutex_lock(&d->lock) == EOWNERDEAD)
+        pthread_mutex_consistent(&d->lock); /* its slot is reaped as any dead one */
+}
+
+static void unlock(group_data *d) { pthread_mutex_unlock(&d->lock); }
+
+/* Whether the process of slot s still runs: the same pid and start time. */
+static bool alive(const slot *s)
+{
+    int pid = atomic_load(&s->pid);
+    return pid > 0 && stats_start_time(pid) == s->start_time;
+}
+
+/* Frees the slots of dead members. Needs the lock. */
+static int reap_locked(group_data *d)
+{
+    int n = 0;
+    for (int i = 0; i < GROUP_MEMBERS; i++) {
+        slot *s = &d->slots[i];
+        if (atomic_load(&s->pid) && !alive(s)) {
+            atomic_store(&s->pid, 0);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* What the members hold on dev (dead ones too until reaped). Needs the
+ * lock. */
+static uint64_t held_locked(const group_data *d, int dev)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < GROUP_MEMBERS; i++)
+        if (atomic_load(&d->slots[i].pid))
+            sum += atomic_load(&d->slots[i].held[dev]);
+    return sum;
+}
+
+int group_take(group *g, int dev, uint64_t size)
+{
+    group_data *d = g->d;
+    if (dev < 0 || dev >= STATS_MAX_DEVICES)
+        return -EDQUOT;
+    lock(d);
+    uint64_t lim = d->limit, sum = held_locked(d, dev);
+    if (lim && (size > lim || sum > lim - size) && reap_locked(d))
+        sum = held_locked(d, dev);
+    int err = lim && (size > lim || sum > lim - size) ? -EDQUOT : 0;
+    if (!err)
+        atomic_fetch_add(&g->me->held[dev], size);
+    unlock(d);
+    return err;
+}
+
+void group_charge(group *g, int dev, uint64_t size)
+{
+    if (dev >= 0 && dev < STATS_MAX_DEVICES)
+        atomic_fetch_add(&g->me->held[dev], size);
+}
+
+void group_give(group *g, int dev, uint64_t size)
+{
+    if (dev >= 0 && dev < STATS_MAX_DEVICES)
+        atomic_fetch_sub(&g->me->held[dev], size);
+}
+
+uint64_t group_limit(const group *g) { return g->d->limit; }
+
+uint64_t group_held(group *g, int dev)
+{
+    lock(g->d);
+    reap_locked(g->d);
+    uint64_t sum = held_locked(g->d, dev);
+    unlock(g->d);
+    return sum;
+}
+
+void group_set_cached(group *g, int dev, uint64_t cached)
+{
+    atomic_store(&g->me->cached[dev], cached);
+}
+
+int group_ask_others(group *g, uint64_t *tickets)
+{
+    int n = 0;
+    lock(g->d);
+    reap_locked(g->d);
+    for (int i = 0; i < GROUP_MEMBERS; i++) {
+        slot *s = &g->d->slots[i];
+        tickets[i] = 0;
+        if (s != g->me && atomic_load(&s->pid)) {
+            tickets[i] = atomic_fetch_add(&s->asked, 1) + 1;
+            n++;
+        }
+    }
+    unlock(g->d);
+    return n;
+}
+
+bool group_answered(group *g, const uint64_t *tickets)
+{
+    for (int i = 0; i < GROUP_MEMBERS; i++) {
+        slot *s = &g->d->slots[i];
+        if (tickets[i] && atomic_load(&s->pid) && alive(s) &&
+            atomic_load(&s->served) < tickets[i])
+            return false;
+    }
+    return true;
+}
+
+uint64_t group_flush_pending(group *g)
+{
+    uint64_t asked = atomic_load(&g->me->asked), served = atomic_load(&g->me->served);
+    return asked > served ? asked : 0;
+}
+
+void group_flush_answer(group *g, uint64_t ticket) { atomic_store(&g->me->served, ticket); }
+
+int group_reap(group *g)
+{
+    lock(g->d);
+    int n = reap_locked(g->d);
+    unlock(g->d);
+    return n;
+}
+
+/* ---- the segment ------------------------------------------------------------- */
+
+/* Checks an open candidate: a regular file of this user, 0600, one link,
+ * the segment's size, with the right header. 0, -EPERM or -EPROTO. */
+static int segment_check(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & 07777) != 0600 || st.st_nlink != 1 ||
+        st.st_size != (off_t)sizeof(group_data))
+        return -EPERM;
+    group_data h;
+    if (pread(fd, &h, offsetof(group_data, lock), 0) != (ssize_t)offsetof(group_data, lock) ||
+        h.magic != GROUP_MAGIC || h.version != GROUP_VERSION || h.size != sizeof(group_data) ||
+        h.uid != geteuid())
+        return -EPROTO;
+    return 0;
+}
+
+/* Opens the existing segment name in directory dfd, checked: fd or -errno. */
+static int segment_open(int dfd, const char *file)
+{
+    int fd = openat(dfd, file, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int err = segment_check(fd);
+    if (err) {
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+/* Makes the segment under a temporary name and links it into place: the
+ * open descriptor of the segment now there (this one, or another
+ * process's made first), or -errno. */
+static int segment_make(int dfd, const char *file, uint64_t limit)
+{
+    char tmp[GROUP_NAME_MAX + 48];
+    snprintf(tmp, sizeof(tmp), ".%s.%d.new", file, (int)getpid());
+    unlinkat(dfd, tmp, 0);
+    int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int err = fchmod(fd, 0600) ? errno : posix_fallocate(fd, 0, sizeof(group_data));
+    group_data *d = err ? MAP_FAILED
+                        : mmap(NULL, sizeof(group_data), PROT_READ | PROT_WRITE, MAP_SHARED,
+                               fd, 0);
+    if (!err && d == MAP_FAILED)
+        err = errno;
+    if (!err) {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+        pthread_mutex_init(&d->lock, &a);
+        pthread_mutexattr_destroy(&a);
+        d->version = GROUP_VERSION;
+        d->size = sizeof(group_data);
+        d->uid = (uint32_t)geteuid();
+        d->limit = limit;
+        atomic_thread_fence(memory_order_release);
+        d->magic = GROUP_MAGIC;
+        munmap(d, sizeof(group_data));
+        if (linkat(dfd, tmp, dfd, file, 0) && errno != EEXIST)
+            err = errno;
+    }
+    close(fd);
+    unlinkat(dfd, tmp, 0);
+    return err ? -err : segment_open(dfd, file);
+}
+
+/* The segment's file name for group name. */
+static void segment_name(const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "group-%s", name);
+}
+
+static const char *error_text(int err)
+{
+    return err == -EPERM ? "a file there is not a group segment of this user (another "
+                           "mode, owner, size or link count): refused"
+           : err == -EPROTO ? "a file there is not a group segment this version reads "
+                              "(corrupt, or from another version): refused"
+                            : strerror(-err);
+}
+
+group *group_join(const char *name, uint64_t limit, uint64_t *limit_used, const char **why)
+{
+    char dir[512], file[GROUP_NAME_MAX + 16];
+    if (!group_name_ok(name)) {
+        *why = "the name takes 1 to 64 of A-Z a-z 0-9 . _ - (not starting with .)";
+        return NULL;
+    }
+    int dfd = stats_user_dir(dir, sizeof(dir), why);
+    if (dfd < 0)
+        return NULL;
+    segment_name(name, file, sizeof(file));
+    int fd = segment_open(dfd, file);
+    if (fd == -ENOENT)
+        fd = segment_make(dfd, file, limit);
+    close(dfd);
+    if (fd < 0) {
+        *why = error_text(fd);
+        return NULL;
+    }
+    group_data *d = mmap(NULL, sizeof(group_data), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    group *g = d == MAP_FAILED ? NULL : calloc(1, sizeof(*g));
+    if (!g) {
+        *why = strerror(d == MAP_FAILED ? errno : ENOMEM);
+        if (d != MAP_FAILED)
+            munmap(d, sizeof(group_data));
+        return NULL;
+    }
+    g->d = d;
+    lock(d);
+    reap_locked(d);
+    for (int i = 0; i < GROUP_MEMBERS && !g->me; i++) {
+        slot *s = &d->slots[i];
+        if (atomic_load(&s->pid))
+            continue;
+        memset((char *)s + offsetof(slot, start_time), 0, sizeof(*s) - offsetof(slot, start_time));
+        s->start_time = stats_start_time((int)getpid());
+        int cfd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+        ssize_t k = cfd >= 0 ? read(cfd, s->comm, sizeof(s->comm) - 1) : 0;
+        if (cfd >= 0)
+            close(cfd);
+        s->comm[k > 0 ? k - 1 : 0] = '\0';
+        atomic_store(&s->pid, (int32_t)getpid());
+        g->me = s;
+    }
+    unlock(d);
+    if (!g->me) {
+        *why = "the group has 64 members already";
+        munmap(d, sizeof(group_data));
+        free(g);
+        return NULL;
+    }
+    *limit_used = d->limit;
+    return g;
+}
+
+void group_leave(group *g)
+{
+    if (!g)
+        return;
+    /* Under the lock, and the mapping kept to the end of the process:
+     * another thread of it may hold the lock now, and the kernel releases
+     * a lock its holder left at exit only through a mapping still there. */
+    lock(g->d);
+    atomic_store(&g->me->pid, 0);
+    unlock(g->d);
+}
+
+void group_forget(group *g)
+{
+    if (!g)
+        return;
+    munmap(g->d, sizeof(group_data));
+    free(g);
+}
+
+int group_read(const char *name, group_view *v)
+{
+    char dir[512], file[GROUP_NAME_MAX + 16];
+    const char *why;
+    memset(v, 0, sizeof(*v));
+    if (!group_name_ok(name))
+        return -EINVAL;
+    snprintf(v->name, sizeof(v->name), "%s", name);
+    int dfd = stats_user_dir(dir, sizeof(dir), &why);
+    if (dfd < 0)
+        return -ENOENT;
+    segment_name(name, file, sizeof(file));
+    int fd = segment_open(dfd, file);
+    close(dfd);
+    if (fd < 0)
+        return fd;
+    group_data *d = mmap(NULL, sizeof(group_data), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (d == MAP_FAILED)
+        return -errno;
+    lock(d);
+    reap_locked(d);
+    v->limit = d->limit;
+    for (int i = 0; i < GROUP_MEMBERS; i++) {
+        slot *s = &d->slots[i];
+        if (!atomic_load(&s->pid))
+            continue;
+        group_member_view *m = &v->members[v->nmembers++];
+        m->pid = atomic_load(&s->pid);
+        memcpy(m->comm, s->comm, sizeof(m->comm));
+        m->comm[sizeof(m->comm) - 1] = '\0';
+        for (int k = 0; k < STATS_MAX_DEVICES; k++) {
+            m->held[k] = atomic_load(&s->held[k]);
+            m->cached[k] = atomic_load(&s->cached[k]);
+        }
+    }
+    unlock(d);
+    munmap(d, sizeof(group_data));
+    return 0;
+}

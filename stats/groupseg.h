@@ -1,0 +1,97 @@
+/*
+ * groupseg.h - one budget for several processes: the group segment.
+ *
+ * Processes of one user that set the same CUPOOL_GROUP=NAME share, per
+ * device, one budget held in a small shared file, group-NAME in the user's
+ * own directory (stats_user_dir: mode 0700, so no other user can open,
+ * read, join, inflate or shrink it), checked as a page is (a regular file
+ * of the user, 0600, one link, the exact size, the right header) and built
+ * under a temporary name before it is linked into place.
+ *
+ * Each member holds a slot: its pid and start time (which name it for its
+ * life: a pid reused later has another start time), what it holds and
+ * caches per device, and a flush request counter. What the group holds is
+ * the sum of its live members' slots, taken under a robust process-shared
+ * mutex, so that no two members both pass the budget, and a member killed
+ * inside it leaves the lock usable. A member that died holds nothing: its
+ * slot is reaped when the budget would be passed, by every member's helper
+ * once a second, and by readers.
+ *
+ * Knows nothing of CUDA: the shim (shim/group.c) and cupool stat use it.
+ */
+#ifndef CUPOOL_STATS_GROUPSEG_H
+#define CUPOOL_STATS_GROUPSEG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "stats.h"
+
+#define GROUP_MEMBERS 64
+#define GROUP_NAME_MAX 64
+
+typedef struct group group;
+
+/* Whether name can name a group: 1 to 64 of [A-Za-z0-9._-], not starting
+ * with '.'. */
+bool group_name_ok(const char *name);
+
+/* Joins group name of this user, making it with limit bytes per device
+ * (0 = none) if it does not exist; a member of an existing group takes
+ * the group's limit (*limit_used). Returns the group, or NULL with *why. */
+group *group_join(const char *name, uint64_t limit, uint64_t *limit_used, const char **why);
+
+/* Leaves the group: the slot and everything it held are free. At exit
+ * only: g stays mapped, and must not be used after. */
+void group_leave(group *g);
+/* Forgets the group in a forked child (the parent's slot stays). */
+void group_forget(group *g);
+
+/* Takes size bytes of device dev for this member: 0, or -EDQUOT when the
+ * live members would hold more than the limit. */
+int group_take(group *g, int dev, uint64_t size);
+/* Adds size bytes held already, whatever the limit. */
+void group_charge(group *g, int dev, uint64_t size);
+/* Gives back size bytes taken or charged. */
+void group_give(group *g, int dev, uint64_t size);
+
+/* The limit for each device (0 = none). */
+uint64_t group_limit(const group *g);
+/* What the live members hold on dev now (reaping the dead). */
+uint64_t group_held(group *g, int dev);
+/* Publishes what this member caches on dev (what a flush would return). */
+void group_set_cached(group *g, int dev, uint64_t cached);
+
+/* Asks every other live member to flush; returns how many were asked.
+ * tickets (GROUP_MEMBERS of them) gets each asked slot's ticket, 0 for the
+ * others. */
+int group_ask_others(group *g, uint64_t *tickets);
+/* Whether every member asked with tickets has flushed since, or died. */
+bool group_answered(group *g, const uint64_t *tickets);
+/* The newest flush request of this member not yet answered, or 0. */
+uint64_t group_flush_pending(group *g);
+void group_flush_answer(group *g, uint64_t ticket);
+/* Frees the slots of members that died. Returns how many. */
+int group_reap(group *g);
+
+/* ---- readers (cupool stat --group) ---------------------------------------- */
+
+typedef struct group_member_view {
+    int32_t pid;
+    char comm[16];
+    uint64_t held[STATS_MAX_DEVICES], cached[STATS_MAX_DEVICES];
+} group_member_view;
+
+typedef struct group_view {
+    char name[GROUP_NAME_MAX + 1];
+    uint64_t limit;
+    uint32_t nmembers;
+    group_member_view members[GROUP_MEMBERS];
+} group_view;
+
+/* Reads group name of this user (reaping dead members): 0, -ENOENT (no
+ * such group), -EPERM or -EPROTO (a file there that is not a group
+ * segment this version reads). */
+int group_read(const char *name, group_view *v);
+
+#endif
