@@ -247,8 +247,7 @@ static int segment_make(int dfd, const char *file, uint64_t limit)
         d->size = sizeof(group_data);
         d->uid = (uint32_t)geteuid();
         d->limit = limit;
-        atomic_thread_fence(memory_order_release);
-        d->magic = GROUP_MAGIC;
+        d->magic = GROUP_MAGIC; /* (linked into place only after: no reader sooner) */
         munmap(d, sizeof(group_data));
         if (linkat(dfd, tmp, dfd, file, 0) && errno != EEXIST)
             err = errno;
