@@ -60,8 +60,7 @@ void shim_group_join(void)
 
 void shim_group_leave(void)
 {
-    group_leave(grp);
-    grp = NULL;
+    group_leave(grp); /* grp stays: the helper may still be running */
 }
 
 void shim_group_forget(void)
@@ -77,11 +76,38 @@ static bool room(int dev, size_t size)
     return size <= lim && held <= lim - size;
 }
 
-bool shim_group_reclaim(int dev, size_t size)
+/* Whether the device has size bytes free now (a member that ended gives
+ * its memory back only as its process goes, after it left the group). */
+static bool device_room(int dev, size_t size)
 {
-    if (!grp || !group_limit(grp))
+    size_t f = 0, t = 0;
+    return shim_device_mem_info(dev, &f, &t) == 0 && f >= size;
+}
+
+/* The device refused: ask the others to flush, and wait for the device to
+ * have room (their flushes, or a member's process ending). */
+static bool device_reclaim(int dev, size_t size)
+{
+    uint64_t tickets[GROUP_MEMBERS];
+    group_ask_others(grp, tickets);
+    struct timespec tick = {0, 5 * 1000000L};
+    for (int waited = 0; waited < SHIM_GROUP_WAIT_MS; waited += 5) {
+        nanosleep(&tick, NULL);
+        if (device_room(dev, size))
+            return true;
+    }
+    return false;
+}
+
+bool shim_group_reclaim(int dev, size_t size, bool device_full)
+{
+    if (!grp)
         return false;
-    if (room(dev, size))
+    if (device_full) {
+        shim_count(SHIM_group_reclaims);
+        return device_reclaim(dev, size);
+    }
+    if (!group_limit(grp) || room(dev, size))
         return false; /* the process's own cap refused, not the group */
     shim_count(SHIM_group_reclaims);
     uint64_t tickets[GROUP_MEMBERS];

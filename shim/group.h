@@ -25,10 +25,11 @@ void shim_group_join(void);
 void shim_group_leave(void);
 void shim_group_forget(void);
 
-/* After the group's budget refused size bytes on dev: true once the other
- * members' flushes made room (retry), false if the group was not what
- * refused, or no room came within SHIM_GROUP_WAIT_MS. */
-bool shim_group_reclaim(int dev, size_t size);
+/* After the group's budget (or, device_full, the device itself: the
+ * members share it) refused size bytes on dev: true once the other
+ * members' flushes (or a member's end) made room (retry), false if the
+ * group was not what refused, or no room came within SHIM_GROUP_WAIT_MS. */
+bool shim_group_reclaim(int dev, size_t size, bool device_full);
 
 /* Helper thread, every tick: publishes this member's cache, and returns
  * the ticket of a flush another member asked for (0: none), to answer

@@ -72,7 +72,7 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
     int err = shim_device_alloc(dev, size, a);
     /* Refused by the group's budget: the other members flush, then once
      * more (the wait holds no lock of cupool's). */
-    if (err == -EDQUOT && shim_group_reclaim(dev, size))
+    if ((err == -EDQUOT || err == -ENOMEM) && shim_group_reclaim(dev, size, err == -ENOMEM))
         err = shim_device_alloc(dev, size, a);
     inside--;
     if (err == -ENODEV)

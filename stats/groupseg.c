@@ -40,6 +40,7 @@ typedef struct group_data {
 struct group {
     group_data *d;
     slot *me;
+    atomic_bool left;  /* the slot may be another member's now */
 };
 
 bool group_name_ok(const char *name)
@@ -101,6 +102,8 @@ static uint64_t held_locked(const group_data *d, int dev)
 int group_take(group *g, int dev, uint64_t size)
 {
     group_data *d = g->d;
+    if (atomic_load(&g->left))
+        return 0;
     if (dev < 0 || dev >= STATS_MAX_DEVICES)
         return -EDQUOT;
     lock(d);
@@ -116,13 +119,13 @@ int group_take(group *g, int dev, uint64_t size)
 
 void group_charge(group *g, int dev, uint64_t size)
 {
-    if (dev >= 0 && dev < STATS_MAX_DEVICES)
+    if (!atomic_load(&g->left) && dev >= 0 && dev < STATS_MAX_DEVICES)
         atomic_fetch_add(&g->me->held[dev], size);
 }
 
 void group_give(group *g, int dev, uint64_t size)
 {
-    if (dev >= 0 && dev < STATS_MAX_DEVICES)
+    if (!atomic_load(&g->left) && dev >= 0 && dev < STATS_MAX_DEVICES)
         atomic_fetch_sub(&g->me->held[dev], size);
 }
 
@@ -139,7 +142,8 @@ uint64_t group_held(group *g, int dev)
 
 void group_set_cached(group *g, int dev, uint64_t cached)
 {
-    atomic_store(&g->me->cached[dev], cached);
+    if (!atomic_load(&g->left))
+        atomic_store(&g->me->cached[dev], cached);
 }
 
 int group_ask_others(group *g, uint64_t *tickets)
@@ -172,6 +176,8 @@ bool group_answered(group *g, const uint64_t *tickets)
 
 uint64_t group_flush_pending(group *g)
 {
+    if (atomic_load(&g->left))
+        return 0;
     uint64_t asked = atomic_load(&g->me->asked), served = atomic_load(&g->me->served);
     return asked > served ? asked : 0;
 }
@@ -336,6 +342,7 @@ void group_leave(group *g)
      * another thread of it may hold the lock now, and the kernel releases
      * a lock its holder left at exit only through a mapping still there. */
     lock(g->d);
+    atomic_store(&g->left, true);
     atomic_store(&g->me->pid, 0);
     unlock(g->d);
 }

@@ -42,7 +42,8 @@ bool group_name_ok(const char *name);
 group *group_join(const char *name, uint64_t limit, uint64_t *limit_used, const char **why);
 
 /* Leaves the group: the slot and everything it held are free. At exit
- * only: g stays mapped, and must not be used after. */
+ * only: g stays allocated and mapped (other threads may still hold it),
+ * and every call on it after does nothing. */
 void group_leave(group *g);
 /* Forgets the group in a forked child (the parent's slot stays). */
 void group_forget(group *g);
