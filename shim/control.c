@@ -590,7 +590,6 @@ __attribute__((constructor(101))) static void shim_init(void)
     shim_log_set_level(shim_config_log_level(env));
     shim_config_load(&shim_cfg, env, config_warning);
     shim_log_set_level(shim_cfg.log);
-    shim_group_join();
     if (getauxval(AT_SECURE) && any_option_set())
         shim_log(SHIM_LOG_WARN, "a privileged program (setuid, setgid or "
                  "capabilities): every CUPOOL_* option is ignored, as the "
@@ -603,6 +602,7 @@ __attribute__((constructor(101))) static void shim_init(void)
                  "passes through");
         return;
     }
+    shim_group_join(); /* before any budget is used: no pool exists yet */
     int err = shim_doorbell_open();
     if (!err) {
         int sigs[] = {shim_cfg.flush_signal, shim_cfg.stats_signal};

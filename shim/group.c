@@ -154,7 +154,9 @@ void shim_group_report(int dev, size_t size, char *buf, size_t len)
 {
     buf[0] = '\0';
     group_view *v = grp ? calloc(1, sizeof(*v)) : NULL;
-    if (!v || group_read(shim_cfg.group, v) != 0 || !v->limit || room(dev, size)) {
+    if (v)
+        group_view_of(grp, shim_cfg.group, v);
+    if (!v || !v->limit || room(dev, size)) {
         free(v);
         return;
     }

@@ -284,8 +284,6 @@ static int trace_file_open(const char *path)
                                      "this one, or another run)" : strerror(errno);
     else if (fd >= 0 && ftruncate(fd, 0) != 0)
         why = strerror(errno);
-    else if (fd >= 0)
-        why = NULL;
     if (why) {
         shim_log(SHIM_LOG_ERROR, "CUPOOL_TRACE file %s: %s; this process records "
                  "nothing", stats_printable(path, shown, sizeof(shown)), why);

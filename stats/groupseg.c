@@ -278,31 +278,47 @@ static const char *error_text(int err)
                             : strerror(-err);
 }
 
-group *group_join(const char *name, uint64_t limit, uint64_t *limit_used, const char **why)
+/* Maps the segment of group name (made with limit first if make and it
+ * does not exist): the mapping, or NULL with *err (-ENOENT when there is
+ * no user directory either, -errno, -EPERM, -EPROTO) and *why. */
+static group_data *segment_map(const char *name, bool make, uint64_t limit, int *err,
+                               const char **why)
 {
     char dir[512], file[GROUP_NAME_MAX + 16];
+    int dfd = stats_user_dir(dir, sizeof(dir), why);
+    if (dfd < 0) {
+        *err = -ENOENT;
+        return NULL;
+    }
+    segment_name(name, file, sizeof(file));
+    int fd = segment_open(dfd, file);
+    if (fd == -ENOENT && make)
+        fd = segment_make(dfd, file, limit);
+    close(dfd);
+    group_data *d = fd < 0 ? MAP_FAILED
+                           : mmap(NULL, sizeof(group_data), PROT_READ | PROT_WRITE, MAP_SHARED,
+                                  fd, 0);
+    *err = fd < 0 ? fd : d == MAP_FAILED ? -errno : 0;
+    if (fd >= 0)
+        close(fd);
+    if (*err)
+        *why = error_text(*err);
+    return d == MAP_FAILED ? NULL : d;
+}
+
+group *group_join(const char *name, uint64_t limit, uint64_t *limit_used, const char **why)
+{
     if (!group_name_ok(name)) {
         *why = "the name takes 1 to 64 of A-Z a-z 0-9 . _ - (not starting with .)";
         return NULL;
     }
-    int dfd = stats_user_dir(dir, sizeof(dir), why);
-    if (dfd < 0)
-        return NULL;
-    segment_name(name, file, sizeof(file));
-    int fd = segment_open(dfd, file);
-    if (fd == -ENOENT)
-        fd = segment_make(dfd, file, limit);
-    close(dfd);
-    if (fd < 0) {
-        *why = error_text(fd);
-        return NULL;
-    }
-    group_data *d = mmap(NULL, sizeof(group_data), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    group *g = d == MAP_FAILED ? NULL : calloc(1, sizeof(*g));
+    int err;
+    group_data *d = segment_map(name, true, limit, &err, why);
+    group *g = d ? calloc(1, sizeof(*g)) : NULL;
     if (!g) {
-        *why = strerror(d == MAP_FAILED ? errno : ENOMEM);
-        if (d != MAP_FAILED)
+        if (d)
+            *why = strerror(ENOMEM);
+        if (d)
             munmap(d, sizeof(group_data));
         return NULL;
     }
@@ -355,26 +371,9 @@ void group_forget(group *g)
     free(g);
 }
 
-int group_read(const char *name, group_view *v)
+/* Fills v (its name set) from the segment, reaping dead members. */
+static void view_of(group_data *d, group_view *v)
 {
-    char dir[512], file[GROUP_NAME_MAX + 16];
-    const char *why;
-    memset(v, 0, sizeof(*v));
-    if (!group_name_ok(name))
-        return -EINVAL;
-    snprintf(v->name, sizeof(v->name), "%s", name);
-    int dfd = stats_user_dir(dir, sizeof(dir), &why);
-    if (dfd < 0)
-        return -ENOENT;
-    segment_name(name, file, sizeof(file));
-    int fd = segment_open(dfd, file);
-    close(dfd);
-    if (fd < 0)
-        return fd;
-    group_data *d = mmap(NULL, sizeof(group_data), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (d == MAP_FAILED)
-        return -errno;
     lock(d);
     reap_locked(d);
     v->limit = d->limit;
@@ -392,6 +391,27 @@ int group_read(const char *name, group_view *v)
         }
     }
     unlock(d);
+}
+
+int group_read(const char *name, group_view *v)
+{
+    memset(v, 0, sizeof(*v));
+    if (!group_name_ok(name))
+        return -EINVAL;
+    snprintf(v->name, sizeof(v->name), "%s", name);
+    int err;
+    const char *why;
+    group_data *d = segment_map(name, false, 0, &err, &why);
+    if (!d)
+        return err;
+    view_of(d, v);
     munmap(d, sizeof(group_data));
     return 0;
+}
+
+void group_view_of(group *g, const char *name, group_view *v)
+{
+    memset(v, 0, sizeof(*v));
+    snprintf(v->name, sizeof(v->name), "%s", name);
+    view_of(g->d, v);
 }

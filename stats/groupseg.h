@@ -90,6 +90,9 @@ typedef struct group_view {
     group_member_view members[GROUP_MEMBERS];
 } group_view;
 
+/* The same of a group joined (named name), through its mapping. */
+void group_view_of(group *g, const char *name, group_view *v);
+
 /* Reads group name of this user (reaping dead members): 0, -ENOENT (no
  * such group), -EPERM or -EPROTO (a file there that is not a group
  * segment this version reads). */
