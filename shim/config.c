@@ -98,9 +98,10 @@ static const option options[] = {
      "processes of this user with the same NAME share one budget per device "
      "(CUPOOL_GROUP_MAX_RESERVED) and flush for each other before one is "
      "refused; empty = none"},
-    {"CUPOOL_GROUP_MAX_RESERVED", OPT_SIZE, F(group_max), "0",
-     "the budget per device of CUPOOL_GROUP, set by its first member (a "
-     "size; 0 = none)"},
+    {"CUPOOL_GROUP_MAX_RESERVED", OPT_CAP, F(group_max), "none",
+     "the budget per device of CUPOOL_GROUP, set by its first member: a size "
+     "or N% of device memory; CUPOOL_GROUP_MAX_RESERVED_<N> overrides it for "
+     "device N"},
     {"CUPOOL_FRAMEWORK_FLUSH", OPT_BOOL, F(framework_flush), "1",
      "a flush first asks a Python program's frameworks to release their "
      "caches in its main thread (torch.cuda.empty_cache, CuPy's pools), and "
@@ -346,20 +347,23 @@ static void complain(shim_warn_fn warn, const char *name, const char *value,
     warn(line);
 }
 
-static int load_device_caps(shim_config *c, shim_getenv_fn get,
-                            shim_warn_fn warn)
+/* prefix<N> for each device N: caps[N] and has[N]. */
+static int load_device_caps(const char *prefix, shim_cap *caps, bool *has,
+                            shim_getenv_fn get, shim_warn_fn warn)
 {
     int bad = 0;
     for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
-        char name[40];
-        snprintf(name, sizeof(name), "CUPOOL_MAX_RESERVED_%d", d);
+        char name[48];
+        snprintf(name, sizeof(name), "%s%d", prefix, d);
         const char *v = get(name);
         if (!v)
             continue;
-        if (shim_parse_cap(v, &c->max_reserved_dev[d]) == 0) {
-            c->has_dev_cap[d] = true;
+        if (shim_parse_cap(v, &caps[d]) == 0) {
+            has[d] = true;
         } else {
-            complain(warn, name, v, OPT_CAP, "CUPOOL_MAX_RESERVED");
+            char all[48]; /* the option for every device, which it falls back on */
+            snprintf(all, sizeof(all), "%.*s", (int)strlen(prefix) - 1, prefix);
+            complain(warn, name, v, OPT_CAP, all);
             bad++;
         }
     }
@@ -463,11 +467,15 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
         bad++;
     }
     bad += check_cap(&c->max_reserved, "CUPOOL_MAX_RESERVED", c, warn);
+    bad += check_cap(&c->group_max, "CUPOOL_GROUP_MAX_RESERVED", c, warn);
     for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
-        char name[40];
+        char name[48];
         snprintf(name, sizeof(name), "CUPOOL_MAX_RESERVED_%d", d);
         if (c->has_dev_cap[d])
             bad += check_cap(&c->max_reserved_dev[d], name, c, warn);
+        snprintf(name, sizeof(name), "CUPOOL_GROUP_MAX_RESERVED_%d", d);
+        if (c->has_group_dev[d])
+            bad += check_cap(&c->group_max_dev[d], name, c, warn);
     }
     return bad;
 }
@@ -486,7 +494,10 @@ int shim_config_load(shim_config *c, shim_getenv_fn get, shim_warn_fn warn)
             bad++;
         }
     }
-    bad += load_device_caps(c, get, warn);
+    bad += load_device_caps("CUPOOL_MAX_RESERVED_", c->max_reserved_dev, c->has_dev_cap,
+                            get, warn);
+    bad += load_device_caps("CUPOOL_GROUP_MAX_RESERVED_", c->group_max_dev,
+                            c->has_group_dev, get, warn);
     return bad + cross_check(c, warn);
 }
 
@@ -536,14 +547,18 @@ static bool known_name(const char *name, size_t len)
     for (size_t i = 0; i < sizeof(tool_names) / sizeof(tool_names[0]); i++)
         if (strlen(tool_names[i]) == len && !strncmp(tool_names[i], name, len))
             return true;
-    static const char dev[] = "CUPOOL_MAX_RESERVED_";
-    size_t k = sizeof(dev) - 1;
-    if (len <= k || len > k + 2 || strncmp(name, dev, k))
-        return false;
-    for (size_t i = k; i < len; i++)
-        if (!isdigit((unsigned char)name[i]))
-            return false;
-    return strtol(name + k, NULL, 10) < SHIM_MAX_DEVICES;
+    static const char *const per_device[] = {"CUPOOL_MAX_RESERVED_",
+                                             "CUPOOL_GROUP_MAX_RESERVED_"};
+    for (int p = 0; p < 2; p++) {
+        size_t k = strlen(per_device[p]), i = k;
+        if (len <= k || len > k + 2 || strncmp(name, per_device[p], k))
+            continue;
+        while (i < len && isdigit((unsigned char)name[i]))
+            i++;
+        if (i == len && strtol(name + k, NULL, 10) < SHIM_MAX_DEVICES)
+            return true;
+    }
+    return false;
 }
 
 int shim_config_unknown(char *const *env, shim_warn_fn warn)

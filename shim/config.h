@@ -55,7 +55,9 @@ typedef struct shim_config {
     bool stats_at_exit;
     bool live_page;
     char group[SHIM_PATH_MAX];      /* CUPOOL_GROUP; "" = none */
-    size_t group_max;               /* the group's budget per device; 0 = none */
+    shim_cap group_max;             /* the group's budget per device */
+    shim_cap group_max_dev[SHIM_MAX_DEVICES];
+    bool has_group_dev[SHIM_MAX_DEVICES];
     bool framework_flush;           /* a flush releases the frameworks'
                                        caches first (framework.h) */
     size_t shards;                  /* pools per device, 1..SHIM_SHARDS_MAX */

@@ -339,3 +339,17 @@ void shim_framework_view_get(shim_framework_view *v)
     *v = last;
     pthread_mutex_unlock(&lock);
 }
+
+bool shim_framework_ending(void)
+{
+    static atomic_bool ran; /* the interpreter was seen running */
+    if (!py_resolve())
+        return false;
+    if (py.IsFinalizing && py.IsFinalizing())
+        return true;
+    if (py.IsInitialized()) {
+        atomic_store(&ran, true);
+        return false;
+    }
+    return atomic_load(&ran); /* finalized */
+}

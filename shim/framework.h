@@ -72,4 +72,9 @@ void shim_framework_view_now(void);
 /* The newest reading (flushes take one too). Any thread. */
 void shim_framework_view_get(shim_framework_view *v);
 
+/* Whether the process's interpreter, seen running before, is finalizing
+ * or finalized: the program is done, and its framework's cache goes only
+ * with the process. */
+bool shim_framework_ending(void);
+
 #endif

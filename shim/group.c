@@ -8,7 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "device.h"
+#include "framework.h"
 #include "group.h"
 #include "log.h"
 #include "process.h"
@@ -18,6 +20,22 @@
 static group *grp;  /* set once at start-up, before any budget is used */
 static int dev_ids[SHIM_MAX_DEVICES];
 static pool_budget_outer outers[SHIM_MAX_DEVICES];
+static _Atomic uint64_t totals[SHIM_MAX_DEVICES]; /* device sizes, once known */
+
+/* The group's budget on dev in bytes (0 = none): a percentage resolved
+ * with the device's size, asked once (the members share the device). */
+static uint64_t limit_of(int dev)
+{
+    group_cap c = group_cap_of(grp, dev);
+    if (!c.percent)
+        return c.bytes;
+    uint64_t total = atomic_load(&totals[dev]);
+    size_t f = 0, t = 0;
+    if (!total && shim_device_mem_info(dev, &f, &t) == 0 && t)
+        atomic_store(&totals[dev], total = t);
+    /* Unknown while the device cannot say (the process's own cap holds). */
+    return total / 100 * c.percent;
+}
 
 static int outer_take(void *ctx, uint64_t size, bool force)
 {
@@ -26,36 +44,48 @@ static int outer_take(void *ctx, uint64_t size, bool force)
         group_charge(grp, dev, size);
         return 0;
     }
-    return group_take(grp, dev, size);
+    return group_take(grp, dev, size, limit_of(dev));
 }
 
 static void outer_give(void *ctx, uint64_t size) { group_give(grp, *(const int *)ctx, size); }
+
+/* The budgets the options ask for, one per device. */
+static void caps_asked(group_cap *caps)
+{
+    for (int i = 0; i < STATS_MAX_DEVICES; i++) {
+        const shim_cap *c = i < SHIM_MAX_DEVICES && shim_cfg.has_group_dev[i]
+                                ? &shim_cfg.group_max_dev[i] : &shim_cfg.group_max;
+        caps[i] = (group_cap){c->bytes, c->percent, 0};
+    }
+}
 
 void shim_group_join(void)
 {
     if (!*shim_cfg.group)
         return;
     const char *why = NULL;
-    uint64_t limit = 0;
-    char c[32];
-    grp = group_join(shim_cfg.group, shim_cfg.group_max, &limit, &why);
+    group_cap asked[STATS_MAX_DEVICES], caps[STATS_MAX_DEVICES];
+    caps_asked(asked);
+    memcpy(caps, asked, sizeof(caps));
+    grp = group_join(shim_cfg.group, caps, &why);
     if (!grp) {
         shim_log_always(SHIM_LOG_ERROR, "CUPOOL_GROUP=%s: cannot join: %s; this process "
                         "runs under its own cap only", shim_cfg.group, why);
         return;
     }
-    if (shim_cfg.group_max && limit != shim_cfg.group_max)
-        shim_log_always(SHIM_LOG_WARN, "CUPOOL_GROUP=%s: the group's budget is %s per "
-                        "device, set by its first member; CUPOOL_GROUP_MAX_RESERVED is "
-                        "ignored", shim_cfg.group, limit ? stats_fmt_bytes(limit, c, sizeof(c))
-                        : "none");
+    char text[256];
+    group_caps_text(caps, text, sizeof(text));
+    group_cap none[STATS_MAX_DEVICES] = {{0}};
+    if (memcmp(asked, none, sizeof(none)) && memcmp(asked, caps, sizeof(caps)))
+        shim_log_always(SHIM_LOG_WARN, "CUPOOL_GROUP=%s: the group's budget is %s, set by "
+                        "its first member; CUPOOL_GROUP_MAX_RESERVED is ignored",
+                        shim_cfg.group, text);
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
         dev_ids[i] = i;
         outers[i] = (pool_budget_outer){outer_take, outer_give, &dev_ids[i]};
         shim_devices[i].budget.outer = &outers[i];
     }
-    shim_log(SHIM_LOG_INFO, "member of group %s, budget %s per device", shim_cfg.group,
-             limit ? stats_fmt_bytes(limit, c, sizeof(c)) : "none");
+    shim_log(SHIM_LOG_INFO, "member of group %s, budget %s", shim_cfg.group, text);
 }
 
 void shim_group_leave(void)
@@ -72,8 +102,8 @@ void shim_group_forget(void)
 /* Whether size more bytes fit the group's budget on dev now. */
 static bool room(int dev, size_t size)
 {
-    uint64_t lim = group_limit(grp), held = group_held(grp, dev);
-    return size <= lim && held <= lim - size;
+    uint64_t lim = limit_of(dev), held = group_held(grp, dev);
+    return !lim || (size <= lim && held <= lim - size);
 }
 
 /* Whether the device has size bytes free now (a member that ended gives
@@ -84,17 +114,24 @@ static bool device_room(int dev, size_t size)
     return shim_device_mem_info(dev, &f, &t) == 0 && f >= size;
 }
 
-/* The device refused: ask the others to flush, and wait for the device to
- * have room (their flushes, or a member's process ending). */
-static bool device_reclaim(int dev, size_t size)
+/* Waits for room on dev for size bytes (fits: the group's budget, or the
+ * device itself): up to SHIM_GROUP_WAIT_MS, or until every member asked
+ * (tickets, or NULL) has answered; while a member is ending (its program
+ * done, its process still holding its memory), up to
+ * SHIM_GROUP_END_WAIT_MS, for it to go. */
+static bool wait_room(int dev, size_t size, bool (*fits)(int, size_t),
+                      const uint64_t *tickets)
 {
-    uint64_t tickets[GROUP_MEMBERS];
-    group_ask_others(grp, tickets);
     struct timespec tick = {0, 5 * 1000000L};
-    for (int waited = 0; waited < SHIM_GROUP_WAIT_MS; waited += 5) {
+    bool ending = false;
+    for (int waited = 0; waited < SHIM_GROUP_END_WAIT_MS; waited += 5) {
         nanosleep(&tick, NULL);
-        if (device_room(dev, size))
+        if (fits(dev, size))
             return true;
+        ending = ending || group_ending_held(grp, dev) > 0;
+        if (!ending && (waited >= SHIM_GROUP_WAIT_MS ||
+                        (tickets && group_answered(grp, tickets))))
+            return fits(dev, size);
     }
     return false;
 }
@@ -103,27 +140,20 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
 {
     if (!grp)
         return false;
+    uint64_t tickets[GROUP_MEMBERS];
     if (device_full) {
+        /* The device refused: the members share it. Its room comes from
+         * their flushes, or a member's process ending. */
         shim_count(SHIM_group_reclaims);
-        return device_reclaim(dev, size);
+        group_ask_others(grp, tickets);
+        return wait_room(dev, size, device_room, NULL);
     }
-    if (!group_limit(grp) || room(dev, size))
+    if (room(dev, size))
         return false; /* the process's own cap refused, not the group */
     shim_count(SHIM_group_reclaims);
-    uint64_t tickets[GROUP_MEMBERS];
     if (group_ask_others(grp, tickets) == 0)
         return false;
-    /* Until the room is there, or every member asked has flushed (what
-     * it could give is given), or the wait is over. */
-    struct timespec tick = {0, 5 * 1000000L};
-    for (int waited = 0; waited < SHIM_GROUP_WAIT_MS; waited += 5) {
-        nanosleep(&tick, NULL);
-        if (room(dev, size))
-            return true;
-        if (group_answered(grp, tickets))
-            return room(dev, size);
-    }
-    return false;
+    return wait_room(dev, size, room, tickets);
 }
 
 uint64_t shim_group_tick(void)
@@ -136,6 +166,8 @@ uint64_t shim_group_tick(void)
         group_reap(grp);
         last_reap = now;
     }
+    if (shim_framework_ending())
+        group_set_ending(grp);
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
         pool_stats ps;
         if (shim_device_stats(i, &ps))
@@ -156,7 +188,7 @@ void shim_group_report(int dev, size_t size, char *buf, size_t len)
     group_view *v = grp ? calloc(1, sizeof(*v)) : NULL;
     if (v)
         group_view_of(grp, shim_cfg.group, v);
-    if (!v || !v->limit || room(dev, size)) {
+    if (!v || room(dev, size)) {
         free(v);
         return;
     }
@@ -165,13 +197,14 @@ void shim_group_report(int dev, size_t size, char *buf, size_t len)
     for (uint32_t i = 0; i < v->nmembers; i++)
         held += v->members[i].held[dev];
     size_t n = (size_t)snprintf(buf, len, "\n  group %s: budget %s, held %s:", v->name,
-                                stats_fmt_bytes(v->limit, a, sizeof(a)),
+                                stats_fmt_bytes(limit_of(dev), a, sizeof(a)),
                                 stats_fmt_bytes(held, b, sizeof(b)));
     for (uint32_t i = 0; i < v->nmembers && n < len; i++) {
         const group_member_view *m = &v->members[i];
         char comm[16];
-        n += (size_t)snprintf(buf + n, len - n, "%s pid %d (%s) holds %s, caches %s",
+        n += (size_t)snprintf(buf + n, len - n, "%s pid %d (%s%s) holds %s, caches %s",
                               i ? ";" : "", m->pid, stats_printable(m->comm, comm, sizeof(comm)),
+                              m->ending ? ", ending" : "",
                               stats_fmt_bytes(m->held[dev], a, sizeof(a)),
                               stats_fmt_bytes(m->cached[dev], c, sizeof(c)));
     }

@@ -17,6 +17,9 @@
 /* The wait for the other members' flushes, in milliseconds (a framework's
  * release may take up to SHIM_FRAMEWORK_WAIT_MS of it). */
 #define SHIM_GROUP_WAIT_MS 3000
+/* The wait while a member is ending: its program done (an interpreter
+ * finalizing), its process still holding its memory until it goes. */
+#define SHIM_GROUP_END_WAIT_MS 15000
 
 /* Joins CUPOOL_GROUP if set, before any budget is used; says why not (the
  * process then runs under its own cap alone). */
@@ -28,7 +31,8 @@ void shim_group_forget(void);
 /* After the group's budget (or, device_full, the device itself: the
  * members share it) refused size bytes on dev: true once the other
  * members' flushes (or a member's end) made room (retry), false if the
- * group was not what refused, or no room came within SHIM_GROUP_WAIT_MS. */
+ * group was not what refused, or no room came within SHIM_GROUP_WAIT_MS
+ * (SHIM_GROUP_END_WAIT_MS while a member is ending). */
 bool shim_group_reclaim(int dev, size_t size, bool device_full);
 
 /* Helper thread, every tick: publishes this member's cache, and returns

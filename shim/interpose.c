@@ -70,9 +70,12 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
 {
     inside++;
     int err = shim_device_alloc(dev, size, a);
-    /* Refused by the group's budget: the other members flush, then once
-     * more (the wait holds no lock of cupool's). */
-    if ((err == -EDQUOT || err == -ENOMEM) && shim_group_reclaim(dev, size, err == -ENOMEM))
+    /* Refused by the group's budget or the device: the other members
+     * flush, then once more (the wait holds no lock of cupool's); a third
+     * time after a member that ended left the budget before its process
+     * gave the device back. */
+    for (int round = 0; round < 2 && (err == -EDQUOT || err == -ENOMEM) &&
+                        shim_group_reclaim(dev, size, err == -ENOMEM); round++)
         err = shim_device_alloc(dev, size, a);
     inside--;
     if (err == -ENODEV)

@@ -6,7 +6,7 @@
  * signal.
  *
  *   cupool-stat stat [--json | --prometheus] [PID... | --group NAME]
- *   cupool-stat top [--interval SECONDS] [--count N]
+ *   cupool-stat top [--interval SECONDS] [--count N] [--group NAME]
  *   cupool-stat flush [--timeout SECONDS] PID
  *   cupool-stat dump [--timeout SECONDS] PID
  *
@@ -34,7 +34,7 @@ static char buf[1 << 20];
 static int usage(void)
 {
     fputs("usage: cupool stat [--json | --prometheus] [PID... | --group NAME]\n"
-          "       cupool top [--interval SECONDS] [--count N]\n"
+          "       cupool top [--interval SECONDS] [--count N] [--group NAME]\n"
           "       cupool flush [--timeout SECONDS] PID\n"
           "       cupool dump [--timeout SECONDS] PID\n", stderr);
     return 2;
@@ -47,7 +47,7 @@ static int help(const char *cmd)
         {"stat", "usage: cupool stat [--json | --prometheus] [PID... | --group NAME]\n"
                  "Statistics of processes running under cupool (all of this user's\n"
                  "when no PID is given), read from their live pages.\n"},
-        {"top", "usage: cupool top [--interval SECONDS] [--count N]\n"
+        {"top", "usage: cupool top [--interval SECONDS] [--count N] [--group NAME]\n"
                 "The same, refreshed in place, sorted by reserved memory.\n"},
         {"flush", "usage: cupool flush [--timeout SECONDS] PID\n"
                   "Makes PID return its cached memory to the driver, through its live\n"
@@ -181,8 +181,9 @@ static int collect(char **pids, int npids, double wait)
     return bad ? -1 : n;
 }
 
-/* cupool stat --group NAME: the group's budget and each member's share. */
-static int stat_group(const char *name, int json, int prom)
+/* The group's budget and each member's share, formatted into out. 0, or
+ * 1 with a message. */
+static int group_text(const char *name, int json, int prom, char *out, size_t len)
 {
     static group_view g;
     int err = group_read(name, &g);
@@ -196,8 +197,15 @@ static int stat_group(const char *name, int json, int prom)
                 : strerror(-err));
         return 1;
     }
-    stats_format_group(&g, json ? STATS_JSON : prom ? STATS_PROMETHEUS : STATS_TABLE, buf,
-                       sizeof(buf));
+    stats_format_group(&g, json ? STATS_JSON : prom ? STATS_PROMETHEUS : STATS_TABLE, out, len);
+    return 0;
+}
+
+/* cupool stat --group NAME. */
+static int stat_group(const char *name, int json, int prom)
+{
+    if (group_text(name, json, prom, buf, sizeof(buf)))
+        return 1;
     fputs(buf, stdout);
     return 0;
 }
@@ -260,6 +268,8 @@ static int cmd_top(int argc, char **argv)
 {
     double interval = 1.0;
     long count = -1;
+    const char *gname = NULL;
+    static char gbuf[1 << 16];
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--interval") && i + 1 < argc) {
             if (parse_seconds(argv[++i], 0.05, 86400, &interval))
@@ -270,6 +280,10 @@ static int cmd_top(int argc, char **argv)
             count = strtol(argv[++i], &end, 10);
             if (!*argv[i] || *end || count < 1)
                 return bad("top: --count takes a whole number from 1 up, not", argv[i]);
+        } else if (!strcmp(argv[i], "--group") && i + 1 < argc) {
+            gname = argv[++i];
+            if (group_text(gname, 0, 0, gbuf, sizeof(gbuf)))
+                return 1;
         } else {
             return bad("top: unknown option or missing value", argv[i]);
         }
@@ -282,8 +296,11 @@ static int cmd_top(int argc, char **argv)
         time_t now = time(NULL);
         char when[32];
         strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
-        printf("%scupool top - %s - %d process%s, sorted by reserved\n%s",
-               tty ? "\033[H\033[2J" : "", when, n, n == 1 ? "" : "es", buf);
+        if (gname && group_text(gname, 0, 0, gbuf, sizeof(gbuf)))
+            snprintf(gbuf, sizeof(gbuf), "group %s: gone\n", gname);
+        printf("%scupool top - %s - %d process%s, sorted by reserved\n%s%s%s",
+               tty ? "\033[H\033[2J" : "", when, n, n == 1 ? "" : "es", buf,
+               gname ? "\n" : "", gname ? gbuf : "");
         fflush(stdout);
         if (count < 0 || it + 1 < count)
             sleep_s(interval);

@@ -373,6 +373,27 @@ size_t stats_format_prometheus(const stats_view *const *v, size_t n,
 
 /* ---- a group (cupool stat --group) ------------------------------------------ */
 
+const char *group_cap_text(group_cap c, char *buf, size_t len)
+{
+    if (c.percent)
+        snprintf(buf, len, "%u%%", c.percent);
+    else if (c.bytes)
+        stats_fmt_bytes(c.bytes, buf, len);
+    else
+        snprintf(buf, len, "none");
+    return buf;
+}
+
+void group_caps_text(const group_cap *caps, char *buf, size_t len)
+{
+    char c[32];
+    size_t n = (size_t)snprintf(buf, len, "%s per device", group_cap_text(caps[0], c, sizeof(c)));
+    for (int i = 1; i < STATS_MAX_DEVICES && n < len; i++)
+        if (memcmp(&caps[i], &caps[0], sizeof(caps[0])))
+            n += (size_t)snprintf(buf + n, len - n, ", %s on device %d",
+                                  group_cap_text(caps[i], c, sizeof(c)), i);
+}
+
 /* The devices any member holds or caches memory on, as a bit set. */
 static uint64_t group_devices(const group_view *g)
 {
@@ -386,12 +407,13 @@ static uint64_t group_devices(const group_view *g)
 
 static void group_table(out *o, const group_view *g)
 {
-    char a[24], b[24], name[GROUP_NAME_MAX + 1];
-    put(o, "group %s: budget %s per device, %u member%s\n",
-        stats_printable(g->name, name, sizeof(name)),
-        g->limit ? fmt_short(g->limit, a, sizeof(a)) : "none", g->nmembers,
-        g->nmembers == 1 ? "" : "s");
+    char a[24], b[24], name[GROUP_NAME_MAX + 1], caps[256];
+    group_caps_text(g->caps, caps, sizeof(caps));
+    put(o, "group %s: budget %s, %u member%s\n", stats_printable(g->name, name, sizeof(name)),
+        caps, g->nmembers, g->nmembers == 1 ? "" : "s");
     put(o, "%-7s %-10s %3s %6s %6s\n", "PID", "COMM", "DEV", "HELD", "CACHED");
+    /* A member marked "ending": its program is done, its process gives its
+     * memory back as it goes. */
     uint64_t devs = group_devices(g);
     for (int k = 0; k < STATS_MAX_DEVICES; k++) {
         if (!(devs >> k & 1))
@@ -401,12 +423,15 @@ static void group_table(out *o, const group_view *g)
             const group_member_view *m = &g->members[i];
             char comm[16];
             held += m->held[k];
-            put(o, "%-7d %-10.10s %3d %6s %6s\n", m->pid,
+            put(o, "%-7d %-10.10s %3d %6s %6s%s\n", m->pid,
                 stats_printable(m->comm, comm, sizeof(comm)), k,
-                fmt_short(m->held[k], a, sizeof(a)), fmt_short(m->cached[k], b, sizeof(b)));
+                fmt_short(m->held[k], a, sizeof(a)), fmt_short(m->cached[k], b, sizeof(b)),
+                m->ending ? "  ending" : "");
         }
+        group_cap c = g->caps[k];
         put(o, "%-18s %3d %6s of %s\n", "group", k, fmt_short(held, a, sizeof(a)),
-            g->limit ? fmt_short(g->limit, b, sizeof(b)) : "none");
+            c.percent ? group_cap_text(c, b, sizeof(b))
+                      : c.bytes ? fmt_short(c.bytes, b, sizeof(b)) : "none");
     }
 }
 
@@ -414,13 +439,18 @@ static void group_json(out *o, const group_view *g)
 {
     put(o, "{\"group\": ");
     put_json_string(o, g->name);
-    put(o, ", \"limit\": %lu, \"members\": [", (unsigned long)g->limit);
     uint64_t devs = group_devices(g);
+    put(o, ", \"budgets\": [");
+    for (int k = 0; k < STATS_MAX_DEVICES; k++)
+        if ((devs | 1) >> k & 1)
+            put(o, "%s{\"device\": %d, \"bytes\": %lu, \"percent\": %u}", k ? ", " : "", k,
+                (unsigned long)g->caps[k].bytes, g->caps[k].percent);
+    put(o, "], \"members\": [");
     for (uint32_t i = 0; i < g->nmembers; i++) {
         const group_member_view *m = &g->members[i];
         put(o, "%s{\"pid\": %d, \"comm\": ", i ? ", " : "", m->pid);
         put_json_string(o, m->comm);
-        put(o, ", \"devices\": [");
+        put(o, ", \"ending\": %s, \"devices\": [", m->ending ? "true" : "false");
         bool first = true;
         for (int k = 0; k < STATS_MAX_DEVICES; k++)
             if (devs >> k & 1) {
@@ -435,14 +465,24 @@ static void group_json(out *o, const group_view *g)
 
 static void group_prometheus(out *o, const group_view *g)
 {
-    put_family(o, "cupool_group_limit_bytes", 0, "budget per device of the group (0 = none)");
-    put(o, "cupool_group_limit_bytes{group=\"");
-    put_label(o, g->name);
-    put(o, "\"} %lu\n", (unsigned long)g->limit);
+    uint64_t devs = group_devices(g);
+    static const char *const lim[] = {"cupool_group_limit_bytes", "cupool_group_limit_percent"};
+    static const char *const lim_help[] = {
+        "budget of the group on the device in bytes (0 = none, or a percentage)",
+        "budget of the group on the device as a percentage of its memory (0 = none, or bytes)"};
+    for (int f = 0; f < 2; f++) {
+        put_family(o, lim[f], 0, lim_help[f]);
+        for (int k = 0; k < STATS_MAX_DEVICES; k++)
+            if ((devs | 1) >> k & 1) {
+                put(o, "%s{group=\"", lim[f]);
+                put_label(o, g->name);
+                put(o, "\",device=\"%d\"} %lu\n", k,
+                    f ? (unsigned long)g->caps[k].percent : (unsigned long)g->caps[k].bytes);
+            }
+    }
     static const char *const fam[] = {"cupool_group_held_bytes", "cupool_group_cached_bytes"};
     static const char *const help[] = {"bytes a member of the group holds on the device",
                                        "bytes a member of the group caches on the device"};
-    uint64_t devs = group_devices(g);
     for (int f = 0; f < 2; f++) {
         put_family(o, fam[f], 0, help[f]);
         for (uint32_t i = 0; i < g->nmembers; i++)

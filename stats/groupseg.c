@@ -16,11 +16,12 @@
 #include "groupseg.h"
 
 #define GROUP_MAGIC 0x3150524750504f43ull /* "COPPGRP1" */
-enum { GROUP_VERSION = 1 };
+enum { GROUP_VERSION = 2 };
 
 typedef struct slot {
     _Atomic int32_t pid;           /* 0 = free */
-    uint32_t pad;
+    _Atomic uint32_t ending;       /* its program has ended; the process
+                                      gives its memory back as it goes */
     uint64_t start_time;           /* stats_start_time of pid */
     char comm[16];
     _Atomic uint64_t held[STATS_MAX_DEVICES];
@@ -32,7 +33,7 @@ typedef struct group_data {
     uint64_t magic;
     uint32_t version, size;
     uint32_t uid, pad;
-    uint64_t limit;                /* per device; 0 = none */
+    group_cap caps[STATS_MAX_DEVICES];
     pthread_mutex_t lock;          /* robust, process-shared */
     slot slots[GROUP_MEMBERS];
 } group_data;
@@ -99,7 +100,7 @@ static uint64_t held_locked(const group_data *d, int dev)
     return sum;
 }
 
-int group_take(group *g, int dev, uint64_t size)
+int group_take(group *g, int dev, uint64_t size, uint64_t lim)
 {
     group_data *d = g->d;
     if (atomic_load(&g->left))
@@ -107,7 +108,7 @@ int group_take(group *g, int dev, uint64_t size)
     if (dev < 0 || dev >= STATS_MAX_DEVICES)
         return -EDQUOT;
     lock(d);
-    uint64_t lim = d->limit, sum = held_locked(d, dev);
+    uint64_t sum = held_locked(d, dev);
     if (lim && (size > lim || sum > lim - size) && reap_locked(d))
         sum = held_locked(d, dev);
     int err = lim && (size > lim || sum > lim - size) ? -EDQUOT : 0;
@@ -129,7 +130,10 @@ void group_give(group *g, int dev, uint64_t size)
         atomic_fetch_sub(&g->me->held[dev], size);
 }
 
-uint64_t group_limit(const group *g) { return g->d->limit; }
+group_cap group_cap_of(const group *g, int dev)
+{
+    return dev >= 0 && dev < STATS_MAX_DEVICES ? g->d->caps[dev] : (group_cap){0, 0, 0};
+}
 
 uint64_t group_held(group *g, int dev)
 {
@@ -184,6 +188,26 @@ uint64_t group_flush_pending(group *g)
 
 void group_flush_answer(group *g, uint64_t ticket) { atomic_store(&g->me->served, ticket); }
 
+void group_set_ending(group *g)
+{
+    if (!atomic_load(&g->left))
+        atomic_store(&g->me->ending, 1);
+}
+
+uint64_t group_ending_held(group *g, int dev)
+{
+    uint64_t sum = 0;
+    lock(g->d);
+    reap_locked(g->d);
+    for (int i = 0; i < GROUP_MEMBERS; i++) {
+        slot *s = &g->d->slots[i];
+        if (atomic_load(&s->pid) && atomic_load(&s->ending))
+            sum += atomic_load(&s->held[dev]);
+    }
+    unlock(g->d);
+    return sum;
+}
+
 int group_reap(group *g)
 {
     lock(g->d);
@@ -228,7 +252,7 @@ static int segment_open(int dfd, const char *file)
 /* Makes the segment under a temporary name and links it into place: the
  * open descriptor of the segment now there (this one, or another
  * process's made first), or -errno. */
-static int segment_make(int dfd, const char *file, uint64_t limit)
+static int segment_make(int dfd, const char *file, const group_cap *caps)
 {
     char tmp[GROUP_NAME_MAX + 48];
     snprintf(tmp, sizeof(tmp), ".%s.%d.new", file, (int)getpid());
@@ -252,7 +276,7 @@ static int segment_make(int dfd, const char *file, uint64_t limit)
         d->version = GROUP_VERSION;
         d->size = sizeof(group_data);
         d->uid = (uint32_t)geteuid();
-        d->limit = limit;
+        memcpy(d->caps, caps, sizeof(d->caps));
         d->magic = GROUP_MAGIC; /* (linked into place only after: no reader sooner) */
         munmap(d, sizeof(group_data));
         if (linkat(dfd, tmp, dfd, file, 0) && errno != EEXIST)
@@ -278,10 +302,10 @@ static const char *error_text(int err)
                             : strerror(-err);
 }
 
-/* Maps the segment of group name (made with limit first if make and it
+/* Maps the segment of group name (made with caps first if make and it
  * does not exist): the mapping, or NULL with *err (-ENOENT when there is
  * no user directory either, -errno, -EPERM, -EPROTO) and *why. */
-static group_data *segment_map(const char *name, bool make, uint64_t limit, int *err,
+static group_data *segment_map(const char *name, bool make, const group_cap *caps, int *err,
                                const char **why)
 {
     char dir[512], file[GROUP_NAME_MAX + 16];
@@ -293,7 +317,7 @@ static group_data *segment_map(const char *name, bool make, uint64_t limit, int 
     segment_name(name, file, sizeof(file));
     int fd = segment_open(dfd, file);
     if (fd == -ENOENT && make)
-        fd = segment_make(dfd, file, limit);
+        fd = segment_make(dfd, file, caps);
     close(dfd);
     group_data *d = fd < 0 ? MAP_FAILED
                            : mmap(NULL, sizeof(group_data), PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -306,14 +330,14 @@ static group_data *segment_map(const char *name, bool make, uint64_t limit, int 
     return d == MAP_FAILED ? NULL : d;
 }
 
-group *group_join(const char *name, uint64_t limit, uint64_t *limit_used, const char **why)
+group *group_join(const char *name, group_cap *caps, const char **why)
 {
     if (!group_name_ok(name)) {
         *why = "the name takes 1 to 64 of A-Z a-z 0-9 . _ - (not starting with .)";
         return NULL;
     }
     int err;
-    group_data *d = segment_map(name, true, limit, &err, why);
+    group_data *d = segment_map(name, true, caps, &err, why);
     group *g = d ? calloc(1, sizeof(*g)) : NULL;
     if (!g) {
         if (d)
@@ -325,11 +349,18 @@ group *group_join(const char *name, uint64_t limit, uint64_t *limit_used, const 
     g->d = d;
     lock(d);
     reap_locked(d);
+    /* A slot of this pid is this process before an exec (which runs no
+     * destructor, so it never left): alive by pid and start time, but
+     * nothing of it remains. */
+    for (int i = 0; i < GROUP_MEMBERS; i++)
+        if (atomic_load(&d->slots[i].pid) == (int32_t)getpid())
+            atomic_store(&d->slots[i].pid, 0);
     for (int i = 0; i < GROUP_MEMBERS && !g->me; i++) {
         slot *s = &d->slots[i];
         if (atomic_load(&s->pid))
             continue;
         memset((char *)s + offsetof(slot, start_time), 0, sizeof(*s) - offsetof(slot, start_time));
+        atomic_store(&s->ending, 0);
         s->start_time = stats_start_time((int)getpid());
         int cfd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
         ssize_t k = cfd >= 0 ? read(cfd, s->comm, sizeof(s->comm) - 1) : 0;
@@ -346,7 +377,7 @@ group *group_join(const char *name, uint64_t limit, uint64_t *limit_used, const 
         free(g);
         return NULL;
     }
-    *limit_used = d->limit;
+    memcpy(caps, d->caps, sizeof(d->caps));
     return g;
 }
 
@@ -376,13 +407,14 @@ static void view_of(group_data *d, group_view *v)
 {
     lock(d);
     reap_locked(d);
-    v->limit = d->limit;
+    memcpy(v->caps, d->caps, sizeof(v->caps));
     for (int i = 0; i < GROUP_MEMBERS; i++) {
         slot *s = &d->slots[i];
         if (!atomic_load(&s->pid))
             continue;
         group_member_view *m = &v->members[v->nmembers++];
         m->pid = atomic_load(&s->pid);
+        m->ending = atomic_load(&s->ending) != 0;
         memcpy(m->comm, s->comm, sizeof(m->comm));
         m->comm[sizeof(m->comm) - 1] = '\0';
         for (int k = 0; k < STATS_MAX_DEVICES; k++) {
@@ -401,7 +433,7 @@ int group_read(const char *name, group_view *v)
     snprintf(v->name, sizeof(v->name), "%s", name);
     int err;
     const char *why;
-    group_data *d = segment_map(name, false, 0, &err, &why);
+    group_data *d = segment_map(name, false, NULL, &err, &why);
     if (!d)
         return err;
     view_of(d, v);

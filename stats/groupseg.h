@@ -32,14 +32,23 @@
 
 typedef struct group group;
 
+/* A group's budget on one device: none (both 0), bytes, or a percentage
+ * of the device's memory (each member resolves it with its device's size:
+ * the members share the device). */
+typedef struct group_cap {
+    uint64_t bytes;
+    uint32_t percent, pad;
+} group_cap;
+
 /* Whether name can name a group: 1 to 64 of [A-Za-z0-9._-], not starting
  * with '.'. */
 bool group_name_ok(const char *name);
 
-/* Joins group name of this user, making it with limit bytes per device
- * (0 = none) if it does not exist; a member of an existing group takes
- * the group's limit (*limit_used). Returns the group, or NULL with *why. */
-group *group_join(const char *name, uint64_t limit, uint64_t *limit_used, const char **why);
+/* Joins group name of this user, making it with the budgets caps (one per
+ * device, STATS_MAX_DEVICES of them) if it does not exist; a member of an
+ * existing group takes the group's (into caps). Returns the group, or
+ * NULL with *why. */
+group *group_join(const char *name, group_cap *caps, const char **why);
 
 /* Leaves the group: the slot and everything it held are free. At exit
  * only: g stays allocated and mapped (other threads may still hold it),
@@ -49,15 +58,16 @@ void group_leave(group *g);
 void group_forget(group *g);
 
 /* Takes size bytes of device dev for this member: 0, or -EDQUOT when the
- * live members would hold more than the limit. */
-int group_take(group *g, int dev, uint64_t size);
+ * live members would hold more than limit (the group's budget on dev
+ * resolved; 0 = none). */
+int group_take(group *g, int dev, uint64_t size, uint64_t limit);
 /* Adds size bytes held already, whatever the limit. */
 void group_charge(group *g, int dev, uint64_t size);
 /* Gives back size bytes taken or charged. */
 void group_give(group *g, int dev, uint64_t size);
 
-/* The limit for each device (0 = none). */
-uint64_t group_limit(const group *g);
+/* The group's budget on dev. */
+group_cap group_cap_of(const group *g, int dev);
 /* What the live members hold on dev now (reaping the dead). */
 uint64_t group_held(group *g, int dev);
 /* Publishes what this member caches on dev (what a flush would return). */
@@ -72,6 +82,11 @@ bool group_answered(group *g, const uint64_t *tickets);
 /* The newest flush request of this member not yet answered, or 0. */
 uint64_t group_flush_pending(group *g);
 void group_flush_answer(group *g, uint64_t ticket);
+/* Marks this member as ending: its program is done (an interpreter
+ * finalizing), its process gives its memory back only as it goes. */
+void group_set_ending(group *g);
+/* What the live members that are ending hold on dev. */
+uint64_t group_ending_held(group *g, int dev);
 /* Frees the slots of members that died. Returns how many. */
 int group_reap(group *g);
 
@@ -79,16 +94,23 @@ int group_reap(group *g);
 
 typedef struct group_member_view {
     int32_t pid;
+    bool ending;
     char comm[16];
     uint64_t held[STATS_MAX_DEVICES], cached[STATS_MAX_DEVICES];
 } group_member_view;
 
 typedef struct group_view {
     char name[GROUP_NAME_MAX + 1];
-    uint64_t limit;
+    group_cap caps[STATS_MAX_DEVICES];
     uint32_t nmembers;
     group_member_view members[GROUP_MEMBERS];
 } group_view;
+
+/* A budget in words: "none", "80%" or a size such as "76.00 GiB". */
+const char *group_cap_text(group_cap c, char *buf, size_t len);
+/* The budgets of every device in words: "<device 0's> per device", then
+ * each device's that differs ("..., 40.00 GiB on device 1"). */
+void group_caps_text(const group_cap *caps, char *buf, size_t len);
 
 /* The same of a group joined (named name), through its mapping. */
 void group_view_of(group *g, const char *name, group_view *v);

@@ -7,7 +7,10 @@ runs until SIGTERM, then prints what the stand-in saw.
            in its cache and holds 1 MiB
   blocked  the same, then sleeps 4 s in one C call right after $READY
   none     never imports torch; 12 MiB in cupool's own cache
-  fork     as torch, and a forked child that runs Python for 3 s"""
+  fork     as torch, and a forked child that runs Python for 3 s
+  ending   caches 60 MiB (20 blocks of 3 MiB) and ends; while its
+           interpreter finalizes (the cache still held, as PyTorch's is
+           until the process goes) it touches $READY and sleeps 2 s"""
 import ctypes
 import os
 import signal
@@ -28,8 +31,28 @@ def run_python(seconds):
         sum(range(100))
 
 
+class EndSlowly:
+    """Touches $READY and sleeps once the interpreter finalizes (its
+    module's globals are cleared then): the program is done, the process
+    not yet gone."""
+
+    def __init__(self):
+        self.ready, self.open, self.sleep = os.environ["READY"], open, time.sleep
+
+    def __del__(self):
+        self.open(self.ready, "w").close()
+        self.sleep(2)
+
+
 def main(mode):
     sim = ctypes.CDLL(os.environ["SIM_LIB"])
+    if mode == "ending":
+        import torch
+        torch.cuda.init()
+        torch.cuda.cache(3 * MIB, 20)
+        global end_slowly
+        end_slowly = EndSlowly()
+        return
     stop = []
     signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
     child = None

@@ -63,9 +63,11 @@ static void test_unknown_names(void **state)
     char *env[] = {"CUPOOL_MAX_RESERVE=20G", "CUPOOL_FENSE=poll", "CUPOOL_ZZZZZZZZZZ=1",
                    "CUPOOL_MAX_RESERVED=1G", "CUPOOL_MAX_RESERVED_3=1G", "CUPOOL_LIB=/x",
                    "CUPOOL_TRACE_BIN=/y", "CUPOOL_MAX_RESERVED_64=1G", "PATH=/bin",
-                   "CUPOOL_\033[2J=1", NULL};
+                   "CUPOOL_\033[2J=1", "CUPOOL_GROUP_MAX_RESERVED_2=10%",
+                   "CUPOOL_GROUP_MAX_RESERVED_X=1G", NULL};
     nwarned = 0;
-    assert_int_equal(shim_config_unknown(env, collect), 5);
+    assert_int_equal(shim_config_unknown(env, collect), 6);
+    assert_non_null(warning_with("CUPOOL_GROUP_MAX_RESERVED_X "));
     assert_non_null(strstr(warning_with("CUPOOL_MAX_RESERVE "), "did you mean "
                            "CUPOOL_MAX_RESERVED?"));
     assert_non_null(strstr(warning_with("CUPOOL_FENSE "), "did you mean CUPOOL_FENCE?"));
@@ -170,9 +172,13 @@ static void test_valid_values(void **state)
         "CUPOOL_STATS_SIGNAL=none", "CUPOOL_STATS_FILE=/tmp/s.%p",
         "CUPOOL_LOG=debug", "CUPOOL_MAX_SPLIT=64M",
         "CUPOOL_FENCE_INTERVAL=1", "CUPOOL_CUPTI=on",
-        "CUPOOL_CUPTI_LIB=/opt/cuda/lib64/libcupti.so", NULL};
+        "CUPOOL_CUPTI_LIB=/opt/cuda/lib64/libcupti.so", "CUPOOL_GROUP_MAX_RESERVED=60%",
+        "CUPOOL_GROUP_MAX_RESERVED_2=30G", NULL};
     shim_config c;
     assert_int_equal(load(env, &c), 0);
+    assert_int_equal(c.group_max.percent, 60);
+    assert_true(c.has_group_dev[2] && !c.has_group_dev[1]);
+    assert_int_equal(c.group_max_dev[2].bytes, 30 * GIB);
     assert_int_equal(nwarned, 0);
     assert_true(c.disable);
     assert_int_equal(c.max_reserved.bytes, 20 * GIB);
@@ -197,10 +203,14 @@ static void test_invalid_values_warn_and_keep_default(void **state)
     static const char *const env[] = {
         "CUPOOL_FENCE=bogus", "CUPOOL_MAX_RESERVED=lots",
         "CUPOOL_MAX_RESERVED_3=200%", "CUPOOL_DISABLE=maybe",
-        "CUPOOL_FENCE_INTERVAL=0", "CUPOOL_SMALL_MAX=8Q", NULL};
+        "CUPOOL_FENCE_INTERVAL=0", "CUPOOL_SMALL_MAX=8Q", "CUPOOL_GROUP_MAX_RESERVED_1=0%",
+        NULL};
     shim_config c;
-    assert_int_equal(load(env, &c), 6);
-    assert_int_equal(nwarned, 6);
+    assert_int_equal(load(env, &c), 7);
+    assert_int_equal(nwarned, 7);
+    assert_false(c.has_group_dev[1]);
+    assert_non_null(strstr(warning_with("CUPOOL_GROUP_MAX_RESERVED_1=0% is invalid"),
+                           "using CUPOOL_GROUP_MAX_RESERVED"));
     assert_int_equal(c.pool.fence_interval, 64);
     assert_non_null(warning_with("CUPOOL_FENCE_INTERVAL=0 is invalid (expected a whole number from 1 up); using 64"));
     assert_int_equal(c.fence, SHIM_FENCE_POLL);
@@ -321,10 +331,11 @@ static void test_readme_lists_every_option(void **state)
     for (const char *at = readme; (at = strstr(at, "\n| `CUPOOL_")) != NULL; at++, rows++) {
         const char *end = strchr(at + 4, '`');
         snprintf(name, sizeof(name), "%.*s", (int)(end - at - 4), at + 4);
-        if (strcmp(name, "CUPOOL_MAX_RESERVED_<N>") && shim_option_is_flag(name) < 0)
+        if (strcmp(name, "CUPOOL_MAX_RESERVED_<N>") &&
+            strcmp(name, "CUPOOL_GROUP_MAX_RESERVED_<N>") && shim_option_is_flag(name) < 0)
             fail_msg("README.md has a row for %s, which is no option", name);
     }
-    assert_int_equal(rows, options + 1);
+    assert_int_equal(rows, options + 2);
 }
 
 int main(void)
