@@ -397,8 +397,9 @@ static int check_cap(shim_cap *cap, const char *name, const shim_config *c,
     return 1;
 }
 
-/* Checks that options agree with each other; resets what cannot stand. */
-static int cross_check(shim_config *c, shim_warn_fn warn)
+/* Sizes that would make segments over SEGMENT_MAX: each warned about and
+ * reset to its default. Returns how many. */
+static int check_segment_sizes(shim_config *c, shim_warn_fn warn)
 {
     int bad = 0;
     static const char *const sized[] = {"CUPOOL_SMALL_SEGMENT", "CUPOOL_LARGE_ROUND",
@@ -417,27 +418,52 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
         reset_default(c, sized[i]);
         bad++;
     }
-    if (*c->group && !group_name_ok(c->group)) {
-        char line[160], shown[80];
-        snprintf(line, sizeof(line), "CUPOOL_GROUP=%s is invalid (expected 1 to 64 of "
-                 "A-Z a-z 0-9 . _ -, not starting with .); using none",
-                 stats_printable(c->group, shown, sizeof(shown)));
-        warn(line);
-        c->group[0] = '\0';
-        bad++;
-    }
-    if (c->flush_signal && c->flush_signal == c->stats_signal) {
-        warn("CUPOOL_FLUSH_SIGNAL and CUPOOL_STATS_SIGNAL name the same "
-             "signal; using USR1 and USR2");
-        c->flush_signal = SIGUSR1;
-        c->stats_signal = SIGUSR2;
-        bad++;
-    }
-    if (c->shards > SHIM_SHARDS_MAX) {
-        warn("CUPOOL_SHARDS is above 64; using 16");
-        c->shards = 16;
-        bad++;
-    }
+    return bad;
+}
+
+/* A group name the group segment cannot be named after: warned about, no
+ * group. 0 or 1. */
+static int check_group_name(shim_config *c, shim_warn_fn warn)
+{
+    if (!*c->group || group_name_ok(c->group))
+        return 0;
+    char line[160], shown[80];
+    snprintf(line, sizeof(line), "CUPOOL_GROUP=%s is invalid (expected 1 to 64 of "
+             "A-Z a-z 0-9 . _ -, not starting with .); using none",
+             stats_printable(c->group, shown, sizeof(shown)));
+    warn(line);
+    c->group[0] = '\0';
+    return 1;
+}
+
+/* One signal for both flush and statistics: both back to their defaults.
+ * 0 or 1. */
+static int check_signals(shim_config *c, shim_warn_fn warn)
+{
+    if (!c->flush_signal || c->flush_signal != c->stats_signal)
+        return 0;
+    warn("CUPOOL_FLUSH_SIGNAL and CUPOOL_STATS_SIGNAL name the same "
+         "signal; using USR1 and USR2");
+    c->flush_signal = SIGUSR1;
+    c->stats_signal = SIGUSR2;
+    return 1;
+}
+
+/* More shards than SHIM_SHARDS_MAX: the default, 16. 0 or 1. */
+static int check_shards(shim_config *c, shim_warn_fn warn)
+{
+    if (c->shards <= SHIM_SHARDS_MAX)
+        return 0;
+    warn("CUPOOL_SHARDS is above 64; using 16");
+    c->shards = 16;
+    return 1;
+}
+
+/* The fence's companions: slack at most 1000 percent and only under poll;
+ * CUPTI off under CUPOOL_FENCE=none. Returns the problems warned about. */
+static int check_fence_options(shim_config *c, shim_warn_fn warn)
+{
+    int bad = 0;
     if (c->pool.fence_slack > 1000) {
         warn("CUPOOL_FENCE_SLACK is above 1000 percent; using 1000");
         c->pool.fence_slack = 1000;
@@ -457,15 +483,29 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
         }
         c->cupti = SHIM_CUPTI_OFF;
     }
-    if (pool_config_validate(&c->pool)) {
-        warn("the pool thresholds do not fit together (all multiples of 512, "
-             "CUPOOL_SMALL_MAX <= CUPOOL_SMALL_SEGMENT, CUPOOL_MID_MAX <= "
-             "CUPOOL_MID_SEGMENT, CUPOOL_MAX_SPLIT 0 or above "
-             "CUPOOL_SMALL_SEGMENT, CUPOOL_OVERSIZE_SLACK >= CUPOOL_LARGE_ROUND); "
-             "using the defaults");
-        pool_config_default(&c->pool);
-        bad++;
-    }
+    return bad;
+}
+
+/* Pool thresholds the pool refuses together: all back to the pool's
+ * defaults. 0 or 1. */
+static int check_pool_thresholds(shim_config *c, shim_warn_fn warn)
+{
+    if (!pool_config_validate(&c->pool))
+        return 0;
+    warn("the pool thresholds do not fit together (all multiples of 512, "
+         "CUPOOL_SMALL_MAX <= CUPOOL_SMALL_SEGMENT, CUPOOL_MID_MAX <= "
+         "CUPOOL_MID_SEGMENT, CUPOOL_MAX_SPLIT 0 or above "
+         "CUPOOL_SMALL_SEGMENT, CUPOOL_OVERSIZE_SLACK >= CUPOOL_LARGE_ROUND); "
+         "using the defaults");
+    pool_config_default(&c->pool);
+    return 1;
+}
+
+/* check_cap on every cap: the process's and the group's, then each
+ * device's pair. Returns how many were dropped. */
+static int check_caps(shim_config *c, shim_warn_fn warn)
+{
+    int bad = 0;
     bad += check_cap(&c->max_reserved, "CUPOOL_MAX_RESERVED", c, warn);
     bad += check_cap(&c->group_max, "CUPOOL_GROUP_MAX_RESERVED", c, warn);
     for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
@@ -477,6 +517,22 @@ static int cross_check(shim_config *c, shim_warn_fn warn)
         if (c->has_group_dev[d])
             bad += check_cap(&c->group_max_dev[d], name, c, warn);
     }
+    return bad;
+}
+
+/* Checks that options agree with each other; resets what cannot stand.
+ * The order matters: the caps are checked against the small segment the
+ * pool checks left. */
+static int cross_check(shim_config *c, shim_warn_fn warn)
+{
+    int bad = 0;
+    bad += check_segment_sizes(c, warn);
+    bad += check_group_name(c, warn);
+    bad += check_signals(c, warn);
+    bad += check_shards(c, warn);
+    bad += check_fence_options(c, warn);
+    bad += check_pool_thresholds(c, warn);
+    bad += check_caps(c, warn);
     return bad;
 }
 

@@ -280,6 +280,101 @@ static double replay_observe(run *x, const trace_record *e)
     return frag;
 }
 
+/* The run's per-record marks, its address map and, with opts.samples, room
+ * for one sample per record of the device. 0 or -ENOBUFS. */
+static int replay_prepare(run *x)
+{
+    const trace *t = x->t;
+    uint64_t count = 0;
+    for (size_t i = 0; i < t->n; i++)
+        count += trace_device(&t->rec[i]) == x->o->device;
+    x->mark = calloc(t->n ? t->n : 1, 1);
+    if (!x->mark || pool_addrmap_init(&x->map) != 0 || (x->o->samples && count &&
+                    !(x->r->sample = malloc(count * sizeof(*x->r->sample)))))
+        return -ENOBUFS;
+    return 0;
+}
+
+/* Record i of the device, at its time: the fences due by then are done,
+ * the record is applied, the fences it began are stamped. Returns 0 or an
+ * error that ends the replay. */
+static int replay_record(run *x, size_t i, const trace_record *e)
+{
+    int err = 0;
+    if (x->o->fence_lag)
+        fences_due(x, e->time);
+    trace_op op = trace_op_of(e);
+    if (op == TRACE_ALLOC)
+        err = replay_alloc(x, i, e);
+    else if (op == TRACE_FREE)
+        replay_free(x, i, e);
+    else
+        err = replay_other(x, e);
+    if (!err && x->o->fence_lag)
+        err = fences_begun(x, e->time);
+    return err;
+}
+
+/* Replays the device's records in order, up to the first error, and sets
+ * the time-weighted mean fragmentation. Returns 0 or that error. */
+static int replay_events(run *x)
+{
+    const trace *t = x->t;
+    replay_result *r = x->r;
+    uint64_t last_time = 0;
+    double frag_area = 0, frag_now = 0;
+    bool started = false;
+    int err = 0;
+    for (size_t i = 0; i < t->n && !err; i++) {
+        const trace_record *e = &t->rec[i];
+        if (trace_device(e) != x->o->device)
+            continue;
+        if (!started) {
+            x->start = last_time = e->time;
+            started = true;
+        }
+        frag_area += frag_now * (double)(e->time - last_time);
+        last_time = e->time;
+        r->events++;
+        err = replay_record(x, i, e);
+        if (!err)
+            frag_now = replay_observe(x, e);
+    }
+    r->frag_mean = last_time > x->start ? frag_area / (double)(last_time - x->start) : 0.0;
+    return err;
+}
+
+/* The pool's figures at the end of the replay, into the result. */
+static void replay_totals(run *x)
+{
+    replay_result *r = x->r;
+    pool_stats s;
+    pool_stats_get(x->p, &s);
+    r->peak_allocated = s.allocated_peak;
+    r->end_allocated = s.allocated;
+    r->end_live_blocks = x->map.count;
+    r->fences = s.fences;
+    r->fences_forced = s.fence_forced;
+    r->seg_reserves = s.seg_reserves;
+    r->stitches = s.stitches;
+    r->stitched_bytes = s.stitched_bytes_total;
+}
+
+/* Destroys the pool and frees what the run holds. Returns err, or, if the
+ * run went well, -EPROTO where the device caught the pool releasing,
+ * trimming or stitching memory it did not hand out. */
+static int replay_teardown(run *x, int err)
+{
+    pool_destroy(x->p);
+    if (!err && (x->dev.bad_releases || x->dev.bad_trims || x->dev.bad_stitches))
+        err = -EPROTO;
+    sim_backend_fini(&x->dev);
+    pool_addrmap_fini(&x->map);
+    free(x->mark);
+    free(x->begun);
+    return err;
+}
+
 int replay_run(const trace *t, const replay_opts *o, replay_result *r)
 {
     memset(r, 0, sizeof(*r));
@@ -289,61 +384,11 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     int err = replay_pool(o, &x.dev, &x.p);
     if (err)
         return err;
-    uint64_t count = 0;
-    for (size_t i = 0; i < t->n; i++)
-        count += trace_device(&t->rec[i]) == o->device;
-    x.mark = calloc(t->n ? t->n : 1, 1);
-    if (!x.mark || pool_addrmap_init(&x.map) != 0 || (o->samples && count &&
-                    !(r->sample = malloc(count * sizeof(*r->sample)))))
-        err = -ENOBUFS;
-    uint64_t last_time = 0;
-    double frag_area = 0, frag_now = 0;
-    bool started = false;
-    for (size_t i = 0; i < t->n && !err; i++) {
-        const trace_record *e = &t->rec[i];
-        if (trace_device(e) != o->device)
-            continue;
-        if (!started) {
-            x.start = last_time = e->time;
-            started = true;
-        }
-        frag_area += frag_now * (double)(e->time - last_time);
-        last_time = e->time;
-        r->events++;
-        if (o->fence_lag)
-            fences_due(&x, e->time);
-        trace_op op = trace_op_of(e);
-        if (op == TRACE_ALLOC)
-            err = replay_alloc(&x, i, e);
-        else if (op == TRACE_FREE)
-            replay_free(&x, i, e);
-        else
-            err = replay_other(&x, e);
-        if (!err && o->fence_lag)
-            err = fences_begun(&x, e->time);
-        if (!err)
-            frag_now = replay_observe(&x, e);
-    }
-    pool_stats s;
-    pool_stats_get(x.p, &s);
-    r->peak_allocated = s.allocated_peak;
-    r->end_allocated = s.allocated;
-    r->end_live_blocks = x.map.count;
-    r->fences = s.fences;
-    r->fences_forced = s.fence_forced;
-    r->seg_reserves = s.seg_reserves;
-    r->stitches = s.stitches;
-    r->stitched_bytes = s.stitched_bytes_total;
-    r->frag_mean = last_time > x.start ? frag_area / (double)(last_time - x.start) : 0.0;
-    pool_destroy(x.p);
-    /* The device checks the pool: no release, trim or stitch of memory it
-     * did not hand out. */
-    if (!err && (x.dev.bad_releases || x.dev.bad_trims || x.dev.bad_stitches))
-        err = -EPROTO;
-    sim_backend_fini(&x.dev);
-    pool_addrmap_fini(&x.map);
-    free(x.mark);
-    free(x.begun);
+    err = replay_prepare(&x);
+    if (!err)
+        err = replay_events(&x);
+    replay_totals(&x);
+    err = replay_teardown(&x, err);
     if (err) {
         replay_result_free(r);
         return err < 0 ? err : -EINVAL;

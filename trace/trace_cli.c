@@ -125,83 +125,136 @@ static int parse_duration(const char *text, uint64_t *ns)
     return 0;
 }
 
-/* Parses the options every command shares. Returns 0, 2 (a usage error,
- * reported) or 3 (help asked for). */
-static int parse(int argc, char **argv, args *a)
+/* The options before any is parsed. */
+static void args_init(args *a)
 {
     memset(a, 0, sizeof(*a));
     a->device = -1;
     a->source = TRACE_SRC_TEXT;
     a->comm = "";
+}
+
+/* If o is a flag (an option without a value), sets it and returns true. */
+static bool parse_flag(const char *o, args *a)
+{
+    bool *flag = !strcmp(o, "--json")       ? &a->json
+                 : !strcmp(o, "--by-event") ? &a->by_event
+                 : !strcmp(o, "--stitch")   ? &a->stitch
+                                            : NULL;
+    if (flag)
+        *flag = true;
+    return flag != NULL;
+}
+
+/* --capacity, --max-reserved or --trim (o) set to the size v. 0 or 2 (a
+ * usage error, reported). */
+static int parse_size_option(const char *o, const char *v, args *a)
+{
+    uint64_t n;
+    if (stats_parse_size(v, &n))
+        return usage_error("bad size '%s' (examples: 80G, 512MiB, 1000000)", v);
+    if (!strcmp(o, "--trim") && (n < POOL_ALIGN || (n & (n - 1))))
+        return usage_error("--trim needs a power of two of 512 or more, not '%s'", v);
+    *(!strcmp(o, "--capacity")       ? &a->capacity
+      : !strcmp(o, "--max-reserved") ? &a->max_reserved
+                                     : &a->trim) = n;
+    return 0;
+}
+
+/* --mid-max set to v: 0 up to the pool's mid segment. 0 or 2 (reported). */
+static int parse_mid_max(const char *v, args *a)
+{
+    pool_config def;
+    uint64_t n;
+    pool_config_default(&def);
+    if (stats_parse_size(v, &n) || n > def.mid_segment)
+        return usage_error("bad size '%s' (0 up to the mid segment, 20M, as "
+                           "CUPOOL_MID_MAX)", v);
+    a->mid_max = n;
+    a->mid_set = true;
+    return 0;
+}
+
+/* --device (0 to 255) or --pid (0 to 2^30), o, set to v. 0 or 2
+ * (reported). */
+static int parse_number_option(const char *o, const char *v, args *a)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v || n < 0 || n > (!strcmp(o, "--device") ? 255 : 1L << 30))
+        return usage_error("bad number '%s'", v);
+    *(!strcmp(o, "--device") ? &a->device : &a->pid) = (int)n;
+    return 0;
+}
+
+/* --source set to v: text or torch. 0 or 2 (reported). */
+static int parse_source(const char *v, args *a)
+{
+    if (!strcmp(v, "text"))
+        a->source = TRACE_SRC_TEXT;
+    else if (!strcmp(v, "torch"))
+        a->source = TRACE_SRC_TORCH;
+    else
+        return usage_error("bad source '%s' (text or torch)", v);
+    return 0;
+}
+
+/* --fence-lag set to v, a duration. 0 or 2 (reported). */
+static int parse_fence_lag(const char *v, args *a)
+{
+    if (parse_duration(v, &a->fence_lag))
+        return usage_error("bad duration '%s' (examples: 0, 200us, 1.5ms, 1s)", v);
+    return 0;
+}
+
+/* Option o, one that takes_value, set to v. 0 or 2 (reported). */
+static int parse_value(const char *o, const char *v, args *a)
+{
+    if (!strcmp(o, "-o") || !strcmp(o, "--output"))
+        a->out = v;
+    else if (!strcmp(o, "--title"))
+        a->title = v;
+    else if (!strcmp(o, "--timeline"))
+        a->timeline = v;
+    else if (!strcmp(o, "--policy"))
+        snprintf(a->policies, sizeof(a->policies), "%s", v);
+    else if (!strcmp(o, "--comm"))
+        a->comm = v;
+    else if (!strcmp(o, "--fence-lag"))
+        return parse_fence_lag(v, a);
+    else if (!strcmp(o, "--mid-max"))
+        return parse_mid_max(v, a);
+    else if (!strcmp(o, "--capacity") || !strcmp(o, "--max-reserved") ||
+             !strcmp(o, "--trim"))
+        return parse_size_option(o, v, a);
+    else if (!strcmp(o, "--device") || !strcmp(o, "--pid"))
+        return parse_number_option(o, v, a);
+    else if (!strcmp(o, "--source"))
+        return parse_source(v, a);
+    else /* in takes_value's list but not here */
+        return usage_error("unknown option '%s'", o);
+    return 0;
+}
+
+/* Parses the options every command shares. Returns 0, 2 (a usage error,
+ * reported) or 3 (help asked for). */
+static int parse(int argc, char **argv, args *a)
+{
+    args_init(a);
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i];
-        bool has = i + 1 < argc;
-        uint64_t v;
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+        int rc;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h"))
             return 3;
-        } else if (!strcmp(o, "--json")) {
-            a->json = true;
-        } else if (!strcmp(o, "--by-event")) {
-            a->by_event = true;
-        } else if (!strcmp(o, "--stitch")) {
-            a->stitch = true;
-        } else if (o[0] == '-' && o[1] && !takes_value(o)) {
-            return usage_error("unknown option '%s'", o);
-        } else if (o[0] == '-' && o[1] && !has) {
-            return usage_error("%s needs a value", o);
-        } else if (!strcmp(o, "-o") || !strcmp(o, "--output")) {
-            a->out = argv[++i];
-        } else if (!strcmp(o, "--title")) {
-            a->title = argv[++i];
-        } else if (!strcmp(o, "--timeline")) {
-            a->timeline = argv[++i];
-        } else if (!strcmp(o, "--policy")) {
-            snprintf(a->policies, sizeof(a->policies), "%s", argv[++i]);
-        } else if (!strcmp(o, "--fence-lag")) {
-            if (parse_duration(argv[i + 1], &a->fence_lag))
-                return usage_error("bad duration '%s' (examples: 0, 200us, 1.5ms, 1s)",
-                                   argv[i + 1]);
-            i++;
-        } else if (!strcmp(o, "--mid-max")) {
-            pool_config def;
-            pool_config_default(&def);
-            if (stats_parse_size(argv[i + 1], &v) || v > def.mid_segment)
-                return usage_error("bad size '%s' (0 up to the mid segment, 20M, as "
-                                   "CUPOOL_MID_MAX)", argv[i + 1]);
-            a->mid_max = v;
-            a->mid_set = true;
-            i++;
-        } else if (!strcmp(o, "--capacity") || !strcmp(o, "--max-reserved") ||
-                   !strcmp(o, "--trim")) {
-            if (stats_parse_size(argv[i + 1], &v))
-                return usage_error("bad size '%s' (examples: 80G, 512MiB, 1000000)",
-                                   argv[i + 1]);
-            if (!strcmp(o, "--trim") && (v < POOL_ALIGN || (v & (v - 1))))
-                return usage_error("--trim needs a power of two of 512 or more, not '%s'",
-                                   argv[i + 1]);
-            *(!strcmp(o, "--capacity")       ? &a->capacity
-              : !strcmp(o, "--max-reserved") ? &a->max_reserved
-                                             : &a->trim) = v;
-            i++;
-        } else if (!strcmp(o, "--device") || !strcmp(o, "--pid")) {
-            char *end;
-            long n = strtol(argv[i + 1], &end, 10);
-            if (*end || end == argv[i + 1] || n < 0 || n > (!strcmp(o, "--device") ? 255 : 1L << 30))
-                return usage_error("bad number '%s'", argv[i + 1]);
-            *(!strcmp(o, "--device") ? &a->device : &a->pid) = (int)n;
-            i++;
-        } else if (!strcmp(o, "--source")) {
-            const char *s = argv[++i];
-            if (!strcmp(s, "text"))
-                a->source = TRACE_SRC_TEXT;
-            else if (!strcmp(s, "torch"))
-                a->source = TRACE_SRC_TORCH;
-            else
-                return usage_error("bad source '%s' (text or torch)", s);
-        } else if (!strcmp(o, "--comm")) {
-            a->comm = argv[++i];
-        } else if (o[0] == '-' && o[1]) {
-            return usage_error("unknown option '%s'", o);
+        if (parse_flag(o, a))
+            continue;
+        if (o[0] == '-' && o[1]) { /* an option; "-" alone is an argument */
+            if (!takes_value(o))
+                return usage_error("unknown option '%s'", o);
+            if (i + 1 >= argc)
+                return usage_error("%s needs a value", o);
+            if ((rc = parse_value(o, argv[++i], a)))
+                return rc;
         } else if (!a->trace) {
             a->trace = o;
         } else {
@@ -483,6 +536,82 @@ static void text_device(const args *a, const trace *t, int d,
                r0->unmatched_frees);
 }
 
+/* replay's opening: the JSON object's first line, or the trace's line
+ * above the tables. */
+static void print_header(const args *a, const trace *t)
+{
+    double secs = t->n ? (double)(t->rec[t->n - 1].time - t->rec[0].time) / 1e9 : 0;
+    char b1[32], name[1024], comm[sizeof(t->hdr.comm) + 1];
+    if (a->json) {
+        static char q[6 * 4096 + 3];
+        stats_json_string(a->trace, q, sizeof(q));
+        printf("{\"trace\": %s, \"records\": %zu, \"seconds\": %.3f, \"devices\": [\n", q, t->n, secs);
+    } else {
+        snprintf(comm, sizeof(comm), "%.*s", (int)sizeof(t->hdr.comm), t->hdr.comm);
+        printf("%s: %zu records over %.3f s, pid %d (%s)%s\n",
+               stats_printable(a->trace, name, sizeof(name)), t->n, secs, t->hdr.pid,
+               stats_printable(comm, b1, sizeof(b1)),
+               t->hdr.source == TRACE_SRC_TORCH ? ", converted from a PyTorch snapshot" : "");
+    }
+}
+
+/* Replays device d under each of the np policies into res. 0, or 1
+ * (reported; nothing left to free). */
+static int run_policies(const args *a, const trace *t, int d,
+                           const replay_policy *const *pol, int np, replay_result *res)
+{
+    for (int k = 0; k < np; k++) {
+        replay_opts o = {.device = (unsigned)d, .capacity = a->capacity,
+                         .max_reserved = a->max_reserved, .policy = pol[k],
+                         .trim_unit = a->trim, .mid_set = a->mid_set,
+                         .mid_max = a->mid_max, .fence_lag = a->fence_lag,
+                         .stitch = a->stitch,
+                         .samples = a->timeline && k == 0};
+        int err = replay_run(t, &o, &res[k]);
+        if (err) {
+            fprintf(stderr, "%s: replay failed: %s\n", me, replay_error(err));
+            for (int j = 0; j < k; j++)
+                replay_result_free(&res[j]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* replay's JSON object for device d, after the previous device's unless
+ * first. */
+static void json_device(int d, bool first, const replay_policy *const *pol, int np,
+                        const replay_result *res)
+{
+    const replay_result *r0 = &res[0];
+    printf("%s  {\"device\": %d, \"recorded_peak_reserved\": %" PRIu64
+           ", \"recorded_fences\": %" PRIu64 ", \"recorded_ooms\": %" PRIu64
+           ", \"recorded_flushes\": %" PRIu64 ", \"policies\": [\n",
+           first ? "" : ",\n", d, r0->recorded_peak_reserved,
+           r0->recorded_fences, r0->recorded_ooms, r0->recorded_flushes);
+    for (int k = 0; k < np; k++)
+        json_result(pol[k], &res[k], k == np - 1);
+    printf("  ]}");
+}
+
+/* Replays device d under every policy, prints its figures (first: the
+ * first device printed) and writes --timeline's file. 0 or 1 (reported). */
+static int report_device(const args *a, const trace *t, int d, bool first,
+                         const replay_policy *const *pol, int np)
+{
+    replay_result res[16];
+    if (run_policies(a, t, d, pol, np, res))
+        return 1;
+    if (a->json)
+        json_device(d, first, pol, np, res);
+    else
+        text_device(a, t, d, pol, np, res);
+    int rc = a->timeline ? write_timeline(a->timeline, &res[0]) : 0;
+    for (int k = 0; k < np; k++)
+        replay_result_free(&res[k]);
+    return rc;
+}
+
 static int cmd_replay(const args *a)
 {
     const replay_policy *pol[16];
@@ -495,59 +624,12 @@ static int cmd_replay(const args *a)
     uint64_t devs[4];
     if (load_devices(a, &t, devs))
         return 1;
-    double secs = t.n ? (double)(t.rec[t.n - 1].time - t.rec[0].time) / 1e9 : 0;
-    char b1[32], name[1024], comm[sizeof(t.hdr.comm) + 1];
-    if (a->json) {
-        static char q[6 * 4096 + 3];
-        stats_json_string(a->trace, q, sizeof(q));
-        printf("{\"trace\": %s, \"records\": %zu, \"seconds\": %.3f, \"devices\": [\n", q, t.n, secs);
-    } else {
-        snprintf(comm, sizeof(comm), "%.*s", (int)sizeof(t.hdr.comm), t.hdr.comm);
-        printf("%s: %zu records over %.3f s, pid %d (%s)%s\n",
-               stats_printable(a->trace, name, sizeof(name)), t.n, secs, t.hdr.pid,
-               stats_printable(comm, b1, sizeof(b1)),
-               t.hdr.source == TRACE_SRC_TORCH ? ", converted from a PyTorch snapshot" : "");
-    }
+    print_header(a, &t);
     bool first_dev = true;
-    rc = 0;
     for (int d = 0; d < 256 && !rc; d++) {
         if (!has_dev(devs, d) || (a->device >= 0 && d != a->device))
             continue;
-        replay_result res[16];
-        for (int k = 0; k < np && !rc; k++) {
-            replay_opts o = {.device = (unsigned)d, .capacity = a->capacity,
-                             .max_reserved = a->max_reserved, .policy = pol[k],
-                             .trim_unit = a->trim, .mid_set = a->mid_set,
-                             .mid_max = a->mid_max, .fence_lag = a->fence_lag,
-                             .stitch = a->stitch,
-                             .samples = a->timeline && k == 0};
-            int err = replay_run(&t, &o, &res[k]);
-            if (err) {
-                fprintf(stderr, "%s: replay failed: %s\n", me, replay_error(err));
-                for (int j = 0; j < k; j++)
-                    replay_result_free(&res[j]);
-                rc = 1;
-            }
-        }
-        if (rc)
-            break;
-        const replay_result *r0 = &res[0];
-        if (a->json) {
-            printf("%s  {\"device\": %d, \"recorded_peak_reserved\": %" PRIu64
-                   ", \"recorded_fences\": %" PRIu64 ", \"recorded_ooms\": %" PRIu64
-                   ", \"recorded_flushes\": %" PRIu64 ", \"policies\": [\n",
-                   first_dev ? "" : ",\n", d, r0->recorded_peak_reserved,
-                   r0->recorded_fences, r0->recorded_ooms, r0->recorded_flushes);
-            for (int k = 0; k < np; k++)
-                json_result(pol[k], &res[k], k == np - 1);
-            printf("  ]}");
-        } else {
-            text_device(a, &t, d, pol, np, res);
-        }
-        if (a->timeline && !rc)
-            rc = write_timeline(a->timeline, &res[0]);
-        for (int k = 0; k < np; k++)
-            replay_result_free(&res[k]);
+        rc = report_device(a, &t, d, first_dev, pol, np);
         first_dev = false;
     }
     if (a->json && !rc)
