@@ -1,5 +1,6 @@
 /*
- * pool_internal.h - the pool's data structures, shared by the files of pool/ only.
+ * pool_internal.h - the pool's data structures and the functions its files
+ * share, for the files of pool/ only.
  *
  * A segment is one range from the backend. Its blocks tile it exactly and
  * form a doubly linked list in address order. Free blocks also sit in a
@@ -177,7 +178,138 @@ struct pool {
     size_t nslabs, slabs_cap;
 };
 
+/* ---- small helpers every file of pool/ uses ---------------------------- */
+
+/* Rounds up to a multiple of to (a power of two or not); 0 on overflow. */
+static inline size_t pool_round_up(size_t n, size_t to)
+{
+    size_t r = n % to;
+    if (!r)
+        return n;
+    return n > SIZE_MAX - (to - r) ? 0 : n + (to - r);
+}
+
+/* Adds d to gauge *v, raising its peak *peak. */
+static inline void pool_gauge_add(uint64_t *v, uint64_t *peak, uint64_t d)
+{
+    *v += d;
+    if (*v > *peak)
+        *peak = *v;
+}
+
+/* Recomputes cached (reserved less allocated) and its peak. */
+static inline void pool_cached_update(pool *p)
+{
+    p->st.cached = p->st.reserved - p->st.allocated;
+    if (p->st.cached > p->st.cached_peak)
+        p->st.cached_peak = p->st.cached;
+}
+
+static inline enum pool_kind pool_block_kind(const pool_block *b) { return b->seg->kind; }
+
+/* The dirty blocks of kind freed in epoch e. */
+static inline pool_dirty *pool_gen_of(pool *p, uint64_t e, enum pool_kind kind)
+{
+    return &p->gens[e % p->ngens][kind];
+}
+
+/* A stitched segment maps parts of other segments (pool_segment's parts). */
+static inline bool pool_segment_stitched(const pool_segment *s)
+{
+    return s->parts != NULL;
+}
+
+/* Bytes segment s adds to idle_bytes while it holds no live block: a
+ * stitched segment holds no memory of its own. */
+static inline size_t pool_segment_idle_size(const pool_segment *s)
+{
+    return pool_segment_stitched(s) ? 0 : s->size;
+}
+
+/* ---- block.c: block nodes, the free indexes, split and merge ------------- */
+
+/* Makes sure at least n spare nodes exist. 0 or -ENOBUFS (host memory). */
+int pool_nodes_reserve(pool *p, int n);
+/* A zeroed node from the spares (pool_nodes_reserve made sure of one). */
+pool_block *pool_node_take(pool *p);
+void pool_node_give(pool *p, pool_block *b);
+/* Bytes the backend took back: out of reserved, and back to the budget. */
+void pool_reserved_drop(pool *p, size_t bytes);
+/* Dirty blocks of kind, every epoch. */
+size_t pool_dirty_count(const pool *p, enum pool_kind kind);
+bool pool_any_dirty(const pool *p);
+/* Puts free block b into the index its dirty flag names, and marks it free. */
+void pool_index_add(pool *p, pool_block *b);
+/* Takes free block b out of its index, and marks it not free. */
+void pool_index_del(pool *p, pool_block *b);
+/* Carves size bytes off the front of free block b (already out of the
+ * index) and puts the remainder back. Needs one spare node. */
+void pool_block_split(pool *p, pool_block *b, size_t size);
+/* Merges block b (free, in no index) with each free neighbour of its own
+ * state; returns the merged block, in no index. */
+pool_block *pool_block_coalesce(pool *p, pool_block *b);
+
+/* ---- segment.c: the segment array, reserving and releasing segments ------ */
+
 /* Index in p->segs of the segment containing addr, or -1. */
 long pool_segment_find(const pool *p, uintptr_t addr);
+/* Makes room in p->segs for one more segment. 0 or -ENOBUFS. */
+int pool_segs_room(pool *p);
+/* Puts s into p->segs, in base order. 0 or -ENOBUFS. */
+int pool_segs_insert(pool *p, pool_segment *s);
+/* Reserves a new segment of size bytes and kind, indexes its one free
+ * block and stores that block in *out. Needs one spare node. Returns 0,
+ * -EDQUOT, -ENOMEM (the device), -ENOBUFS (host memory) or a backend
+ * error. */
+int pool_segment_grow(pool *p, enum pool_kind kind, size_t size, pool_block **out);
+/* Releases segment i, which must hold no live block. */
+void pool_segment_release(pool *p, size_t i);
+/* Unstitches every idle stitched segment, then releases segments with no
+ * live block until idle bytes are at most keep. Returns the bytes
+ * released. */
+size_t pool_release_idle(pool *p, size_t keep);
+
+/* ---- trim.c: whole trim units under clean free blocks, given back -------- */
+
+/* Whole trim units under one clean free block: a candidate to trim, or a
+ * part to stitch. addr is the block's address when collected (blocks move
+ * while segments are cut, so a trim finds each again by it). */
+typedef struct pool_part { pool_block *b; uintptr_t addr, lo; size_t size; } pool_part;
+
+/* Collects the whole trim units under the clean free blocks into *out
+ * (malloc'd, smallest first): to trim, of plain segments; to stitch, of
+ * large segments, stitched ones older than seq included. Returns how many,
+ * or -1 (host memory). */
+long pool_units_collect(pool *p, bool to_stitch, uint64_t seq, pool_part **out);
+/* Gives back whole trim units under free blocks, those with the most first,
+ * until at least need bytes are back (SIZE_MAX: all of them); fences first
+ * if any block is dirty. Returns the bytes given back. */
+size_t pool_trim_free(pool *p, size_t need);
+
+/* ---- stitch.c: free trim units mapped into one new segment --------------- */
+
+/* Unstitches every stitched segment whose blocks are all free and clean.
+ * Returns how many. */
+size_t pool_unstitch_idle(pool *p);
+/* Serves a large request of size bytes with a stitched segment. Returns 0
+ * with the block in *out, 1 if there is nothing to stitch (plain growth
+ * follows), or a negative errno. */
+int pool_stitch_grow(pool *p, size_t size, pool_block **out);
+
+/* ---- fence.c: fences, and the clean block a request gets ----------------- */
+
+/* Issues the backend's fence, which orders everything at once: every dirty
+ * block becomes clean. Returns 0, or the fence's error (-EAGAIN: no fence
+ * possible now) with nothing changed. */
+int pool_fence(pool *p);
+/* Finds a clean block for a rounded request, fencing first when that is
+ * worth it. *b is NULL when nothing fits even then. 0 or a fence's error. */
+int pool_block_find(pool *p, enum pool_kind kind, size_t size, pool_block **b);
+
+/* ---- alloc.c: the allocation path ---------------------------------------- */
+
+/* The clean block a rounded request gets under the pool's fit policy,
+ * honouring max_split; NULL if none. */
+pool_block *pool_find_fit(pool *p, enum pool_kind kind, size_t size);
 
 #endif /* CUPOOL_POOL_INTERNAL_H */
