@@ -26,7 +26,7 @@ TEST_INC := -Ipool -Itrace -Itest
 
 STATS_SRC := stats/format.c stats/page.c stats/trace.c stats/safefile.c stats/groupseg.c
 STATS_HDR := $(wildcard stats/*.h)
-SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/device.c \
+SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/seam.c shim/symbols.c shim/dlsym.c shim/devstate.c shim/cap.c shim/device.c shim/fence.c shim/capture.c \
             shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c shim/process.c \
             shim/vmm.c shim/cupti.c shim/signals.c shim/driver.c \
             shim/interpose_driver.c shim/passed.c shim/ipc.c shim/owner.c shim/comm.c \

@@ -35,8 +35,8 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY3D_DESCRIP
 
 #include "addrmap.h"
 #include "comm.h"
-#include "cupti.h"
 #include "driver.h"
+#include "symbols.h"
 #include "grow.h"
 #include "log.h"
 
@@ -480,9 +480,14 @@ static void window_clear(void)
  * watches: under CUPOOL_CUPTI=1 NCCL may set up before the first pool
  * exists (CUPTI starts with it), and the memory it allocates then is its
  * own all the same. */
+static void (*first_call)(void); /* set at start-up */
+
+void shim_comm_on_first_call(void (*start)(void)) { first_call = start; }
+
 static void enter(void)
 {
-    shim_work_watch_nccl();
+    if (first_call)
+        first_call();
     depth++;
     atomic_fetch_add(&inside, 1);
 }

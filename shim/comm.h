@@ -48,6 +48,11 @@
     X(ncclCommInitAll) X(ncclCommSplit) X(ncclCommShrink) X(ncclCommGrow)     \
     X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort)
 
+/* What the first NCCL call starts (CUPTI under CUPOOL_CUPTI=auto: cupti.h),
+ * set once at start-up, before any NCCL call: comm.c does not call CUPTI's
+ * module, which calls it. */
+void shim_comm_on_first_call(void (*start)(void));
+
 /* CUPTI reports every driver call that may queue work from now on (only
  * then are collectives' buffers noted). */
 void shim_comm_watching(void);

@@ -24,7 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cap.h"
+#include "comm.h"
 #include "control.h"
+#include "cupti.h"
 #include "device.h"
 #include "framework.h"
 #include "group.h"
@@ -117,14 +120,16 @@ void shim_stats_view(stats_view *v)
             continue;
         stats_device *d = &v->dev[v->ndevices++];
         stats_device_from_pool(d, i, &ps);
-        d->cap = pool_budget_limit(&shim_devices[i].budget);
+        shim_cap_view cv;
+        shim_cap_view_of(i, &cv);
+        d->cap = cv.limit;
         d->syncs = atomic_load(&shim_devices[i].syncs);
         d->fences_skipped = atomic_load(&shim_devices[i].fences_skipped);
         d->fence_orders = atomic_load(&shim_devices[i].fence_orders);
         d->fence_streams_left = atomic_load(&shim_devices[i].fence_streams_left);
         d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
-        d->passed = atomic_load(&shim_devices[i].passed);
-        d->passed_peak = atomic_load(&shim_devices[i].passed_peak);
+        d->passed = cv.passed;
+        d->passed_peak = cv.passed_peak;
         d->framework_allocated = fw.taken_ns ? fw.allocated[i] : STATS_UNKNOWN;
         d->framework_reserved = fw.taken_ns ? fw.reserved[i] : STATS_UNKNOWN;
         d->framework_inactive = fw.taken_ns ? fw.inactive[i] : STATS_UNKNOWN;
@@ -490,7 +495,9 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
     shim_device_stats(dev, &ps);
     stats_device d;
     stats_device_from_pool(&d, dev, &ps);
-    d.cap = pool_budget_limit(&shim_devices[dev].budget);
+    shim_cap_view cv;
+    shim_cap_view_of(dev, &cv);
+    d.cap = cv.limit;
     size_t dfree = 0, dtotal = 0;
     shim_device_mem_info(dev, &dfree, &dtotal);
     char c[32], r[32], a[32], f[32], l[32], df[32];
@@ -500,7 +507,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
                                                       : TRACE_R_NOMEM, dev, 0, size);
     /* Memory passed on counts against the cap too (passed.h). */
     char passed[80] = "", pb[32];
-    uint64_t pass_bytes = atomic_load(&shim_devices[dev].passed);
+    uint64_t pass_bytes = cv.passed;
     if (pass_bytes)
         snprintf(passed, sizeof(passed), "; %s more is allocated through calls "
                  "passed on", stats_fmt_bytes(pass_bytes, pb, sizeof(pb)));
@@ -603,6 +610,7 @@ __attribute__((constructor(101))) static void shim_init(void)
         return;
     }
     shim_group_join(); /* before any budget is used: no pool exists yet */
+    shim_comm_on_first_call(shim_work_watch_nccl);
     int err = shim_doorbell_open();
     if (!err) {
         int sigs[] = {shim_cfg.flush_signal, shim_cfg.stats_signal};

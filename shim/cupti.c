@@ -18,6 +18,7 @@
 #include "comm.h"
 #include "config.h"
 #include "driver.h"
+#include "symbols.h"
 #include "cupti.h"
 #include "process.h"
 #include "real.h"

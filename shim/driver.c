@@ -1,16 +1,6 @@
 /*
  * driver.c - see driver.h: the real driver, and which entry points a
  * program is handed.
- *
- * dlsym is cupool's too (a preloaded definition interposes every caller's,
- * whichever glibc version node it bound to: an unversioned definition
- * satisfies both dlsym@GLIBC_2.2.5 and dlsym@GLIBC_2.34). Lookups on an
- * explicit handle go through shim_dlsym_handle, which answers the driver's
- * served names with cupool's functions. RTLD_DEFAULT and RTLD_NEXT depend
- * on who asks (glibc reads the caller's return address), so for them the
- * x86-64 entry jumps to glibc's dlsym with the caller's frame untouched:
- * dlsym(RTLD_NEXT, "malloc") from another interposer still finds the next
- * malloc after that interposer, not after cupool.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -20,117 +10,14 @@
 #include <string.h>
 
 #include "process.h"
-#include "cupti.h"
 #include "driver.h"
 #include "log.h"
+#include "symbols.h"
 
 shim_drv_table shim_drv;
 
 #define EXPORT __attribute__((visibility("default")))
 #define HIDDEN __attribute__((visibility("hidden")))
-
-/* ---- glibc's dlsym -------------------------------------------------------- */
-
-HIDDEN void *(*shim_real_dlsym)(void *, const char *);
-
-/* Fills shim_real_dlsym and returns it (NULL if glibc has none): written
- * in assembly below, because a sanitizer's runtime calls dlsym while it
- * starts, before instrumented code may run. Races store the same value. */
-HIDDEN void *shim_dlsym_find_real(void);
-
-/* Not instrumented: signals.c resolves libc through it while a sanitizer's
- * runtime starts. */
-__attribute__((no_sanitize_thread)) void *shim_dlsym(void *handle, const char *name)
-{
-    void *(*real)(void *, const char *) = __atomic_load_n(&shim_real_dlsym, __ATOMIC_ACQUIRE);
-    if (!real)
-        real = (void *(*)(void *, const char *))shim_dlsym_find_real();
-    return real ? real(handle, name) : NULL;
-}
-
-void *shim_dlsym_loaded(const char *name, const char *const *sonames)
-{
-    void *f = shim_dlsym(RTLD_NEXT, name);
-    for (; !f && *sonames; sonames++) {
-        void *h = dlopen(*sonames, RTLD_NOW | RTLD_NOLOAD);
-        f = h ? shim_dlsym(h, name) : NULL;
-    }
-    return f;
-}
-
-/* An explicit handle: the caller does not matter to glibc here. */
-HIDDEN __attribute__((used)) void *shim_dlsym_handle(void *handle, const char *name)
-{
-    void *f = shim_dlsym(handle, name);
-    if (!f || !name || name[0] != 'c' || name[1] != 'u')
-        return f;
-    if (!strncmp(name, "cupti", 5))
-        return shim_cupti_answer(name, f);
-    /* The exported name is also its own base name's answer only if the
-     * driver's function for it is the one cupool wraps. */
-    char base[64];
-    size_t n = strcspn(name, "_");
-    if (n >= sizeof(base))
-        return f;
-    memcpy(base, name, n);
-    base[n] = '\0';
-    return shim_drv_answer(base, f);
-}
-
-#if defined(__x86_64__)
-__asm__(".text\n"
-        ".globl dlsym\n"
-        ".type dlsym, @function\n"
-        "dlsym:\n"
-        "    cmpq $0, %rdi\n"      /* RTLD_DEFAULT */
-        "    je 1f\n"
-        "    cmpq $-1, %rdi\n"     /* RTLD_NEXT */
-        "    je 1f\n"
-        "    jmp shim_dlsym_handle\n"
-        "1:  movq shim_real_dlsym(%rip), %rax\n"
-        "    testq %rax, %rax\n"
-        "    jz 2f\n"
-        "    jmp *%rax\n"          /* the caller's return address stays */
-        "2:  pushq %rdi\n"
-        "    pushq %rsi\n"
-        "    subq $8, %rsp\n"
-        "    call shim_dlsym_find_real\n"
-        "    addq $8, %rsp\n"
-        "    popq %rsi\n"
-        "    popq %rdi\n"
-        "    testq %rax, %rax\n"
-        "    jz 3f\n"
-        "    jmp *%rax\n"
-        "3:  ret\n"
-        ".size dlsym, .-dlsym\n"
-        "\n"
-        ".globl shim_dlsym_find_real\n"
-        ".hidden shim_dlsym_find_real\n"
-        ".type shim_dlsym_find_real, @function\n"
-        "shim_dlsym_find_real:\n"
-        "    subq $8, %rsp\n"
-        "    movq $-1, %rdi\n"     /* the next dlsym after cupool: glibc's */
-        "    leaq .Ldlsym_name(%rip), %rsi\n"
-        "    leaq .Ldlsym_v234(%rip), %rdx\n"
-        "    call dlvsym@PLT\n"
-        "    testq %rax, %rax\n"
-        "    jnz 4f\n"
-        "    movq $-1, %rdi\n"
-        "    leaq .Ldlsym_name(%rip), %rsi\n"
-        "    leaq .Ldlsym_v225(%rip), %rdx\n"
-        "    call dlvsym@PLT\n"
-        "4:  movq %rax, shim_real_dlsym(%rip)\n"
-        "    addq $8, %rsp\n"
-        "    ret\n"
-        ".size shim_dlsym_find_real, .-shim_dlsym_find_real\n"
-        ".section .rodata\n"
-        ".Ldlsym_name: .string \"dlsym\"\n"
-        ".Ldlsym_v234: .string \"GLIBC_2.34\"\n"
-        ".Ldlsym_v225: .string \"GLIBC_2.2.5\"\n"
-        ".text\n");
-#else
-#error "cupool's dlsym entry is written for x86-64 only"
-#endif
 
 /* ---- the real driver -------------------------------------------------------- */
 

@@ -124,15 +124,4 @@ int shim_drv_resolve(void);
  * wraps, else fn itself. */
 void *shim_drv_answer(const char *base, void *fn);
 
-/* The real dlsym (glibc's, whichever version node it has): lookups that
- * must not be answered with cupool's functions. */
-void *shim_dlsym(void *handle, const char *name);
-
-/* name's definition after cupool's (in the library the program linked),
- * else in the first library of sonames (NULL-terminated) already loaded:
- * a plugin may have loaded it RTLD_LOCAL, out of RTLD_NEXT's sight; one the
- * program did not load is never loaded (RTLD_NOLOAD, and the reference
- * taken keeps it). NULL if none has it. */
-void *shim_dlsym_loaded(const char *name, const char *const *sonames);
-
 #endif

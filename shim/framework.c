@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "driver.h"
+#include "symbols.h"
 #include "framework.h"
 #include "process.h"
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "device.h"
+#include "devstate.h"
 #include "framework.h"
 #include "group.h"
 #include "log.h"

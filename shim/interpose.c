@@ -12,12 +12,16 @@
 #include <string.h>
 
 #include "control.h"
+#include "cap.h"
+#include "capture.h"
 #include "device.h"
-#include "group.h"
+#include "driver.h"
+#include "fence.h"
 #include "interpose.h"
 #include "ipc.h"
 #include "log.h"
 #include "passed.h"
+#include "real.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -70,12 +74,7 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
 {
     inside++;
     int err = shim_device_alloc(dev, size, a);
-    /* Refused by the group's budget or the device: the other members
-     * flush, then once more (the wait holds no lock of cupool's); a third
-     * time after a member that ended left the budget before its process
-     * gave the device back. */
-    for (int round = 0; round < 2 && (err == -EDQUOT || err == -ENOMEM) &&
-                        shim_group_reclaim(dev, size, err == -ENOMEM); round++)
+    for (int round = 0; err && shim_cap_reclaim(dev, size, err, round); round++)
         err = shim_device_alloc(dev, size, a);
     inside--;
     if (err == -ENODEV)
@@ -165,11 +164,12 @@ EXPORT cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream)
 void shim_mem_info_adjust(int dev, size_t *free_b, size_t *total_b)
 {
     pool_stats s;
-    shim_device *d = &shim_devices[dev];
     if (!shim_device_stats(dev, &s)) /* no pool yet: the cap holds already */
         memset(&s, 0, sizeof(s));
     size_t f = *free_b, t = *total_b;
-    uint64_t cap = shim_device_cap(dev);
+    shim_cap_view cv;
+    shim_cap_view_of(dev, &cv);
+    uint64_t cap = shim_cap_limit(dev);
     /* Cached bytes are free to this process. Under a cap, free is what one
      * allocation can have now: the largest free block, or a new segment
      * (whole multiples of the large rounding) in the room the cap leaves
@@ -181,7 +181,7 @@ void shim_mem_info_adjust(int dev, size_t *free_b, size_t *total_b)
     uint64_t total = t;
     if (cap) {
         total = cap < total ? cap : total;
-        uint64_t held = s.reserved - s.idle_bytes + atomic_load(&d->passed);
+        uint64_t held = s.reserved - s.idle_bytes + cv.passed;
         uint64_t room = cap > held ? cap - held : 0;
         uint64_t grow = (uint64_t)f + s.idle_bytes;
         room = room < grow ? room : grow;
@@ -383,7 +383,7 @@ static int take(size_t size, const char *call)
     int dev = current_device();
     if (dev < 0)
         return -1;
-    return shim_passed_take(dev, size, call) ? -2 : dev;
+    return shim_cap_take_passed(dev, size, call) ? -2 : dev;
 }
 
 /* Settles what take() took (shim_passed_settle). */

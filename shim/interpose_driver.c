@@ -15,7 +15,10 @@
 #include <stdatomic.h>
 
 #include "process.h"
+#include "cap.h"
+#include "capture.h"
 #include "device.h"
+#include "fence.h"
 #include "driver.h"
 #include "interpose.h"
 #include "ipc.h"
@@ -83,7 +86,7 @@ static int served_device(void)
     do {                                                                      \
         CUcontext c_;                                                         \
         int dev_ = context_device(&c_);                                       \
-        if (dev_ >= 0 && shim_passed_take(dev_, (size), #call))               \
+        if (dev_ >= 0 && shim_cap_take_passed(dev_, (size), #call))               \
             return CUDA_ERROR_OUT_OF_MEMORY;                                  \
         CUresult r_ = REAL(call, __VA_ARGS__);                                \
         shim_passed_settle(dev_, r_ == CUDA_SUCCESS, SHIM_PASSED_PTR,         \
@@ -162,7 +165,7 @@ CUresult shim_hook_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
     shim_count(SHIM_passthrough_pitch);
     CUcontext c;
     int dev = context_device(&c);
-    if (dev >= 0 && shim_passed_take(dev, w * h, "cuMemAllocPitch"))
+    if (dev >= 0 && shim_cap_take_passed(dev, w * h, "cuMemAllocPitch"))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = REAL(cuMemAllocPitch_v2, dptr, pitch, w, h, elem);
     bool ok = r == CUDA_SUCCESS && dptr && pitch;
@@ -240,7 +243,7 @@ CUresult shim_hook_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     int dev = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
               prop->location.id >= 0 && prop->location.id < SHIM_MAX_DEVICES
                   ? prop->location.id : -1;
-    if (dev >= 0 && shim_passed_take(dev, size, "cuMemCreate"))
+    if (dev >= 0 && shim_cap_take_passed(dev, size, "cuMemCreate"))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = REAL(cuMemCreate, h, size, prop, flags);
     shim_passed_settle(dev, r == CUDA_SUCCESS, SHIM_PASSED_HANDLE,

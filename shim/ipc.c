@@ -18,9 +18,11 @@
 
 #include "control.h"
 #include "device.h"
+#include "driver.h"
 #include "grow.h"
 #include "ipc.h"
 #include "log.h"
+#include "real.h"
 
 #define HANDLE_MAGIC "cupoolH\001"
 

@@ -10,6 +10,8 @@
 
 #include "device.h"
 #include "driver.h"
+#include "real.h"
+#include "symbols.h"
 #include "nvml.h"
 #include "stats.h"
 

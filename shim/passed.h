@@ -14,18 +14,7 @@
 /* What a key names: a device address, or a cuMemCreate handle. */
 enum shim_passed_kind { SHIM_PASSED_PTR = 1, SHIM_PASSED_HANDLE = 2 };
 
-/* Takes size bytes of dev's cap for an allocation about to be passed on:
- * 0, or -EDQUOT if the pool's reserved bytes, those passed on and size
- * exceed the cap even after the pool gave back its idle segments (then one
- * line says so). Without a cap, or with call NULL (the allocation was
- * made already: a pitched one larger than asked), always 0. */
-int shim_passed_take(int dev, size_t size, const char *call);
-
-/* Gives back bytes taken for an allocation that failed (or that turned out
- * smaller: a pitched one). */
-void shim_passed_untake(int dev, size_t size);
-
-/* After the allocation shim_passed_take took took bytes for (dev < 0: none
+/* After the allocation shim_cap_take_passed (cap.h) took took bytes for (dev < 0: none
  * was taken, nothing to do): if it succeeded (ok, at key), records it with
  * its real size (a pitched one may be larger than asked); else gives the
  * bytes back. */

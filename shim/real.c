@@ -14,7 +14,7 @@
 #include <stdbool.h>
 
 #include "log.h"
-#include "driver.h"
+#include "symbols.h"
 #include "real.h"
 
 shim_real_table shim_real;

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "driver.h"
+#include "symbols.h"
 #include "signals.h"
 
 #define EXPORT __attribute__((visibility("default")))

@@ -1,0 +1,130 @@
+/*
+ * devstate.h - what cupool knows of each device: its shards' pools, its
+ * cap, the streams and fences of its fence, the CUDA seam it calls, and
+ * its counters. Written by device.c, fence.c, capture.c and the entry
+ * points that pass memory on (passed.c) or adopt a context
+ * (interpose_driver.c); read by the statistics (control.c).
+ */
+#ifndef CUPOOL_SHIM_DEVSTATE_H
+#define CUPOOL_SHIM_DEVSTATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "comm.h"
+#include "config.h"
+#include "seam.h"
+#include "pool.h"
+#include "vmm.h"
+
+typedef struct shim_stream {
+    cudaStream_t stream;
+    cudaEvent_t event;     /* recorded on it by the fence (non-blocking) */
+    bool nonblocking;
+    bool comm_due;         /* the fence being begun includes it (poll) */
+    shim_comm_mark comm_mark; /* what shim_comm_needs said then */
+} shim_stream;
+
+/* A poll fence begun and not yet done (CUPOOL_FENCE=poll): an event on the
+ * legacy stream, and one on each non-blocking stream tracked when it
+ * began. It is done once those on the non-blocking streams have completed
+ * and either the legacy one has, or every non-blocking stream was made to
+ * wait for it (ordered). */
+typedef struct shim_fence {
+    uint64_t ticket;
+    cudaEvent_t legacy;
+    cudaEvent_t *events;   /* on the non-blocking streams; NULL once done */
+    size_t nevents, ndone; /* the first ndone have completed */
+    size_t events_cap;
+} shim_fence;
+
+struct shim_device;
+struct shim_trace_ring;
+
+/* What the backend of one shard's pool knows: its device, and the ring its
+ * events are recorded to (NULL when not recording). */
+typedef struct shim_shard {
+    struct shim_device *dev;
+    int id;                      /* the device's */
+    struct shim_trace_ring *ring;
+} shim_shard;
+
+typedef struct shim_device {
+    int id;
+    shim_shard shards[SHIM_SHARDS_MAX]; /* the backends' contexts */
+    _Atomic(pool *) pools[SHIM_SHARDS_MAX]; /* shards, created on first use */
+    /* The cap: every shard's pool takes from it for each segment, and
+     * passed.c for the memory passed on; its limit is 0 until known
+     * (shim_device_cap). */
+    pool_budget budget;
+    atomic_bool cap_known;
+    _Atomic uint64_t reserved; /* bytes reserved by all shards */
+    _Atomic uint64_t reserved_peak;
+    pthread_mutex_t lock;      /* guards streams and events */
+    shim_stream *streams;
+    size_t nstreams, streams_cap;
+    cudaEvent_t legacy_event;
+    /* Poll fences (CUPOOL_FENCE=poll), oldest first, and events to reuse. */
+    shim_fence *fences;
+    size_t nfences, fences_cap;
+    cudaEvent_t *spare_events;
+    size_t nspare, spare_cap;
+    /* Events recorded on non-blocking streams as they were destroyed (their
+     * queued work goes on): the next fence orders after them too. */
+    cudaEvent_t *orphans;
+    size_t norphans, orphans_cap;
+    uint64_t tickets;          /* the last ticket handed out */
+    uint64_t tickets_done;     /* every fence up to this ticket is done */
+    cudaEvent_t order_event;   /* the legacy event non-blocking streams
+                                  last waited for: a new one waits too */
+    atomic_ulong fence_orders; /* poll fences finished by making streams
+                                  wait, rather than by completion */
+    atomic_ulong syncs;        /* device synchronizations by the fence */
+    atomic_ulong fences_skipped; /* fences that needed no CUDA call */
+    atomic_ulong fence_streams_left; /* comm streams poll fences left out */
+    _Atomic uint64_t fenced_work; /* CUPOOL_CUPTI: the work count read
+                                     before the last fence that was issued */
+    shim_vmm *vmm;             /* CUPOOL_VMM segments, or NULL */
+    bool vmm_tried;
+    atomic_int api;            /* SHIM_API_*: how the shim calls CUDA */
+    _Atomic(CUcontext) ctx;    /* the context its pools serve, once known */
+    _Atomic uint64_t passed;   /* bytes allocated through calls passed on
+                                  (passed.c); they count against cap */
+    _Atomic uint64_t passed_peak;
+} shim_device;
+
+/* Decides dev's api (seam.h: SHIM_API_*) if not yet decided; returns it. */
+int shim_device_api(int dev);
+
+/* The CUDA seam's instance the shim calls for d (seam.h). */
+static inline const shim_cuda *shim_device_cuda(const struct shim_device *d)
+{
+    return shim_cuda_for(atomic_load_explicit(&d->api, memory_order_relaxed));
+}
+
+extern shim_device shim_devices[SHIM_MAX_DEVICES];
+
+/* Sets up shim_devices; first thing at start-up (control.c's constructor,
+ * the shim's only one). */
+void shim_devices_init(void);
+
+/* The shard if it exists, else NULL. Never creates. */
+static inline pool *shim_device_shard_if_any(int dev, int s)
+{
+    return atomic_load_explicit(&shim_devices[dev].pools[s], memory_order_acquire);
+}
+
+/* The device's statistics summed over its shards (peaks of gauges other
+ * than reserved are sums of the shards' peaks: upper bounds). False if the
+ * device has no pool. */
+bool shim_device_stats(int dev, pool_stats *sum);
+
+/* The device's free and total memory, through its runtime or driver:
+ * 0 or the error code (both zero on error). */
+int shim_device_mem_info(int dev, size_t *free_b, size_t *total);
+
+/* Releases the idle segments of every shard of dev; returns the bytes. */
+uint64_t shim_device_flush(int dev);
+
+#endif
