@@ -26,13 +26,15 @@ TEST_INC := -Ipool -Itrace -Itest
 
 STATS_SRC := stats/format.c stats/page.c stats/trace.c stats/safefile.c stats/groupseg.c
 STATS_HDR := $(wildcard stats/*.h)
-SHIM_SRC := shim/config.c shim/log.c shim/real.c shim/seam.c shim/symbols.c shim/dlsym.c shim/devstate.c shim/cap.c shim/device.c shim/fence.c shim/capture.c \
-            shim/control.c shim/interpose.c shim/nvml.c shim/recorder.c shim/process.c \
-            shim/vmm.c shim/cupti.c shim/signals.c shim/driver.c \
-            shim/interpose_driver.c shim/passed.c shim/ipc.c shim/owner.c shim/comm.c \
-            shim/framework.c shim/group.c $(STATS_SRC)
-SHIM_HDR := $(wildcard shim/*.h) $(STATS_HDR)
-SHIM_INC := -Ipool -Istats -Ishim $(CUDA_INC)
+# The shim, by layer (docs/DESIGN.md): base (options, log, process state,
+# recorder), cuda (the real libraries and the seam), watch (NCCL, CUPTI,
+# NVML), device (pools, fence, capture, cap, group), entry (what a program
+# calls), process (start-up, helper thread, signals, framework flush).
+SHIM_DIRS := base cuda watch device entry process
+SHIM_SRC := $(filter-out shim/base/options_cli.c,$(foreach d,$(SHIM_DIRS),$(wildcard shim/$(d)/*.c))) \
+            $(STATS_SRC)
+SHIM_HDR := $(foreach d,$(SHIM_DIRS),$(wildcard shim/$(d)/*.h)) $(STATS_HDR)
+SHIM_INC := -Ipool -Istats $(foreach d,$(SHIM_DIRS),-Ishim/$(d)) $(CUDA_INC)
 
 # Unit and property tests of pool/, built with ASan+UBSan.
 POOL_TESTS := test_pool test_pool_random test_pool_frag test_addrmap
@@ -124,9 +126,9 @@ $(BUILD)/cupool-stat: stats/cli.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< $(STATS_SRC) -o $@
 
 # The shim's option table for `cupool run` (check and translate options).
-$(BUILD)/cupool-options: shim/options_cli.c shim/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/cupool-options: shim/base/options_cli.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim $< shim/config.c $(STATS_SRC) $(POOL_SRC) \
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim/base $< shim/base/config.c $(STATS_SRC) $(POOL_SRC) \
 	    -lpthread -o $@
 
 # The trace tools behind `cupool replay/plot/import-torch`: the real pool
@@ -142,14 +144,14 @@ $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(STATS_SRC) -lcmocka -lpthread -o $@
 
-$(BUILD)/asan/test_config: test/test_config.c shim/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/asan/test_config: test/test_config.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim $< shim/config.c $(STATS_SRC) $(POOL_SRC) \
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim/base $< shim/base/config.c $(STATS_SRC) $(POOL_SRC) \
 	    -lcmocka -lpthread -o $@
 
-$(BUILD)/tsan/test_owner: test/test_owner.c shim/owner.c shim/owner.h
+$(BUILD)/tsan/test_owner: test/test_owner.c shim/device/owner.c shim/device/owner.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(TSAN) -Ipool -Ishim $< shim/owner.c -lcmocka -lpthread -o $@
+	$(CC) $(WARN) $(DEFS) $(TSAN) -Ipool -Ishim/device -Ishim/base $< shim/device/owner.c -lcmocka -lpthread -o $@
 
 $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' \
@@ -185,9 +187,9 @@ $(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC
 	    -lcmocka -lpthread -lm -lz -o $@
 
 # The recorder with its test window (recorder.h), under ThreadSanitizer.
-$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/recorder.c stats/trace.c stats/safefile.c stats/format.c $(SHIM_HDR) $(POOL_HDR)
+$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c stats/trace.c stats/safefile.c stats/format.c $(SHIM_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/recorder.c \
+	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/base/recorder.c \
 	    stats/trace.c stats/safefile.c stats/format.c -lcmocka -lpthread -o $@
 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
@@ -201,7 +203,9 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
 	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
-	    "timeout 600 python3 test/test_safety.py $(BUILD)"
+	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
+	    "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \
+	     { echo 'FAIL the code shape (scripts/check-shape)'; exit 1; }"
 
 bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cupool-trace
 	scripts/bench-pool

@@ -8,7 +8,7 @@
  *
  * A budget may answer to an outer one (pool_budget_outer): every byte it
  * takes must be taken from the outer too, as a process's device cap
- * answers to a group of processes' budget (shim/group.c).
+ * answers to a group of processes' budget (shim/device/group.c).
  *
  * Thread safety: lock-free; any number of threads and pools may use one
  * (the outer budget's calls are its own affair).
@@ -43,6 +43,15 @@ static inline uint64_t pool_budget_limit(const pool_budget *b)
 static inline void pool_budget_set_limit(pool_budget *b, uint64_t limit)
 {
     atomic_store_explicit(&b->limit, limit, memory_order_relaxed);
+}
+
+/* True if size more bytes fit this budget's own limit now (its outer one
+ * not asked). */
+static inline bool pool_budget_room(const pool_budget *b, uint64_t size)
+{
+    uint64_t lim = pool_budget_limit(b);
+    uint64_t used = atomic_load_explicit(&b->used, memory_order_relaxed);
+    return !lim || (size <= lim && used <= lim - size);
 }
 
 /* True if size bytes alone pass the limit: no release can make room. */

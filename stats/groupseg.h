@@ -17,7 +17,7 @@
  * slot is reaped when the budget would be passed, by every member's helper
  * once a second, and by readers.
  *
- * Knows nothing of CUDA: the shim (shim/group.c) and cupool stat use it.
+ * Knows nothing of CUDA: the shim (shim/device/group.c) and cupool stat use it.
  */
 #ifndef CUPOOL_STATS_GROUPSEG_H
 #define CUPOOL_STATS_GROUPSEG_H

@@ -178,7 +178,7 @@ size_t stats_json_string(const char *s, char *buf, size_t len);
 /* Parses a size: digits with an optional K, M, G or T suffix, an optional
  * i after it and an optional B (all binary: "512M", "20GiB", "4096").
  * Returns 0 with *size set, or -EINVAL (anything else, or overflow). The
- * one parser of sizes: options (shim/config.c) and the trace tools. */
+ * one parser of sizes: options (shim/base/config.c) and the trace tools. */
 int stats_parse_size(const char *s, uint64_t *size);
 
 /* Writes n as "1.50 GiB" (or "512 B", "-" for STATS_UNKNOWN); returns buf. */

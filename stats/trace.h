@@ -6,7 +6,7 @@
  * are in the order its lock served them, with times that never decrease;
  * records of different pools interleave in chunks, so a reader sorts by
  * time (trace_parse does, stably, which keeps each pool's order). Times may
- * be early by up to a millisecond (shim/recorder.h). A trace cut short
+ * be early by up to a millisecond (shim/base/recorder.h). A trace cut short
  * (a crash, a kill -9) ends in at most one partial record, which readers
  * ignore and report.
  *
@@ -16,7 +16,7 @@
  *   record   u64 time (ns since start), u64 address,
  *            u64 size:48 | op:4 | result:4 | device:8
  *
- * The writer lives in the shim (shim/recorder.c); `cupool-trace encode` and
+ * The writer lives in the shim (shim/base/recorder.c); `cupool-trace encode` and
  * the tests write through trace_write_*.
  */
 #ifndef CUPOOL_STATS_TRACE_H

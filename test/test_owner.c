@@ -1,5 +1,5 @@
 /*
- * test_owner.c - the owner hints (shim/owner.c): whole granules name their
+ * test_owner.c - the owner hints (shim/device/owner.c): whole granules name their
  * pool, a granule two pools' segments share names none, a range given back
  * loses its hints (only to its own owner), and threads setting, clearing
  * and reading hints of their own segments at once never see another's.

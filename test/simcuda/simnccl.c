@@ -1,6 +1,6 @@
 /*
  * simnccl.c - a simulated NCCL (libnccl.so.2) on the simulated driver, for
- * the fence's comm streams (shim/comm.h): one rank. A collective queues one
+ * the fence's comm streams (shim/watch/comm.h): one rank. A collective queues one
  * kernel on its stream (cuLaunchKernel, which CUPTI reports with the
  * stream); inside a group, at the group's end. A communicator holds 1 MiB
  * of its own, allocated with cudaMalloc when it is made and freed when it

@@ -98,8 +98,12 @@ bool shim_cap_reclaim(int dev, size_t size, int err, int round)
      * returned its own already; the device's cap covers them all). */
     if (round == 0 && shim_device_shard_if_any(dev, 0) && shim_device_flush(dev) > 0)
         return true;
-    /* Then the group, twice: its members' flushes, and, after a member
-     * that ended left the budget, its process giving the device back. */
+    /* The process's own cap refused: only its own memory could help. */
+    if (err == -EDQUOT && !pool_budget_room(&shim_devices[dev].budget, size))
+        return false;
+    /* The group's budget or the device refused: the group, up to three
+     * times (its members' flushes; after a member that ended left the
+     * budget, its process giving the device back). */
     return round < 3 && shim_group_reclaim(dev, size, err == -ENOMEM);
 }
 

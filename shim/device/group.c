@@ -10,7 +10,6 @@
 
 #include "config.h"
 #include "devstate.h"
-#include "framework.h"
 #include "group.h"
 #include "log.h"
 #include "process.h"
@@ -149,7 +148,7 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
         return wait_room(dev, size, device_room, NULL);
     }
     if (room(dev, size))
-        return false; /* the process's own cap refused, not the group */
+        return true; /* room came since the refusal (a member's flush) */
     shim_count(SHIM_group_reclaims);
     if (group_ask_others(grp, tickets) == 0)
         return false;
@@ -166,14 +165,18 @@ uint64_t shim_group_tick(void)
         group_reap(grp);
         last_reap = now;
     }
-    if (shim_framework_ending())
-        group_set_ending(grp);
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
         pool_stats ps;
         if (shim_device_stats(i, &ps))
             group_set_cached(grp, i, ps.cached);
     }
     return group_flush_pending(grp);
+}
+
+void shim_group_ending(void)
+{
+    if (grp)
+        group_set_ending(grp);
 }
 
 void shim_group_flushed(uint64_t ticket)

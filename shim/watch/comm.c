@@ -24,7 +24,7 @@
 #include <cuda.h>
 #include <cupti_driver_cbid.h>
 /* The driver calls' parameter structures, as CUPTI's own cupti.h includes
- * them (which -Ishim hides behind shim/cupti.h): with the old 32-bit
+ * them (which -Ishim hides behind shim/watch/cupti.h): with the old 32-bit
  * types that cuda.h no longer declares, named only. */
 typedef unsigned int CUdeviceptr_v1;
 typedef struct CUDA_MEMCPY2D_v1_st { int dummy; } CUDA_MEMCPY2D_v1;

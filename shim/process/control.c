@@ -387,6 +387,8 @@ static void serve_requests(void)
 /* Serves a flush another member of the group asked for. */
 static void serve_group(void)
 {
+    if (*shim_cfg.group && shim_framework_ending())
+        shim_group_ending();
     uint64_t t = shim_group_tick();
     if (t) {
         flush(SHIM_group_flushes, "the group");

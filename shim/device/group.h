@@ -30,8 +30,9 @@ void shim_group_forget(void);
 
 /* After the group's budget (or, device_full, the device itself: the
  * members share it) refused size bytes on dev: true once the other
- * members' flushes (or a member's end) made room (retry), false if the
- * group was not what refused, or no room came within SHIM_GROUP_WAIT_MS
+ * members' flushes (or a member's end) made room, or room is there
+ * already (retry); false if there is no group, or no room came within
+ * SHIM_GROUP_WAIT_MS
  * (SHIM_GROUP_END_WAIT_MS while a member is ending). */
 bool shim_group_reclaim(int dev, size_t size, bool device_full);
 
@@ -40,6 +41,10 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full);
  * with shim_group_flushed once flushed. */
 uint64_t shim_group_tick(void);
 void shim_group_flushed(uint64_t ticket);
+
+/* Marks this member as ending (its program is done: framework.h's
+ * shim_framework_ending); the helper's, each tick. */
+void shim_group_ending(void);
 
 /* One line naming the group's budget and each member's pid, command, held
  * and cached bytes on dev, into buf; "" when the group is not full. */
