@@ -1677,6 +1677,11 @@ static void test_replay_trim_option(void **s)
         if (!strstr(out, "rc=2") || !strstr(out, "bad "))
             fail_msg("'replay %s': %s", bad[i], out);
     }
+    /* A list naming no policy is refused, not replayed under none. */
+    shell(TRACER " replay --policy , test/data/train.trace.gz 2>&1; echo rc=$?", out,
+          sizeof(out));
+    assert_non_null(strstr(out, "names no policy"));
+    assert_non_null(strstr(out, "rc=2"));
     shell(TRACER " replay --fence-lag 1.5ms --mid-max 0 --policy best test/data/train.trace.gz "
           "2>&1; echo rc=$?", out, sizeof(out));
     assert_non_null(strstr(out, "each done 1.500 ms after it began unless forced"));

@@ -450,7 +450,8 @@ static int policy_list(const char *list, const replay_policy **out, int *n)
         if (*n < 16)
             out[(*n)++] = p;
     }
-    return 0;
+    return *n ? 0 : usage_error("--policy '%s' names no policy (best, strict, first, "
+                                "nosplit, none)", list);
 }
 
 static int write_timeline(const char *path, const replay_result *r)
