@@ -43,7 +43,7 @@ TSAN_TESTS := test_pool_threads
 
 .PHONY: all test bench demo deps cmocka-check clean install uninstall
 all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
-     $(BUILD)/cupool-options $(BUILD)/libcupool_pool.a
+     $(BUILD)/cupool-options $(BUILD)/cupool-pause $(BUILD)/libcupool_pool.a
 
 # Says exactly what to install when a build dependency is missing: every
 # missing one at once.
@@ -83,7 +83,7 @@ endef
 # runtime on it (libcudart.so.13 with the real version node), the scenario
 # program linked against the runtime, and the driver-API program linked
 # only against the driver (as a static runtime, CuPy or XLA reach it).
-SIMCUDA_SRC := test/simcuda/simcuda.c test/simcuda/simcupti.c test/simcuda/simvmm.c
+SIMCUDA_SRC := test/simcuda/simcuda.c test/simcuda/simcupti.c test/simcuda/simvmm.c test/simcuda/simckpt.c
 define shim_rt
 $(1)/sim/libcuda.so.1: $(SIMCUDA_SRC) test/simcuda/simcuda.h test/simcuda/simcuda_internal.h
 	@mkdir -p $$(dir $$@)
@@ -125,6 +125,12 @@ $(BUILD)/cupool-stat: stats/cli.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< $(STATS_SRC) -o $@
 
+# cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
+# time, as the shim finds CUDA), a process's page for its flush.
+$(BUILD)/cupool-pause: pause/pause.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats $(CUDA_INC) $< $(STATS_SRC) -ldl -o $@
+
 # The shim's option table for `cupool run` (check and translate options).
 $(BUILD)/cupool-options: shim/base/options_cli.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -158,7 +164,7 @@ $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
-SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(BUILD)/cupool-options $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
+SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(BUILD)/cupool-options $(BUILD)/cupool-pause $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
 
 $(BUILD)/pool/%.o: pool/%.c $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -283,11 +289,13 @@ $(GPU)/nccl_comm: test/gpu/nccl_comm.cu
 
 # The library and the programs behind `cupool` go to $(PREFIX)/lib, where
 # the installed `cupool` finds them; only `cupool` goes on the PATH.
-INSTALLED_LIB := libcupool.so cupool-stat cupool-trace cupool-options cupool-import-torch
+INSTALLED_LIB := libcupool.so cupool-stat cupool-trace cupool-options cupool-pause \
+                 cupool-import-torch
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
-	    $(BUILD)/cupool-options scripts/cupool-import-torch $(DESTDIR)$(PREFIX)/lib/
+	    $(BUILD)/cupool-options $(BUILD)/cupool-pause scripts/cupool-import-torch \
+	    $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 scripts/cupool $(DESTDIR)$(PREFIX)/bin/
 
 uninstall:

@@ -182,6 +182,18 @@ static void put_framework(out *o, const stats_view *v)
     }
 }
 
+/* Under a process paused by cupool pause: since when, and what it needs. */
+static void put_paused(out *o, const stats_view *v)
+{
+    if (!v->proc.paused_since)
+        return;
+    time_t t = (time_t)(v->proc.paused_since / 1000000000u);
+    char when[32], b[24];
+    strftime(when, sizeof(when), "%H:%M:%S", localtime(&t));
+    put(o, "  paused (cupool pause) since %s: needs %s of device memory back to resume\n",
+        when, fmt_short(v->proc.paused_needs, b, sizeof(b)));
+}
+
 size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
                           size_t len)
 {
@@ -202,6 +214,7 @@ size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
                 fmt_short(d->reserved_peak, p, sizeof(p)), (unsigned long)d->allocs, hit);
         }
         put_framework(&o, v[i]);
+        put_paused(&o, v[i]);
     }
     return done(&o);
 }

@@ -51,7 +51,7 @@
 #include "stats.h"
 
 #define PAGE_MAGIC 0x3345474150504f43ull /* "COPPAGE3" */
-enum { PAGE_VERSION = 8 };
+enum { PAGE_VERSION = 9 };
 
 /* A block exported for IPC (stats_page_export): nonce is written last
  * (release) and read first and last by importers; 0 = free slot. */
@@ -71,6 +71,7 @@ typedef struct page_data {
     uint64_t start_time;       /* /proc/PID/stat field 22 */
     _Atomic uint64_t asked[STATS_NREQUESTS];  /* raised by readers */
     _Atomic uint64_t served[STATS_NREQUESTS]; /* raised by the helper */
+    _Atomic uint64_t paused_since, paused_needs; /* written by cupool pause */
     _Atomic uint64_t seq;      /* odd while the writer writes */
     stats_view view;
     page_export exports[STATS_IPC_EXPORTS];
@@ -542,6 +543,11 @@ static int read_view(int fd, stats_view *v)
         if (v->ndevices > STATS_MAX_DEVICES)
             return -EPROTO;
         v->comm[sizeof(v->comm) - 1] = '\0';
+        uint64_t pause[2]; /* paused_since, paused_needs: cupool pause's */
+        if (!pread_all(fd, pause, sizeof(pause), offsetof(page_data, paused_since)))
+            return -EPROTO;
+        v->proc.paused_since = pause[0];
+        v->proc.paused_needs = pause[0] ? pause[1] : 0;
         return 0;
     }
     return -EAGAIN;
@@ -562,7 +568,9 @@ int stats_page_read(int pid, stats_view *v)
 static sigjmp_buf bus_jump;
 static void on_bus(int sig) { (void)sig; siglongjmp(bus_jump, 1); }
 
-static int page_add(int pid, size_t off, uint64_t *got)
+/* Runs fn(page, arg) on pid's page mapped for writing, with SIGBUS caught
+ * (a page truncated by its owner): 0, -EPROTO (SIGBUS) or as page_open. */
+static int page_write(int pid, void (*fn)(page_data *, void *), void *arg)
 {
     int fd, err = page_open(pid, O_RDWR, &fd);
     if (err)
@@ -577,13 +585,29 @@ static int page_add(int pid, size_t off, uint64_t *got)
     sigaction(SIGBUS, &sa, &old);
     err = -EPROTO;
     if (!sigsetjmp(bus_jump, 1)) {
-        _Atomic uint64_t *c = (_Atomic uint64_t *)((char *)m + off);
-        *got = atomic_fetch_add(c, 1) + 1;
+        fn(m, arg);
         err = 0;
     }
     sigaction(SIGBUS, &old, NULL);
     munmap(m, sizeof(page_data));
     return err;
+}
+
+typedef struct page_count { stats_request r; uint64_t got; } page_count;
+
+static void count_up(page_data *d, void *arg)
+{
+    page_count *c = arg;
+    c->got = atomic_fetch_add(&d->asked[c->r], 1) + 1;
+}
+
+typedef struct page_pause { uint64_t since, needs; } page_pause;
+
+static void mark_paused(page_data *d, void *arg)
+{
+    const page_pause *pp = arg;
+    atomic_store(&d->paused_needs, pp->needs);
+    atomic_store(&d->paused_since, pp->since);
 }
 
 int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
@@ -613,7 +637,16 @@ int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
 
 int stats_page_ask(int pid, stats_request r, uint64_t *ticket)
 {
-    return page_add(pid, offsetof(page_data, asked) + r * sizeof(uint64_t), ticket);
+    page_count c = {r, 0};
+    int err = page_write(pid, count_up, &c);
+    *ticket = c.got;
+    return err;
+}
+
+int stats_page_mark_paused(int pid, uint64_t since_ns, uint64_t needs)
+{
+    page_pause pp = {since_ns, needs};
+    return page_write(pid, mark_paused, &pp);
 }
 
 int stats_page_answered(int pid, stats_request r, uint64_t ticket)

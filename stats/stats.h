@@ -124,7 +124,13 @@
       "through CUPTI (CUPOOL_CUPTI: 1 at the first pool, auto at the first "  \
       "NCCL call)")                                                           \
     X(cupti_handovers, COUNT, COUNTER, "times the program (a profiler) took " \
-      "CUPTI from cupool, which fences as without it after")
+      "CUPTI from cupool, which fences as without it after")                   \
+    X(nccl_calls, COUNT, COUNTER, "NCCL calls the program made (cupool pause " \
+      "refuses such a process: the driver cannot checkpoint NCCL)")           \
+    X(paused_since, COUNT, GAUGE, "when cupool pause checkpointed the process " \
+      "(CLOCK_REALTIME, ns; 0 = running)")                                    \
+    X(paused_needs, BYTES, GAUGE, "device memory the paused process held, "   \
+      "which cupool resume gives back to it")
 
 typedef struct stats_device {
     int32_t device;   /* CUDA device index; -1 = slot unused */
@@ -285,6 +291,11 @@ int stats_page_read(int pid, stats_view *v);
  * stats_page_read. Catches SIGBUS while it runs: for readers, not for the
  * shim. */
 int stats_page_ask(int pid, stats_request r, uint64_t *ticket);
+/* Marks pid's page as paused by cupool pause since since_ns (CLOCK_REALTIME;
+ * 0: running again), needing needs bytes back: its views then say so
+ * (paused_since, paused_needs), whatever the process publishes. 0 or as
+ * stats_page_ask. */
+int stats_page_mark_paused(int pid, uint64_t since_ns, uint64_t needs);
 /* 1 if pid answered ticket of r, 0 if not yet, or as stats_page_read. */
 int stats_page_answered(int pid, stats_request r, uint64_t ticket);
 /* Lists the pids that have live pages for this user in this pid namespace,

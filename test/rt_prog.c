@@ -852,12 +852,25 @@ static int serve(void)
     OK(cudaMalloc(&b, 3 * MIB));
     OK(cudaMalloc(&c, 5 * MIB));
     OK(cudaFree(c));
+    void *comm = NULL;
+#ifdef SIMCUDA
+    if (getenv("SERVE_NCCL")) { /* a communicator, as a job using NCCL has */
+        int dev = 0;
+        CHECK(((int (*)(void **, int, const int *))nccl("ncclCommInitAll"))(&comm, 1, &dev) == 0);
+    }
+#endif
     const char *ready = getenv("READY");
     FILE *f = ready ? fopen(ready, "w") : NULL;
     if (f)
         fclose(f);
     for (int i = 0; i < 2000 && !stop; i++)
         sleep_ms(10);
+#ifdef SIMCUDA
+    if (comm)
+        CHECK(((int (*)(void *))nccl("ncclCommDestroy"))(comm) == 0);
+#else
+    (void)comm;
+#endif
 #ifdef SIMCUDA
     printf("driver frees: %lu\n", sim(0).frees);
 #endif

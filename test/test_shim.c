@@ -662,7 +662,7 @@ static void test_cli_help_and_mistakes(void **s)
     if (runtime)
         skip(); /* nothing here depends on the build variant */
     static const char *const cmds[] = {"run", "stat", "top", "flush", "dump", "replay",
-                                       "plot", "import-torch"};
+                                       "plot", "import-torch", "pause", "resume"};
     char cmd[256], out[4096];
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         snprintf(cmd, sizeof(cmd), "scripts/cupool %s --help 2>&1", cmds[i]);
@@ -1399,6 +1399,153 @@ static void test_framework_flush_leaves_alone(void **s)
     assert_non_null(strstr(r->out, "\nempty_cache calls: 1, in the main thread: 1"));
 }
 
+/* ---- cupool pause and resume ------------------------------------------------- */
+
+/* cupool pause or resume of pid (args: "pause 123") on the simulated
+ * driver (the plain build's: cupool-pause is not a sanitizer build), its
+ * checkpoint state files in pages/ckpt, failing the calls
+ * fail names (SIMCUDA_CKPT_FAIL); its output in out, the driver's calls
+ * (one "call pid -> result" line each) in calls. Returns the exit status. */
+static int pause_run(const char *args, const char *fail, char *out, size_t len, char *calls,
+                     size_t clen)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s/ckpt && rm -f %s/ckpt.log && CUPOOL_PAGE_DIR=%s "
+             "LD_LIBRARY_PATH=build/sim SIMCUDA_CKPT_DIR=%s/ckpt SIMCUDA_CKPT_LOG=%s/ckpt.log "
+             "SIMCUDA_CKPT_FAIL=%s scripts/cupool %s 2>&1", pages, pages, pages, pages,
+             pages, fail ? fail : "", args);
+    int st = shell(cmd, out, len);
+    snprintf(cmd, sizeof(cmd), "cat %s/ckpt.log 2>/dev/null | tr '\\n' ';'", pages);
+    shell(cmd, calls, clen);
+    return st;
+}
+
+/* The driver's state of pid as the simulated driver keeps it (0 running,
+ * 1 locked, 2 checkpointed, 3 failed). */
+static int pause_state(int pid)
+{
+    char cmd[256], out[32];
+    snprintf(cmd, sizeof(cmd), "cat %s/ckpt/%d 2>/dev/null || echo 0", pages, pid);
+    shell(cmd, out, sizeof(out));
+    return atoi(out);
+}
+
+/* A process under cupool pauses after its caches are flushed, its page
+ * says so (and what it needs back), and it resumes; a second pause, a
+ * resume of a running process, a bad process id: clear errors, no call. */
+static void test_pause_and_resume(void **s)
+{
+    (void)s;
+    child c;
+    serve_start(&c, "pause", NULL, NULL);
+    char args[64], out[2048], calls[512], cmd[512];
+    snprintf(args, sizeof(args), "pause %d", c.pid);
+    int st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s%s\n", out, calls);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "flushed"));
+    assert_non_null(strstr(out, "which it needs back to resume"));
+    assert_int_equal(pause_state(c.pid), 2);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat %d", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "paused (cupool pause) since"));
+    st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, "already"));
+    assert_null(strstr(calls, "lock")); /* refused before any call */
+    snprintf(args, sizeof(args), "resume %d", c.pid);
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
+    assert_non_null(strstr(out, "resumed"));
+    assert_int_equal(pause_state(c.pid), 0);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat %d", pages, c.pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_null(strstr(out, "paused"));
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 1);
+    assert_non_null(strstr(out, "not paused"));
+    assert_int_equal(pause_run("pause 999999999", NULL, out, sizeof(out), calls,
+                               sizeof(calls)), 2);
+    kill(c.pid, SIGTERM);
+    assert_int_equal(finish(&c, "serve", 0)->status, 0);
+    assert_int_equal(pause_run("pause 4000000", NULL, out, sizeof(out), calls, sizeof(calls)),
+                     1);
+    assert_non_null(strstr(out, "no process 4000000"));
+}
+
+/* Every failure leaves the process running or says how it is left: a
+ * failed lock touches nothing, a failed checkpoint is unlocked (and if
+ * that fails too, says it is locked and resume unlocks it, which then
+ * does), a failed restore stays paused and a second resume restores. */
+static void test_pause_failures(void **s)
+{
+    (void)s;
+    child c;
+    serve_start(&c, "pausefail", NULL, NULL);
+    char args[64], out[2048], calls[512];
+    static const struct { const char *fail; int state; const char *says; } cases[] = {
+        {"lock", 0, "runs on, untouched"},
+        {"checkpoint", 0, "unlocked, it runs on"},
+        {"checkpoint,unlock", 1, "left locked: cupool resume unlocks it"},
+        {"checkpoint=failed", 3, "left failed"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(args, sizeof(args), "pause %d", c.pid);
+        int st = pause_run(args, cases[i].fail, out, sizeof(out), calls, sizeof(calls));
+        if (st != 1 || pause_state(c.pid) != cases[i].state || !strstr(out, cases[i].says))
+            fail_msg("pause failing %s: exit %d, state %d: %s%s", cases[i].fail, st,
+                     pause_state(c.pid), out, calls);
+        if (cases[i].state == 1) { /* resume unlocks it */
+            snprintf(args, sizeof(args), "resume %d", c.pid);
+            assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
+        }
+        char reset[256];
+        snprintf(reset, sizeof(reset), "rm -f %s/ckpt/%d", pages, c.pid);
+        assert_int_equal(shell(reset, out, sizeof(out)), 0);
+    }
+    snprintf(args, sizeof(args), "pause %d", c.pid);
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
+    snprintf(args, sizeof(args), "resume %d", c.pid);
+    assert_int_equal(pause_run(args, "restore", out, sizeof(out), calls, sizeof(calls)), 1);
+    assert_non_null(strstr(out, "stays paused"));
+    assert_int_equal(pause_state(c.pid), 2);
+    assert_int_equal(pause_run(args, "unlock", out, sizeof(out), calls, sizeof(calls)), 1);
+    assert_non_null(strstr(out, "restored, locked"));
+    assert_int_equal(pause_state(c.pid), 1);
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
+    assert_int_equal(pause_state(c.pid), 0);
+    kill(c.pid, SIGTERM);
+    assert_int_equal(finish(&c, "serve", 0)->status, 0);
+}
+
+/* A process that made NCCL calls is refused before anything is done; one
+ * not under cupool is paused without a flush, and told its caches move. */
+static void test_pause_refusals(void **s)
+{
+    (void)s;
+    child c;
+    start_ready(&c, "serve", "nccl", "SERVE_NCCL=1", NULL);
+    char args[64], out[2048], calls[512];
+    snprintf(args, sizeof(args), "pause %d", c.pid);
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 1);
+    assert_non_null(strstr(out, "uses NCCL"));
+    assert_null(strstr(calls, "lock"));
+    assert_int_equal(pause_state(c.pid), 0);
+    kill(c.pid, SIGTERM);
+    assert_int_equal(finish(&c, "serve", 0)->status, 0);
+    pid_t plain = fork();
+    if (plain == 0) {
+        execlp("sleep", "sleep", "20", (char *)NULL);
+        _exit(127);
+    }
+    snprintf(args, sizeof(args), "pause %d", (int)plain);
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
+    assert_non_null(strstr(out, "not under cupool"));
+    assert_non_null(strstr(out, "its caches too"));
+    snprintf(args, sizeof(args), "resume %d", (int)plain);
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
+    kill(plain, SIGKILL);
+    waitpid(plain, NULL, 0);
+}
+
 /* ---- CUPOOL_GROUP ------------------------------------------------------------ */
 
 /* Two processes take phases in turn on one simulated device of 100 MiB
@@ -1947,6 +2094,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_framework_flush_by_signal, pages_setup,
                                         pages_teardown),
         cmocka_unit_test_setup_teardown(test_framework_view, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_pause_and_resume, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_pause_failures, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_pause_refusals, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_phases, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_race, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_killed_member, pages_setup, pages_teardown),

@@ -39,6 +39,7 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY3D_DESCRIP
 #include "symbols.h"
 #include "grow.h"
 #include "log.h"
+#include "process.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -488,6 +489,7 @@ static void enter(void)
 {
     if (first_call)
         first_call();
+    shim_count(SHIM_nccl_calls);
     depth++;
     atomic_fetch_add(&inside, 1);
 }

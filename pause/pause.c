@@ -1,0 +1,352 @@
+/*
+ * pause.c - cupool-pause, behind `cupool pause PID` and `cupool resume PID`:
+ * gives a process's whole GPU back from outside and takes it again,
+ * through the driver's checkpoint calls (cuCheckpointProcess*).
+ *
+ *   pause   a process under cupool first flushes every cache (cupool's and
+ *           its framework's: stats_page_ask), so that only live bytes move;
+ *           then lock, checkpoint. Its page says paused, and what it needs.
+ *   resume  restore (when checkpointed), unlock; the page says running.
+ *
+ * A process is never left stuck by a failure here: a failed checkpoint is
+ * unlocked before cupool-pause exits, and every line that reports a failure
+ * says the state the process is in and what brings it back. A process that
+ * made NCCL calls is refused before anything is done (the driver cannot
+ * checkpoint NCCL), as is another user's process.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#include "stats.h"
+
+static const char *me = "cupool";
+
+/* The driver's calls cupool-pause makes, from libcuda.so.1. */
+static struct {
+    CUresult (*init)(unsigned int);
+    CUresult (*state)(int, CUprocessState *);
+    CUresult (*lock)(int, CUcheckpointLockArgs *);
+    CUresult (*checkpoint)(int, CUcheckpointCheckpointArgs *);
+    CUresult (*restore)(int, CUcheckpointRestoreArgs *);
+    CUresult (*unlock)(int, CUcheckpointUnlockArgs *);
+    CUresult (*error_string)(CUresult, const char **);
+} drv;
+
+static const char *const state_names[] = {"running", "locked", "checkpointed (paused)",
+                                          "failed"};
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", me);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static const char *cu_text(CUresult r)
+{
+    const char *s = NULL;
+    if (drv.error_string && drv.error_string(r, &s) == CUDA_SUCCESS && s)
+        return s;
+    static char buf[32];
+    snprintf(buf, sizeof(buf), "CUDA error %d", (int)r);
+    return buf;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Loads the driver's checkpoint calls: 0, or 1 with the reason said. */
+static int driver_load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        say("cannot load the CUDA driver (libcuda.so.1): %s", dlerror());
+        return 1;
+    }
+    *(void **)&drv.init = dlsym(h, "cuInit");
+    *(void **)&drv.state = dlsym(h, "cuCheckpointProcessGetState");
+    *(void **)&drv.lock = dlsym(h, "cuCheckpointProcessLock");
+    *(void **)&drv.checkpoint = dlsym(h, "cuCheckpointProcessCheckpoint");
+    *(void **)&drv.restore = dlsym(h, "cuCheckpointProcessRestore");
+    *(void **)&drv.unlock = dlsym(h, "cuCheckpointProcessUnlock");
+    *(void **)&drv.error_string = dlsym(h, "cuGetErrorString");
+    if (!drv.init || !drv.state || !drv.lock || !drv.checkpoint || !drv.restore ||
+        !drv.unlock) {
+        say("this CUDA driver has no checkpoint calls (cuCheckpointProcess*: driver 550 "
+            "or later)");
+        return 1;
+    }
+    CUresult r = drv.init(0);
+    if (r != CUDA_SUCCESS) {
+        say("the CUDA driver does not start here: %s", cu_text(r));
+        return 1;
+    }
+    return 0;
+}
+
+/* The process must exist and be this user's (root: anyone's). 0, or 1. */
+static int owner_check(int pid)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%d", pid);
+    if (stat(path, &st) != 0) {
+        say("no process %d", pid);
+        return 1;
+    }
+    if (geteuid() != 0 && st.st_uid != geteuid()) {
+        say("process %d is another user's: refused", pid);
+        return 1;
+    }
+    return 0;
+}
+
+/* The driver's state of pid into *s: 0, or 1 with the reason said. */
+static int state_of(int pid, CUprocessState *s)
+{
+    CUresult r = drv.state(pid, s);
+    if (r != CUDA_SUCCESS) {
+        say("the driver cannot tell the state of process %d (%s): it uses no CUDA, or "
+            "this user may not checkpoint it (see README, \"Pause and resume\")", pid,
+            cu_text(r));
+        return 1;
+    }
+    if ((unsigned)*s > CU_PROCESS_STATE_FAILED)
+        *s = CU_PROCESS_STATE_FAILED;
+    return 0;
+}
+
+/* What the process holds on its devices as its page says: cupool's pool,
+ * and outside it what NVML told (memory passed on included; the context
+ * and the libraries' own), else the memory passed on alone. */
+static uint64_t held_of(const stats_view *v)
+{
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < v->ndevices; k++) {
+        const stats_device *d = &v->dev[k];
+        sum += d->reserved + (d->outside_pool != STATS_UNKNOWN ? d->outside_pool : d->passed);
+    }
+    return sum;
+}
+
+/* Flushes a process under cupool through its page, waiting up to
+ * timeout seconds: 0 (*v its view after), 1 with the reason said. */
+static int flush(int pid, double timeout, stats_view *v)
+{
+    stats_view before;
+    uint64_t ticket;
+    if (stats_page_read(pid, &before) != 0 || stats_page_ask(pid, STATS_REQ_FLUSH, &ticket)) {
+        say("cannot ask process %d to flush through its page", pid);
+        return 1;
+    }
+    double t0 = now_s();
+    int done;
+    while ((done = stats_page_answered(pid, STATS_REQ_FLUSH, ticket)) == 0 &&
+           now_s() - t0 < timeout)
+        usleep(5000);
+    if (done != 1) {
+        say("process %d did not flush within %.0f s: nothing else done", pid, timeout);
+        return 1;
+    }
+    for (int i = 0; i < 100 && stats_page_read(pid, v) == 0 && v->updated_ns <= before.updated_ns;
+         i++)
+        usleep(10000); /* the view published after the flush */
+    char r[32], fw[32];
+    say("flushed %d in %.2f s: returned %s to the driver (of it, the framework's cache %s)",
+        pid, now_s() - t0,
+        stats_fmt_bytes(v->proc.flushed - before.proc.flushed, r, sizeof(r)),
+        stats_fmt_bytes(v->proc.framework_flushed - before.proc.framework_flushed, fw,
+                        sizeof(fw)));
+    return 0;
+}
+
+/* Lock and checkpoint; a failed checkpoint is unlocked. 0, or 1 with the
+ * state the process is left in said. */
+static int lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
+{
+    CUcheckpointLockArgs la = {.timeoutMs = 30000};
+    double t0 = now_s();
+    CUresult r = drv.lock(pid, &la);
+    *t_lock = now_s() - t0;
+    if (r != CUDA_SUCCESS) {
+        say("cannot lock process %d (%s): it runs on, untouched", pid, cu_text(r));
+        return 1;
+    }
+    CUcheckpointCheckpointArgs ca = {{0}};
+    t0 = now_s();
+    r = drv.checkpoint(pid, &ca);
+    *t_ckpt = now_s() - t0;
+    if (r == CUDA_SUCCESS)
+        return 0;
+    CUprocessState st = CU_PROCESS_STATE_FAILED;
+    drv.state(pid, &st);
+    CUcheckpointUnlockArgs ua = {{0}};
+    CUresult u = st == CU_PROCESS_STATE_LOCKED ? drv.unlock(pid, &ua) : CUDA_ERROR_ILLEGAL_STATE;
+    if (u == CUDA_SUCCESS)
+        say("cannot checkpoint process %d (%s): unlocked, it runs on", pid, cu_text(r));
+    else
+        say("cannot checkpoint process %d (%s), and it is left %s: %s", pid, cu_text(r),
+            state_names[st > 3 ? 3 : st], st == CU_PROCESS_STATE_LOCKED
+                ? "cupool resume unlocks it" : "the driver cannot bring it back");
+    return 1;
+}
+
+/* Whether pid may be paused now: running, and no NCCL (*v, *paged: its
+ * page's view, when it has one). 0, or 1 with the reason said. */
+static int pause_check(int pid, stats_view *v, bool *paged)
+{
+    CUprocessState st;
+    if (owner_check(pid) || state_of(pid, &st))
+        return 1;
+    if (st != CU_PROCESS_STATE_RUNNING) {
+        say("process %d is %s already: %s", pid, state_names[st],
+            st == CU_PROCESS_STATE_FAILED ? "the driver cannot bring it back"
+                                          : "cupool resume brings it back");
+        return 1;
+    }
+    *paged = stats_page_read(pid, v) == 0;
+    if (*paged && v->proc.nccl_calls) {
+        say("process %d uses NCCL (%lu calls), which the driver's checkpoint does not "
+            "support: refused, nothing done", pid, (unsigned long)v->proc.nccl_calls);
+        return 1;
+    }
+    if (!*paged)
+        say("process %d is not under cupool: nothing flushes its caches first, so "
+            "they move with it (the NCCL check is not possible either)", pid);
+    return 0;
+}
+
+static int cmd_pause(int pid, double timeout, bool no_flush)
+{
+    stats_view v;
+    bool paged;
+    if (pause_check(pid, &v, &paged) || (paged && !no_flush && flush(pid, timeout, &v)))
+        return 1;
+    double t_lock = 0, t_ckpt = 0;
+    if (lock_and_checkpoint(pid, &t_lock, &t_ckpt))
+        return 1;
+    uint64_t needs = paged ? held_of(&v) : 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (paged && stats_page_mark_paused(pid, (uint64_t)now.tv_sec * 1000000000u +
+                                        (uint64_t)now.tv_nsec, needs ? needs : 1))
+        say("process %d paused, but its page could not say so", pid);
+    char b[32];
+    if (paged)
+        printf("paused %d: lock %.3f s, checkpoint %.3f s (%.2f GiB/s); it held %s on the "
+               "device, which it needs back to resume\n", pid, t_lock, t_ckpt,
+               t_ckpt > 0 ? (double)needs / 1073741824.0 / t_ckpt : 0.0,
+               stats_fmt_bytes(needs, b, sizeof(b)));
+    else
+        printf("paused %d: lock %.3f s, checkpoint %.3f s; its device memory moved, its "
+               "caches too\n", pid, t_lock, t_ckpt);
+    return 0;
+}
+
+static int cmd_resume(int pid)
+{
+    CUprocessState st;
+    if (owner_check(pid) || state_of(pid, &st))
+        return 1;
+    if (st == CU_PROCESS_STATE_RUNNING || st == CU_PROCESS_STATE_FAILED) {
+        say("process %d is %s: %s", pid, state_names[st], st == CU_PROCESS_STATE_RUNNING
+            ? "not paused, nothing to do" : "the driver cannot bring it back");
+        return 1;
+    }
+    double t0 = now_s(), t_restore = 0;
+    CUresult r = CUDA_SUCCESS;
+    if (st == CU_PROCESS_STATE_CHECKPOINTED) {
+        CUcheckpointRestoreArgs ra;
+        memset(&ra, 0, sizeof(ra));
+        r = drv.restore(pid, &ra);
+        t_restore = now_s() - t0;
+        if (r != CUDA_SUCCESS) {
+            say("cannot restore process %d (%s): it stays paused (is there room on the "
+                "device? cupool resume tries again)", pid, cu_text(r));
+            return 1;
+        }
+    }
+    CUcheckpointUnlockArgs ua = {{0}};
+    t0 = now_s();
+    r = drv.unlock(pid, &ua);
+    if (r != CUDA_SUCCESS) {
+        say("cannot unlock process %d (%s): it is %s, locked (cupool resume tries again)",
+            pid, cu_text(r), t_restore > 0 ? "restored" : "still");
+        return 1;
+    }
+    stats_page_mark_paused(pid, 0, 0); /* no page (not under cupool): nothing to say */
+    printf("resumed %d: restore %.3f s, unlock %.3f s\n", pid, t_restore, now_s() - t0);
+    return 0;
+}
+
+static const char help[] =
+    "usage: cupool pause [--timeout SECONDS] [--no-flush] PID\n"
+    "       cupool resume PID\n"
+    "pause gives process PID's whole GPU back from outside: a process under cupool\n"
+    "first returns every cache (cupool's, its framework's) within SECONDS (10), then\n"
+    "the driver locks it and checkpoints its device memory to host memory, context\n"
+    "included. resume restores it and lets it go on where it was, its addresses\n"
+    "unchanged. A process that uses NCCL is refused (the driver cannot checkpoint\n"
+    "NCCL); so is another user's. --no-flush moves the caches with the process (to\n"
+    "keep them, or to compare). Needs the driver's checkpoint calls (550 or later).\n";
+
+static int usage(const char *why)
+{
+    say("%s (see 'cupool pause --help')", why);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || (strcmp(argv[1], "pause") && strcmp(argv[1], "resume")))
+        return usage("the command is pause or resume");
+    if (argc == 3 && !strcmp(argv[2], "--help")) {
+        fputs(help, stdout);
+        return 0;
+    }
+    bool pause = !strcmp(argv[1], "pause");
+    double timeout = 10;
+    bool no_flush = false;
+    int i = 2;
+    for (; pause && i + 1 < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "--no-flush")) {
+            no_flush = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--timeout") || i + 2 >= argc)
+            return usage("unknown option or missing value");
+        char *end;
+        timeout = strtod(argv[++i], &end);
+        if (*end || !(timeout > 0 && timeout <= 3600)) {
+            say("--timeout takes seconds from 0 to 3600, not '%s'", argv[i]);
+            return 2;
+        }
+    }
+    if (i + 1 != argc)
+        return usage(i >= argc ? "no process id given" : "one process id, no more");
+    char *end;
+    long pid = strtol(argv[i], &end, 10);
+    if (*end || end == argv[i] || pid <= 0 || pid > 4194304)
+        return usage("not a process id");
+    if (driver_load())
+        return 1;
+    return pause ? cmd_pause((int)pid, timeout, no_flush) : cmd_resume((int)pid);
+}

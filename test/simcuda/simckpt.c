@@ -1,0 +1,126 @@
+/*
+ * simckpt.c - the driver's checkpoint calls (cuCheckpointProcess*), as
+ * cupool pause and resume use them from another process, on the simulated
+ * driver. Each process's state lives in a file, SIMCUDA_CKPT_DIR/<pid>
+ * (RUNNING when there is none), so that the controller, the process and
+ * the tests all see it. A pid with no process is CUDA_ERROR_INVALID_VALUE,
+ * as the real driver answers. SIMCUDA_CKPT_FAIL names calls to fail with
+ * CUDA_ERROR_UNKNOWN, the state unchanged ("lock,restore": those two);
+ * "checkpoint=failed" also leaves the process FAILED. SIMCUDA_CKPT_LOG, a
+ * file, gets one line per call ("lock 1234 -> 0").
+ */
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static void state_path(int pid, char *buf, size_t len)
+{
+    const char *d = getenv("SIMCUDA_CKPT_DIR");
+    snprintf(buf, len, "%s/%d", d ? d : "/tmp", pid);
+}
+
+static CUprocessState state_of(int pid)
+{
+    char path[512];
+    state_path(pid, path, sizeof(path));
+    FILE *f = fopen(path, "r");
+    int s = CU_PROCESS_STATE_RUNNING;
+    if (f) {
+        if (fscanf(f, "%d", &s) != 1)
+            s = CU_PROCESS_STATE_RUNNING;
+        fclose(f);
+    }
+    return (CUprocessState)s;
+}
+
+static void state_set(int pid, CUprocessState s)
+{
+    char path[512];
+    state_path(pid, path, sizeof(path));
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%d\n", (int)s);
+        fclose(f);
+    }
+}
+
+/* Whether call is to fail; *failed when it also leaves the process FAILED. */
+static bool fails(const char *call, bool *failed)
+{
+    const char *list = getenv("SIMCUDA_CKPT_FAIL");
+    size_t n = strlen(call);
+    *failed = false;
+    for (const char *p = list; p && (p = strstr(p, call)); p += n) {
+        if ((p == list || p[-1] == ',') && (!p[n] || p[n] == ',' || p[n] == '=')) {
+            *failed = !strncmp(p + n, "=failed", 7);
+            return true;
+        }
+    }
+    return false;
+}
+
+static CUresult logged(const char *call, int pid, CUresult r)
+{
+    const char *path = getenv("SIMCUDA_CKPT_LOG");
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (f) {
+        fprintf(f, "%s %d -> %d\n", call, pid, (int)r);
+        fclose(f);
+    }
+    return r;
+}
+
+/* One transition: from must be the state, to is the state after. */
+static CUresult step(const char *call, int pid, CUprocessState from, CUprocessState to)
+{
+    bool failed;
+    if (pid <= 0 || kill(pid, 0) != 0)
+        return logged(call, pid, CUDA_ERROR_INVALID_VALUE);
+    if (state_of(pid) != from)
+        return logged(call, pid, CUDA_ERROR_ILLEGAL_STATE);
+    if (fails(call, &failed)) {
+        if (failed)
+            state_set(pid, CU_PROCESS_STATE_FAILED);
+        return logged(call, pid, CUDA_ERROR_UNKNOWN);
+    }
+    state_set(pid, to);
+    return logged(call, pid, CUDA_SUCCESS);
+}
+
+EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+    if (pid <= 0 || kill(pid, 0) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *state = state_of(pid);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+    (void)args;
+    return step("lock", pid, CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED);
+}
+
+EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+    (void)args;
+    return step("checkpoint", pid, CU_PROCESS_STATE_LOCKED, CU_PROCESS_STATE_CHECKPOINTED);
+}
+
+EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+    (void)args;
+    return step("restore", pid, CU_PROCESS_STATE_CHECKPOINTED, CU_PROCESS_STATE_LOCKED);
+}
+
+EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+    (void)args;
+    return step("unlock", pid, CU_PROCESS_STATE_LOCKED, CU_PROCESS_STATE_RUNNING);
+}
