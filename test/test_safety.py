@@ -20,6 +20,8 @@ prog = os.path.abspath(os.path.join(build, "rt", "rt_prog"))
 failmalloc = os.path.abspath(os.path.join(build, "rt", "libfailmalloc.so"))
 reader = os.path.abspath(os.path.join(build, "cupool-stat"))
 tracer = os.path.abspath(os.path.join(build, "cupool-trace"))
+pauser = os.path.abspath(os.path.join("build", "cupool-pause"))  # not a sanitizer build
+sim = os.path.abspath(os.path.join("build", "sim"))
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER = "cupool-safety"
 failed = 0
@@ -260,6 +262,28 @@ def test_root_reads_other_users(tmp, user):
            mine.returncode == 0, s.stderr + f.stderr + mine.stderr)
 
 
+def test_pause_other_users(tmp, user):
+    """Another user cannot pause (or resume) a process: refused before the
+    driver is asked anything."""
+    name = "another user's process cannot be paused"
+    if not user:
+        return skip(name, user_why)
+    base = shared_dir(tmp, "pause")
+    ckpt = shared_dir(tmp, "ckpt")
+    env = clean_env(CUPOOL_PAGE_DIR=base)
+    p = serve(env, os.path.join(base, "ready"))
+    if not p:
+        return report(name, False, "serve never got ready")
+    log = os.path.join(ckpt, "log")
+    penv = dict(env, LD_LIBRARY_PATH=sim, SIMCUDA_CKPT_DIR=ckpt, SIMCUDA_CKPT_LOG=log)
+    penv.pop("LD_PRELOAD")
+    a = run([pauser, "pause", str(p.pid)], penv, user=user)
+    b = run([pauser, "resume", str(p.pid)], penv, user=user)
+    stop(p)
+    report(name, a.returncode == 1 and "another user's" in a.stderr and b.returncode == 1 and
+           not os.path.exists(log), a.stderr + b.stderr)
+
+
 def test_full_tmpfs(tmp, user):
     """Another user fills the page directory's tmpfs: processes run on
     without a page (they died of SIGBUS), and nothing is left behind."""
@@ -345,6 +369,7 @@ if __name__ == "__main__":
         test_secure_execution(tmp, user)
         test_squatted_names(tmp, user)
         test_root_reads_other_users(tmp, user)
+        test_pause_other_users(tmp, user)
         test_full_tmpfs(tmp, user)
         test_shim_host_memory()
         test_replay_host_memory()

@@ -7,7 +7,7 @@
  * as the real driver answers. SIMCUDA_CKPT_FAIL names calls to fail with
  * CUDA_ERROR_UNKNOWN, the state unchanged ("lock,restore": those two);
  * "checkpoint=failed" also leaves the process FAILED. SIMCUDA_CKPT_LOG, a
- * file, gets one line per call ("lock 1234 -> 0").
+ * file, gets one line per call ("lock 1234 -> 0", "state 1234 -> 0").
  */
 #include <signal.h>
 #include <stdbool.h>
@@ -96,9 +96,9 @@ static CUresult step(const char *call, int pid, CUprocessState from, CUprocessSt
 EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     if (pid <= 0 || kill(pid, 0) != 0)
-        return CUDA_ERROR_INVALID_VALUE;
+        return logged("state", pid, CUDA_ERROR_INVALID_VALUE);
     *state = state_of(pid);
-    return CUDA_SUCCESS;
+    return logged("state", pid, CUDA_SUCCESS);
 }
 
 EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
