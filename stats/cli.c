@@ -332,8 +332,12 @@ static int ask(int pid, stats_request r, double timeout, stats_view *before,
         if (got && stats_page_read(pid, after) == 0)
             return 0;
     }
-    fprintf(stderr, "cupool: %d: no answer within %.1f s (is its helper thread "
-            "stuck?)\n", pid, timeout);
+    if (stats_page_read(pid, after) == 0 && after->proc.paused_since)
+        fprintf(stderr, "cupool: %d: no answer within %.1f s: it is paused (cupool pause), "
+                "and answers after cupool resume\n", pid, timeout);
+    else
+        fprintf(stderr, "cupool: %d: no answer within %.1f s (is its helper thread "
+                "stuck?)\n", pid, timeout);
     return 1;
 }
 
