@@ -45,30 +45,29 @@ TSAN_TESTS := test_pool_threads
 all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
      $(BUILD)/cupool-options $(BUILD)/cupool-pause $(BUILD)/libcupool_pool.a
 
-# Says exactly what to install when a build dependency is missing: every
-# missing one at once.
+# The build's dependencies, each missing one installed at once (root with
+# apt-get: scripts/install-deps) or named in the one command that does.
 deps:
-	@missing=; \
-	test -f $(CUDA)/include/cuda_runtime_api.h || { echo "cupool needs the CUDA \
+	@test -f $(CUDA)/include/cuda_runtime_api.h || { echo "cupool needs the CUDA \
 	toolkit's headers at $(CUDA)/include (install the CUDA toolkit, or run make \
-	CUDA=/path/to/cuda)"; missing=1; }; \
-	command -v $(CC) >/dev/null || { echo "cupool needs a C compiler: gcc, make"; missing=1; }; \
-	test -f /usr/include/zlib.h || { echo "the trace tools need zlib (gzip'd \
-	traces): zlib1g-dev"; missing=1; }; \
-	test -z "$$missing" || { echo "install with: apt-get install -y gcc make zlib1g-dev"; exit 1; }
+	CUDA=/path/to/cuda)"; exit 1; }
+	@missing=; \
+	command -v $(CC) >/dev/null || missing="$$missing gcc"; \
+	test -f /usr/include/zlib.h || missing="$$missing zlib1g-dev"; \
+	scripts/install-deps "the build" $$missing
 
 # The tests' own tools: cmocka; Python 3 (a real JSON parser reads the
 # statistics); promtool, from Debian's prometheus package, the only one that
 # ships it (it brings the server too, unused: the tests only run promtool to
-# check the Prometheus output); xmllint (the SVG timeline).
+# check the Prometheus output); xmllint (the SVG timeline). Installed as the
+# build's are.
 cmocka-check:
 	@missing=; \
 	test -f /usr/include/cmocka.h || missing="$$missing libcmocka-dev"; \
 	command -v python3 >/dev/null || missing="$$missing python3"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v xmllint >/dev/null || missing="$$missing libxml2-utils"; \
-	test -z "$$missing" || { echo "the tests need:$$missing (apt-get install -y$$missing)"; \
-	exit 1; }
+	scripts/install-deps "the tests" $$missing
 
 # The preloadable library: not linked against any CUDA runtime (it finds the
 # program's own at run time), exporting only the interposed symbols.
@@ -200,6 +199,9 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c stats/tra
 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner)
+# Built only once the tests' tools are there (installed, or named).
+$(TEST_BINS) $(BUILD)/test_shim: | cmocka-check
+$(BUILD)/cupool-trace: | deps
 
 # Every test program, each one's output shown, then one line counting every
 # test they ran: "N passed, N failed, N skipped".

@@ -284,6 +284,17 @@ def test_pause_other_users(tmp, user):
            not os.path.exists(log), a.stderr + b.stderr)
 
 
+def test_install_deps_names_the_command(user):
+    """A user who cannot install what make needs is told the one command."""
+    name = "make's missing dependencies named in one command when not root"
+    if not user:
+        return skip(name, user_why)
+    p = run([os.path.join(root, "scripts", "install-deps"), "the tests", "libfoo-dev", "bar"],
+            dict(os.environ), user=user)
+    report(name, p.returncode == 1 and "sudo apt-get install -y libfoo-dev bar" in p.stderr,
+           p.stdout + p.stderr)
+
+
 def test_full_tmpfs(tmp, user):
     """Another user fills the page directory's tmpfs: processes run on
     without a page (they died of SIGBUS), and nothing is left behind."""
@@ -370,6 +381,7 @@ if __name__ == "__main__":
         test_squatted_names(tmp, user)
         test_root_reads_other_users(tmp, user)
         test_pause_other_users(tmp, user)
+        test_install_deps_names_the_command(user)
         test_full_tmpfs(tmp, user)
         test_shim_host_memory()
         test_replay_host_memory()
