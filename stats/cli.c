@@ -166,19 +166,19 @@ static int collect(char **pids, int npids, double wait)
         int pid = parse_pid(pids[i]);
         if (pid < 0) {
             fprintf(stderr, "cupool: '%s' is not a process id\n", pids[i]);
-            bad = 1;
+            bad = 2; /* a usage mistake */
             continue;
         }
         int err = stats_page_read(pid, &views[n]);
         if (err) {
             fprintf(stderr, "cupool: %d: %s\n", pid, read_error(err));
-            bad = 1;
+            bad = bad ? bad : 1;
             continue;
         }
         order[n] = &views[n];
         n++;
     }
-    return bad ? -1 : n;
+    return bad ? -bad : n;
 }
 
 /* The group's budget and each member's share, formatted into out. 0, or
@@ -229,7 +229,7 @@ static int cmd_stat(int argc, char **argv)
     if (gname)
         return stat_group(gname, json, prom);
     int n = collect(argv + i, argc - i, 1.0);
-    int status = n < 0;
+    int status = n < 0 ? -n : 0; /* 2: a usage mistake, 1: a process not read */
     if (n < 0)
         n = 0;
     if (json) {
@@ -244,7 +244,7 @@ static int cmd_stat(int argc, char **argv)
         stats_format_table(order, (size_t)n, buf, sizeof(buf));
         fputs(buf, stdout);
     } else if (argc == i) {
-        puts("no process is running under cupool");
+        fputs("cupool: no process of this user is running under cupool\n", stderr);
     }
     return status;
 }
@@ -415,6 +415,10 @@ int main(int argc, char **argv)
         return cmd_stat(argc - 2, argv + 2);
     if (!strcmp(argv[1], "top"))
         return cmd_top(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "--version")) {
+        printf("cupool %s\n", CUPOOL_VERSION);
+        return 0;
+    }
     if (!strcmp(argv[1], "flush"))
         return cmd_ask("flush", STATS_REQ_FLUSH, argc - 2, argv + 2);
     if (!strcmp(argv[1], "dump"))

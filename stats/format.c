@@ -288,7 +288,7 @@ static void put_json_value(out *o, const char *name, uint64_t v)
 size_t stats_format_json(const stats_view *v, char *buf, size_t len)
 {
     out o = {buf, len, 0};
-    put(&o, "{\"cupool\":1,\"pid\":%d,\"comm\":", v->pid);
+    put(&o, "{\"cupool\":1,\"version\":\"%s\",\"pid\":%d,\"comm\":", CUPOOL_VERSION, v->pid);
     put_json_string(&o, v->comm);
     put(&o, ",\"updated_ns\":%lu,\"flush_signal\":%d,\"devices\":[",
         (unsigned long)v->updated_ns, v->flush_signal);
@@ -322,10 +322,14 @@ static void put_label(out *o, const char *s)
 }
 
 /* Prometheus name of a field: cupool_NAME[_bytes][_total]. */
+/* cupool_NAME[_bytes][_total], the unit added unless the name ends in it
+ * already (stitched_bytes: cupool_stitched_bytes_total). */
 static void metric_name(char *m, size_t len, const char *name, int bytes,
                         int counter)
 {
-    snprintf(m, len, "cupool_%s%s%s", name, bytes ? "_bytes" : "",
+    size_t n = strlen(name);
+    bool has_unit = n >= 6 && !strcmp(name + n - 6, "_bytes");
+    snprintf(m, len, "cupool_%s%s%s", name, bytes && !has_unit ? "_bytes" : "",
              counter ? "_total" : "");
 }
 
@@ -349,6 +353,8 @@ size_t stats_format_prometheus(const stats_view *const *v, size_t n,
 {
     out o = {buf, len, 0};
     char m[96];
+    put_family(&o, "cupool_build_info", 0, "cupool's version (the value is always 1)");
+    put(&o, "cupool_build_info{version=\"%s\"} 1\n", CUPOOL_VERSION);
     enum { is_BYTES = 1, is_COUNT = 0, is_GAUGE = 0, is_COUNTER = 1 };
 #define X(name, unit, kind, help)                                             \
     metric_name(m, sizeof(m), #name, is_##unit, is_##kind);                   \

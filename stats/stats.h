@@ -17,6 +17,10 @@
 
 #include "pool.h"
 
+/* cupool's version: `cupool --version`, the JSON's "version", Prometheus's
+ * cupool_build_info. */
+#define CUPOOL_VERSION "0.9.0"
+
 #define STATS_MAX_DEVICES 64
 #define STATS_UNKNOWN UINT64_MAX   /* a figure nobody could measure */
 

@@ -679,6 +679,8 @@ static void test_cli_help_and_mistakes(void **s)
         {"replay x --trim", "cupool: --trim needs a value (see 'cupool --help')\n"},
         {"plot x --help-me", "cupool: unknown option '--help-me' (see 'cupool --help')\n"},
         {"frobnicate", "cupool: unknown command 'frobnicate' (see 'cupool --help')\n"},
+        {"options --bogus", "cupool: options takes no arguments (see 'cupool --help')\n"},
+        {"stat abc", "cupool: 'abc' is not a process id\n"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(cmd, sizeof(cmd), "scripts/cupool %s 2>&1", bad[i].args);
@@ -686,6 +688,18 @@ static void test_cli_help_and_mistakes(void **s)
         if (st != 2 || strcmp(out, bad[i].line))
             fail_msg("'cupool %s' exited %d: %s", bad[i].args, st, out);
     }
+    /* A program that is not there: 127, as a shell says. */
+    assert_int_equal(shell("scripts/cupool run -- cupool-no-such-program 2>&1", out,
+                           sizeof(out)), 127);
+    assert_non_null(strstr(out, "command not found"));
+    assert_int_equal(shell("scripts/cupool --version", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "cupool 0."));
+    /* Nothing to show: the table's stdout stays empty, the word goes to
+     * stderr. */
+    shell("mkdir -p /tmp/cupool-empty-pages", out, sizeof(out));
+    assert_int_equal(shell("CUPOOL_PAGE_DIR=/tmp/cupool-empty-pages scripts/cupool stat "
+                           "2>/dev/null; echo rc=$?", out, sizeof(out)), 0);
+    assert_string_equal(out, "rc=0\n");
 }
 
 /* make demo's tour runs to the end and tells its story: the cap's report,

@@ -56,6 +56,7 @@ static void sample(stats_view *v, const char *comm)
 #define X(name, unit, kind, help) v->proc.name = n++;
     STATS_PROCESS_FIELDS(X)
 #undef X
+    v->proc.paused_since = v->proc.paused_needs = 0; /* running (test_paused) */
 }
 
 static void test_fragmentation(void **s)
@@ -102,6 +103,23 @@ static void test_table(void **s)
     assert_non_null(strstr(buf, ", 3s ago\n"));
 }
 
+/* A process paused by cupool pause: one line under its rows says since
+ * when and what it needs back. */
+static void test_paused(void **s)
+{
+    (void)s;
+    stats_view v;
+    sample(&v, "trainer");
+    const stats_view *one = &v;
+    stats_format_table(&one, 1, buf, sizeof(buf));
+    assert_null(strstr(buf, "paused"));
+    v.proc.paused_since = 1795244510000000000ull;
+    v.proc.paused_needs = 3 * GIB;
+    stats_format_table(&one, 1, buf, sizeof(buf));
+    assert_non_null(strstr(buf, "  paused (cupool pause) since "));
+    assert_non_null(strstr(buf, ": needs 3.00G of device memory back to resume\n"));
+}
+
 static void test_truncation_reports_needed_length(void **s)
 {
     (void)s;
@@ -131,7 +149,8 @@ static void test_every_field_in_every_format(void **s)
     if (!strstr(json, key)) fail_msg("%s missing from JSON", #name);          \
     if (!strstr(detail, " " #name " ")) fail_msg("%s missing", #name);        \
     snprintf(key, sizeof(key), "cupool_%s%s%s{", #name,                       \
-             is_##unit ? "_bytes" : "", is_##kind ? "_total" : "");           \
+             is_##unit && !strstr(#name "$", "_bytes$") ? "_bytes" : "",      \
+             is_##kind ? "_total" : "");                                      \
     if (!strstr(prom, key)) fail_msg("%s missing from Prometheus", key);
     STATS_DEVICE_FIELDS(X)
     STATS_PROCESS_FIELDS(X)
@@ -216,6 +235,10 @@ static void test_prometheus_passes_promtool(void **s)
                                 "\\\"x\\\"\",device=\"0\"} 1073741824\n"));
     /* An unknown figure is left out, not printed as a number. */
     assert_null(strstr(buf, "cupool_outside_pool_bytes{pid=\"99\",comm=\"other\",device=\"1\"}"));
+    /* A name that says its unit says it once; the version is there. */
+    assert_null(strstr(buf, "_bytes_bytes"));
+    assert_non_null(strstr(buf, "# TYPE cupool_stitched_bytes_total counter\n"));
+    assert_non_null(strstr(buf, "cupool_build_info{version=\"" CUPOOL_VERSION "\"} 1\n"));
     char path[] = "/tmp/cupool-prom-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
@@ -304,6 +327,15 @@ static void test_page_round_trip(void **s)
     assert_int_equal(r.ndevices, 2);
     assert_memory_equal(&r.dev[0], &v.dev[0], sizeof(v.dev[0]));
     assert_memory_equal(&r.proc, &v.proc, sizeof(v.proc));
+    /* cupool pause's mark, whatever the process publishes. */
+    assert_int_equal(stats_page_mark_paused((int)getpid(), 123, 456), 0);
+    stats_page_publish(p, &v);
+    assert_int_equal(stats_page_read((int)getpid(), &r), 0);
+    assert_int_equal(r.proc.paused_since, 123);
+    assert_int_equal(r.proc.paused_needs, 456);
+    assert_int_equal(stats_page_mark_paused((int)getpid(), 0, 0), 0);
+    assert_int_equal(stats_page_read((int)getpid(), &r), 0);
+    assert_int_equal(r.proc.paused_since, 0);
     int pids[8];
     assert_int_equal(stats_page_list(pids, 8, true, NULL), 1);
     assert_int_equal(pids[0], getpid());
@@ -664,6 +696,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fragmentation),
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_paused),
         cmocka_unit_test(test_truncation_reports_needed_length),
         cmocka_unit_test(test_every_field_in_every_format),
         cmocka_unit_test(test_json_parses),
