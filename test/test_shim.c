@@ -1818,6 +1818,63 @@ static void test_reader_bad_numbers(void **s)
     }
 }
 
+/* A request that ran out of memory when recorded and would not be served
+ * here either is in the table's OOM column, as the line under it says:
+ * the two tell one story. */
+static void test_replay_oom_one_story(void **s)
+{
+    (void)s;
+    char out[8192];
+    assert_int_equal(shell(TRACER " replay --max-reserved 10G --policy best "
+                           "test/data/transformer-oom.trace.gz", out, sizeof(out)), 0);
+    unsigned long own = 0, other = 0, col = 0;
+    const char *line = strstr(out, "OOM counts the other ");
+    assert_non_null(line);
+    assert_int_equal(sscanf(line, "OOM counts the other %lu with the %lu", &other, &own), 2);
+    const char *row = strstr(out, "\nbest ");
+    assert_non_null(row);
+    const char *end = strchr(row + 1, '\n');
+    while (end > row && end[-1] != ' ')
+        end--;
+    col = strtoul(end, NULL, 10);
+    print_message("OOM column %lu = %lu recorded + %lu own\n", col, other, own);
+    assert_true(other > 0);
+    assert_int_equal(col, other + own);
+}
+
+/* plot: -o - is stdout (no file named "-"), one policy only (a second is
+ * refused, not dropped), the cap's line says its value, recorded
+ * out-of-memory markers share one label, an imported snapshot (no
+ * process) is not titled "pid 0". */
+static void test_plot_conventions(void **s)
+{
+    (void)s;
+    static char out[1 << 20];
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "cd %s && %s/" TRACER " plot --max-reserved 10G "
+             "%s/test/data/transformer-oom.trace.gz -o - 2>/dev/null", pages, getenv("PWD"),
+             getenv("PWD"));
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "<svg"));
+    assert_non_null(strstr(out, ">cap 10.00 GiB</text>"));
+    assert_non_null(strstr(out, "fill-opacity=\"0.9\"")); /* the legend's background */
+    const char *first = strstr(out, "OOM (recorded)</text>");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "OOM (recorded)</text>"));
+    snprintf(cmd, sizeof(cmd), "test -e %s/-", pages);
+    assert_int_not_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_int_equal(shell(TRACER " plot test/data/train.trace.gz -o /dev/null --policy "
+                           "best,first 2>&1", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "plot draws one policy"));
+    snprintf(cmd, sizeof(cmd), "CUPOOL_TRACE_BIN=" TRACER " python3 scripts/cupool-import-torch "
+             "test/data/torch_snapshot.pickle.gz -o %s/snap.trace >/dev/null && " TRACER
+             " plot %s/snap.trace -o - 2>/dev/null | grep -o 'font-weight=\"bold\">[^<]*'",
+             pages, pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_null(strstr(out, "pid 0"));
+    assert_non_null(strstr(out, "device 0: memory over time"));
+}
+
 /* --trim takes a power of two of at least 512 bytes, and says so. */
 static void test_replay_trim_option(void **s)
 {
@@ -2168,6 +2225,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trace_write_error_then_sigterm),
         cmocka_unit_test(test_trace_bad_path),
         cmocka_unit_test(test_replay_trim_option),
+        cmocka_unit_test(test_replay_oom_one_story),
+        cmocka_unit_test_setup_teardown(test_plot_conventions, pages_setup, pages_teardown),
         cmocka_unit_test(test_replay_json_escapes_path),
         cmocka_unit_test(test_reader_bad_numbers),
     };

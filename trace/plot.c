@@ -6,6 +6,7 @@
  * spike one event wide still shows and the file stays small whatever the
  * trace's length.
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,14 +136,17 @@ static void polyline(FILE *f, const replay_result *r, int k, const axis *x,
     fputs("\"/>\n", f);
 }
 
+/* A vertical line at x; its label above the plot unless label is NULL
+ * (a series of markers is labelled once). */
 static void marker(FILE *f, double x, const char *color, const char *label,
                    bool dashed, int row)
 {
     fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" "
             "stroke-width=\"1.2\"%s/>\n", x, MT, x, MT + PH, color,
             dashed ? " stroke-dasharray=\"5,3\"" : "");
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"%s\" font-size=\"11\" "
-            "text-anchor=\"middle\">%s</text>\n", x, MT - 4 - 12 * row, color, label);
+    if (label)
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"%s\" font-size=\"11\" "
+                "text-anchor=\"start\">%s</text>\n", x, MT - 4 - 12 * row, color, label);
 }
 
 static void legend(FILE *f, int i, const char *color, const char *label,
@@ -204,13 +208,15 @@ static void svg_grid(FILE *f, const replay_opts *o, const axis *xa, const axis *
             ML + PW / 2, H - 14, by_index ? "allocation events (in order)"
             : !strcmp(x.unit, "s") ? "time (s)" : !strcmp(x.unit, "ms") ? "time (ms)"
                                                                     : "time (\xc2\xb5s)");
-    /* The cap, if any. */
+    /* The cap, if any, with its value. */
+    char cap[32];
     if (o->max_reserved) {
         double py = px_y(&y, (double)o->max_reserved);
         fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" "
                 "stroke-dasharray=\"2,3\"/>\n<text x=\"%d\" y=\"%.1f\" font-size=\"11\" "
-                "text-anchor=\"end\" fill=\"%s\">cap</text>\n", ML, py, ML + PW, py,
-                C_OOM, ML + PW - 4, py - 4, C_OOM);
+                "text-anchor=\"end\" fill=\"%s\">cap %s</text>\n", ML, py, ML + PW, py,
+                C_OOM, ML + PW - 4, py - 4, C_OOM,
+                stats_fmt_bytes(o->max_reserved, cap, sizeof(cap)));
     }
 }
 
@@ -223,6 +229,8 @@ static void svg_events(FILE *f, const trace *t, const replay_opts *o,
     uint64_t start = 0, idx = 0;
     bool started = false;
     double last_oom = -10, last_flush = -10;
+    uint64_t nooms = 0, nflushes = 0;
+    char label[64];
     for (size_t i = 0; i < t->n; i++) {
         const trace_record *e = &t->rec[i];
         if (trace_device(e) != o->device)
@@ -236,16 +244,18 @@ static void svg_events(FILE *f, const trace *t, const replay_opts *o,
         trace_op op = trace_op_of(e);
         if (op == TRACE_OOM && px_x(&x, v) - last_oom >= 3) {
             last_oom = px_x(&x, v);
-            marker(f, last_oom, C_OOM, "OOM (recorded)", false, 0);
+            snprintf(label, sizeof(label), "%" PRIu64 " OOM (recorded)", r->recorded_ooms);
+            marker(f, last_oom, C_OOM, nooms++ ? NULL : label, false, 0);
         } else if (op == TRACE_FLUSH && px_x(&x, v) - last_flush >= 3) {
             last_flush = px_x(&x, v);
-            marker(f, last_flush, C_FLUSH, "flush", true, 1);
+            snprintf(label, sizeof(label), "%" PRIu64 " flush%s", r->recorded_flushes,
+                     r->recorded_flushes == 1 ? "" : "es");
+            marker(f, last_flush, C_FLUSH, nflushes++ ? NULL : label, true, 1);
         }
     }
     if (r->ooms) {
         double v = by_index ? (double)r->first_oom.index : (double)r->first_oom.time;
         char sz[32];
-        char label[96];
         snprintf(label, sizeof(label), "OOM in replay: %s (%s)",
                  stats_fmt_bytes(r->first_oom.size, sz, sizeof(sz)),
                  r->first_oom.fragmentation ? "fragmentation" : "no memory");
@@ -271,17 +281,21 @@ int plot_svg(FILE *f, const trace *t, const replay_opts *o,
     svg_head(f, o, r, title);
     svg_grid(f, o, &x, &y, by_index);
 
-    /* Series. */
-    int nl = 0;
-    if (r->recorded_peak_reserved) {
+    /* Series, then their legend on a background of its own over them. */
+    bool recorded = r->recorded_peak_reserved != 0;
+    if (recorded)
         polyline(f, r, 3, &x, &y, by_index, C_RECORDED, " stroke-dasharray=\"6,4\"");
-        legend(f, nl++, C_RECORDED, "reserved, as recorded", true);
-    }
     polyline(f, r, 0, &x, &y, by_index, C_RESERVED, "");
-    legend(f, nl++, C_RESERVED, "reserved (replayed)", false);
     polyline(f, r, 1, &x, &y, by_index, C_ALLOCATED, "");
-    legend(f, nl++, C_ALLOCATED, "allocated", false);
     polyline(f, r, 2, &x, &y, by_index, C_LARGEST, "");
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"190\" height=\"%d\" fill=\"#ffffff\" "
+            "fill-opacity=\"0.9\" stroke=\"#dee2e6\"/>\n", ML + 4, MT + 2,
+            18 * (3 + recorded) + 8);
+    int nl = 0;
+    if (recorded)
+        legend(f, nl++, C_RECORDED, "reserved, as recorded", true);
+    legend(f, nl++, C_RESERVED, "reserved (replayed)", false);
+    legend(f, nl++, C_ALLOCATED, "allocated", false);
     legend(f, nl++, C_LARGEST, "largest free block", false);
 
     svg_events(f, t, o, r, &x, by_index);

@@ -520,7 +520,8 @@ static void text_device(const args *a, const trace *t, int d,
                stats_fmt_bytes(r->peak_reserved, b1, sizeof(b1)),
                stats_fmt_bytes(r->peak_allocated, b2, sizeof(b2)),
                100 * r->frag_at_peak, 100 * r->frag_mean, 100 * r->frag_max,
-               r->fences, r->seg_reserves, r->ooms);
+               r->fences, r->seg_reserves,
+               r->ooms + r->recorded_ooms - r->recorded_ooms_served);
     }
     for (int k = 0; k < np; k++)
         if (res[k].ooms)
@@ -528,9 +529,11 @@ static void text_device(const args *a, const trace *t, int d,
     for (int k = 0; k < np; k++)
         if (res[k].recorded_ooms)
             printf("  %s: of the %" PRIu64 " requests that ran out of memory "
-                   "when recorded, %" PRIu64 " would be served here (OOM counts "
-                   "only the replay's own failures)\n", pol[k]->name,
-                   res[k].recorded_ooms, res[k].recorded_ooms_served);
+                   "when recorded, %" PRIu64 " would be served here; OOM counts "
+                   "the other %" PRIu64 " with the %" PRIu64 " the replay fails "
+                   "itself\n", pol[k]->name, res[k].recorded_ooms,
+                   res[k].recorded_ooms_served,
+                   res[k].recorded_ooms - res[k].recorded_ooms_served, res[k].ooms);
     if (r0->unmatched_frees)
         printf("  %" PRIu64 " frees of blocks allocated before the trace "
                "began (or not served in the replay) were skipped\n",
@@ -644,6 +647,43 @@ static int cmd_replay(const args *a)
 
 /* ---- plot ------------------------------------------------------------------- */
 
+/* plot's title: --title, else the program's name (or the trace's path)
+ * with its pid (an imported snapshot has no process: no pid) and device. */
+static void plot_title(const args *a, const trace *t, int dev, char *title, size_t len)
+{
+    int n = t->hdr.comm[0] ? (int)sizeof(t->hdr.comm) : 1024;
+    const char *who = t->hdr.comm[0] ? t->hdr.comm : a->trace;
+    char pid[32] = "";
+    if (t->hdr.pid)
+        snprintf(pid, sizeof(pid), " (pid %d)", t->hdr.pid);
+    if (a->title)
+        snprintf(title, len, "%s", a->title);
+    else
+        snprintf(title, len, "%.*s%s, device %d: memory over time", n, who, pid, dev);
+}
+
+/* Writes the SVG to a->out ("-": stdout, and the line about it to
+ * stderr). 0, or 1 with the reason said. */
+static int plot_write(const args *a, const trace *t, const replay_opts *o,
+                      const replay_result *r, int dev)
+{
+    char title[256];
+    plot_title(a, t, dev, title, sizeof(title));
+    bool to_stdout = !strcmp(a->out, "-");
+    FILE *f = to_stdout ? stdout : fopen(a->out, "w");
+    if (!f || plot_svg(f, t, o, r, title, a->by_event) ||
+        (to_stdout ? fflush(f) : fclose(f))) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", me, a->out, strerror(errno));
+        return 1;
+    }
+    char pr[32], name[1024];
+    fprintf(to_stdout ? stderr : stdout, "%s: device %d, %zu events under %s: peak reserved "
+            "%s%s\n", stats_printable(a->out, name, sizeof(name)), dev, t->n, o->policy->name,
+            stats_fmt_bytes(r->peak_reserved, pr, sizeof(pr)),
+            r->ooms ? ", out of memory marked" : "");
+    return 0;
+}
+
 static int cmd_plot(const args *a)
 {
     const replay_policy *pol[16];
@@ -652,6 +692,9 @@ static int cmd_plot(const args *a)
         return usage_error("plot: usage: plot TRACE -o OUT.svg%s", "");
     if ((rc = policy_list(a->policies[0] ? a->policies : "best", pol, &np)))
         return rc;
+    if (np > 1)
+        return usage_error("plot draws one policy, not '%s' (replay compares several)",
+                           a->policies);
     trace t;
     uint64_t devs[4];
     if (load_devices(a, &t, devs))
@@ -677,25 +720,7 @@ static int cmd_plot(const args *a)
         trace_free(&t);
         return 1;
     }
-    char title[256];
-    if (a->title)
-        snprintf(title, sizeof(title), "%s", a->title);
-    else
-        snprintf(title, sizeof(title), "%.*s (pid %d), device %d: memory over time",
-                 t.hdr.comm[0] ? (int)sizeof(t.hdr.comm) : 1024,
-                 t.hdr.comm[0] ? t.hdr.comm : a->trace, t.hdr.pid, dev);
-    FILE *f = fopen(a->out, "w");
-    rc = 0;
-    if (!f || plot_svg(f, &t, &o, &r, title, a->by_event) || fclose(f)) {
-        fprintf(stderr, "%s: cannot write %s: %s\n", me, a->out, strerror(errno));
-        rc = 1;
-    } else {
-        char pr[32], name[1024];
-        printf("%s: device %d, %zu events under %s: peak reserved %s%s\n",
-               stats_printable(a->out, name, sizeof(name)), dev, t.n, o.policy->name,
-               stats_fmt_bytes(r.peak_reserved, pr, sizeof(pr)),
-               r.ooms ? ", out of memory marked" : "");
-    }
+    rc = plot_write(a, &t, &o, &r, dev);
     replay_result_free(&r);
     trace_free(&t);
     return rc;
