@@ -15,10 +15,14 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -264,6 +268,136 @@ static int by_reserved(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
+/* Per device, over every process shown: how many, what they reserve,
+ * allocate and cache, and the cap (the same for all, or "various"). */
+static size_t device_totals(int n, char *out, size_t len)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (int dev = 0; dev < STATS_MAX_DEVICES && at < len; dev++) {
+        uint64_t r = 0, a = 0, c = 0, cap = 0;
+        int procs = 0;
+        bool various = false;
+        for (int i = 0; i < n; i++)
+            for (uint32_t k = 0; k < order[i]->ndevices; k++) {
+                const stats_device *d = &order[i]->dev[k];
+                if (d->device != dev)
+                    continue;
+                various |= procs && d->cap != cap;
+                cap = d->cap;
+                r += d->reserved, a += d->allocated, c += d->cached, procs++;
+            }
+        if (!procs)
+            continue;
+        char rb[32], ab[32], cb[32], capb[32];
+        at += (size_t)snprintf(out + at, len - at, "dev %d: %d process%s, reserved %s "
+                               "(allocated %s, cached %s), cap %s\n", dev, procs,
+                               procs == 1 ? "" : "es", stats_fmt_bytes(r, rb, sizeof(rb)),
+                               stats_fmt_bytes(a, ab, sizeof(ab)),
+                               stats_fmt_bytes(c, cb, sizeof(cb)),
+                               various ? "various" : cap ? stats_fmt_bytes(cap, capb, sizeof(capb))
+                                                         : "none");
+    }
+    return at;
+}
+
+/* Cuts text after its first max lines, saying how many more there were. */
+static void fit_lines(char *text, size_t len, int max)
+{
+    int lines = 0;
+    char *c = text;
+    for (; *c && lines < max; c++)
+        lines += *c == '\n';
+    int more = 0;
+    for (char *d = c; *d; d++)
+        more += *d == '\n';
+    if (more)
+        snprintf(c, len - (size_t)(c - text), "... %d more line%s (the largest are above)\n",
+                 more, more == 1 ? "" : "s");
+}
+
+static struct termios saved_tty;
+static bool tty_raw;
+
+static void tty_restore(void)
+{
+    if (tty_raw)
+        tcsetattr(STDIN_FILENO, TCSANOW, &saved_tty);
+    tty_raw = false;
+}
+
+static void on_stop_signal(int sig)
+{
+    tty_restore();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Keys without Enter and without echo while top runs on a terminal. */
+static void tty_keys(void)
+{
+    if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &saved_tty))
+        return;
+    struct termios t = saved_tty;
+    t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+    t.c_cc[VMIN] = 0;
+    t.c_cc[VTIME] = 0;
+    if (tcsetattr(STDIN_FILENO, TCSANOW, &t))
+        return;
+    tty_raw = true;
+    atexit(tty_restore);
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+}
+
+/* Waits up to seconds; true if q (or Q) was pressed meanwhile. */
+static bool wait_for_q(double seconds)
+{
+    if (!tty_raw) {
+        sleep_s(seconds);
+        return false;
+    }
+    double left = seconds;
+    while (left > 0) {
+        struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+        int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1;
+        if (poll(&p, 1, ms) > 0) {
+            char c;
+            if (read(STDIN_FILENO, &c, 1) == 1 && (c == 'q' || c == 'Q'))
+                return true;
+        }
+        left -= ms / 1000.0;
+    }
+    return false;
+}
+
+/* One frame of top: the title, the devices' totals, the table (as many
+ * rows as the terminal holds) and the group's table if asked for. */
+static void top_frame(int tty, const char *gname, char *gbuf, size_t glen)
+{
+    int n = collect(NULL, 0, 0); /* the next frame shows what they read */
+    qsort(order, (size_t)n, sizeof(order[0]), by_reserved);
+    static char totals[4096];
+    device_totals(n, totals, sizeof(totals));
+    stats_format_table(order, (size_t)n, buf, sizeof(buf));
+    struct winsize ws;
+    if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 4) {
+        int used = 2; /* the title, and the line "... more" may take */
+        for (const char *c = totals; *c; c++)
+            used += *c == '\n';
+        fit_lines(buf, sizeof(buf), ws.ws_row - used > 2 ? ws.ws_row - used : 2);
+    }
+    time_t now = time(NULL);
+    char when[32];
+    strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
+    if (gname && group_text(gname, 0, 0, gbuf, glen))
+        snprintf(gbuf, glen, "group %s: gone\n", gname);
+    printf("%scupool top - %s - %d process%s, sorted by reserved%s\n%s%s%s%s",
+           tty ? "\033[H\033[2J" : "", when, n, n == 1 ? "" : "es",
+           tty_raw ? " - q quits" : "", totals, buf, gname ? "\n" : "", gname ? gbuf : "");
+    fflush(stdout);
+}
+
 static int cmd_top(int argc, char **argv)
 {
     double interval = 1.0;
@@ -289,22 +423,14 @@ static int cmd_top(int argc, char **argv)
         }
     }
     int tty = isatty(STDOUT_FILENO);
+    if (tty)
+        tty_keys();
     for (long it = 0; count < 0 || it < count; it++) {
-        int n = collect(NULL, 0, 0); /* the next frame shows what they read */
-        qsort(order, (size_t)n, sizeof(order[0]), by_reserved);
-        stats_format_table(order, (size_t)n, buf, sizeof(buf));
-        time_t now = time(NULL);
-        char when[32];
-        strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
-        if (gname && group_text(gname, 0, 0, gbuf, sizeof(gbuf)))
-            snprintf(gbuf, sizeof(gbuf), "group %s: gone\n", gname);
-        printf("%scupool top - %s - %d process%s, sorted by reserved\n%s%s%s",
-               tty ? "\033[H\033[2J" : "", when, n, n == 1 ? "" : "es", buf,
-               gname ? "\n" : "", gname ? gbuf : "");
-        fflush(stdout);
-        if (count < 0 || it + 1 < count)
-            sleep_s(interval);
+        top_frame(tty, gname, gbuf, sizeof(gbuf));
+        if ((count < 0 || it + 1 < count) && wait_for_q(interval))
+            break;
     }
+    tty_restore();
     return 0;
 }
 

@@ -1800,6 +1800,47 @@ static void test_replay_json_escapes_path(void **s)
     assert_string_equal(out, "ok\n");
 }
 
+/* cupool top: a line per device with the processes' totals and the cap;
+ * on a terminal, q quits, and a table longer than the terminal is cut
+ * (the title and the largest stay in sight) saying how much more there is. */
+static void test_top_on_a_terminal(void **s)
+{
+    (void)s;
+    child a, b;
+    serve_start(&a, "topa", "CUPOOL_MAX_RESERVED=1G", NULL);
+    serve_start(&b, "topb", "CUPOOL_MAX_RESERVED=1G", NULL);
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " top --count 1", pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "\ndev 0: 2 processes, reserved 24.00 MiB"));
+    assert_non_null(strstr(out, "cap 1.00 GiB\n"));
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s python3 -c '\n"
+             "import fcntl, os, pty, struct, sys, termios, time\n"
+             "pid, fd = pty.fork()\n"
+             "if pid == 0:\n"
+             "    os.execv(sys.argv[1], [sys.argv[1], \"top\", \"--interval\", \"0.2\"])\n"
+             "fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack(\"HHHH\", 5, 80, 0, 0))\n"
+             "seen = b\"\"\n"
+             "end = time.time() + 3\n"
+             "while time.time() < end and b\"more line\" not in seen:\n"
+             "    try: seen += os.read(fd, 4096)\n"
+             "    except OSError: break\n"
+             "os.write(fd, b\"q\")\n"
+             "t0 = time.time()\n"
+             "while time.time() - t0 < 3 and os.waitpid(pid, os.WNOHANG) == (0, 0):\n"
+             "    time.sleep(0.01)\n"
+             "gone = time.time() - t0 < 3\n"
+             "print(\"quit\" if gone else \"still running\", b\"q quits\" in seen, "
+             "b\"more line\" in seen)\n' %s", pages, READER);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    print_message("top on a 5-row terminal: %s", out);
+    assert_string_equal(out, "quit True True\n");
+    kill(a.pid, SIGTERM);
+    kill(b.pid, SIGTERM);
+    finish(&a, "serve", 0);
+    finish(&b, "serve", 0);
+}
+
 /* cupool top and flush refuse intervals and counts they cannot honour
  * (1e19 seconds spun at 100% CPU; inf slept for ever), in one line, exit 2. */
 static void test_reader_bad_numbers(void **s)
@@ -2229,6 +2270,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_plot_conventions, pages_setup, pages_teardown),
         cmocka_unit_test(test_replay_json_escapes_path),
         cmocka_unit_test(test_reader_bad_numbers),
+        cmocka_unit_test_setup_teardown(test_top_on_a_terminal, pages_setup, pages_teardown),
     };
     struct rlimit nocore = {0, 0}; /* SIGQUIT's default action dumps core */
     setrlimit(RLIMIT_CORE, &nocore);
