@@ -434,6 +434,33 @@ static int cmd_top(int argc, char **argv)
     return 0;
 }
 
+/* cupool-stat fields: every statistic, as docs/STATS.md lists them (a test
+ * keeps the two equal). */
+static int cmd_fields(void)
+{
+    static const char *const units[] = {"count", "bytes"};
+    enum { u_COUNT = 0, u_BYTES = 1 };
+    puts("# cupool's statistics\n\n"
+         "What `cupool stat --json` prints for each process (one object per line),\n"
+         "what `--prometheus` exports (as `cupool_NAME`, `_bytes` added to bytes unless\n"
+         "the name ends in it, `_total` to counters) and `CUPOOL_STATS_FILE` dumps.\n"
+         "Made by `build/cupool-stat fields` from the one field list\n"
+         "(`stats/stats.h`); `make test` checks that this file is what it prints.\n\n"
+         "Top level: `cupool` (1), `version`, `pid`, `comm`, `updated_ns` (when the\n"
+         "process last published, CLOCK_REALTIME), `flush_signal` (0 = none),\n"
+         "`devices` (one object per device: `device` and the fields below, and\n"
+         "`fragmentation`, 1 - largest free / cached), `process` (the fields below).\n"
+         "`null` is a figure the process could not tell.\n\n"
+         "## Per device\n\n| field | unit | kind | what |\n| --- | --- | --- | --- |");
+#define X(name, unit, kind, help) \
+    printf("| `%s` | %s | %s | %s |\n", #name, units[u_##unit], #kind[0] == 'G' ? "gauge" : "counter", help);
+    STATS_DEVICE_FIELDS(X)
+    puts("\n## Per process\n\n| field | unit | kind | what |\n| --- | --- | --- | --- |");
+    STATS_PROCESS_FIELDS(X)
+#undef X
+    return 0;
+}
+
 /* Asks pid for r through its page and waits up to timeout seconds for
  * the answer; *before and *after are its views around it. 0, or 1 with a
  * message. */
@@ -541,6 +568,8 @@ int main(int argc, char **argv)
         return cmd_stat(argc - 2, argv + 2);
     if (!strcmp(argv[1], "top"))
         return cmd_top(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "fields"))
+        return cmd_fields();
     if (!strcmp(argv[1], "--version")) {
         printf("cupool %s\n", CUPOOL_VERSION);
         return 0;

@@ -1841,6 +1841,18 @@ static void test_top_on_a_terminal(void **s)
     finish(&b, "serve", 0);
 }
 
+/* docs/STATS.md is what the field list says, every field documented:
+ * regenerate it with build/cupool-stat fields > docs/STATS.md. */
+static void test_stats_fields_documented(void **s)
+{
+    (void)s;
+    char out[256];
+    int st = shell(READER " fields | cmp - docs/STATS.md 2>&1", out, sizeof(out));
+    if (st != 0)
+        fail_msg("docs/STATS.md differs from the field list (build/cupool-stat fields > "
+                 "docs/STATS.md): %s", out);
+}
+
 /* cupool top and flush refuse intervals and counts they cannot honour
  * (1e19 seconds spun at 100% CPU; inf slept for ever), in one line, exit 2. */
 static void test_reader_bad_numbers(void **s)
@@ -2270,6 +2282,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_plot_conventions, pages_setup, pages_teardown),
         cmocka_unit_test(test_replay_json_escapes_path),
         cmocka_unit_test(test_reader_bad_numbers),
+        cmocka_unit_test(test_stats_fields_documented),
         cmocka_unit_test_setup_teardown(test_top_on_a_terminal, pages_setup, pages_teardown),
     };
     struct rlimit nocore = {0, 0}; /* SIGQUIT's default action dumps core */
