@@ -1824,6 +1824,11 @@ static int cupti_yield_threads(void)
     CHECK(pthread_create(&t, NULL, subscribe_midway, NULL) == 0);
     int after = 0, missed = 0;
     for (int i = 0; i < n; i++) {
+        /* Half way, the subscriber has had its chance: wait for it (a
+         * loaded machine may not have run its thread yet), so that some
+         * reuses come after the handover. */
+        for (int w = 0; i == n / 2 && !atomic_load(&handed) && w < 5000; w++)
+            sleep_ms(1);
         bool late = atomic_load(&handed);
         simcuda_stats s0 = sim(0);
         OK(cudaMalloc(&q, 64 * MIB));
