@@ -125,7 +125,7 @@ static int state_of(int pid, CUprocessState *s)
     CUresult r = drv.state(pid, s);
     if (r != CUDA_SUCCESS) {
         say("the driver cannot tell the state of process %d (%s): it uses no CUDA, or "
-            "this user may not checkpoint it (see README, \"Pause and resume\")", pid,
+            "this user may not checkpoint it (see docs/GUIDE.md, \"Pause and resume\")", pid,
             cu_text(r));
         return 1;
     }

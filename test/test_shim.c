@@ -702,6 +702,41 @@ static void test_cli_help_and_mistakes(void **s)
     assert_string_equal(out, "rc=0\n");
 }
 
+/* Every cupool command the README's examples use exists (its --help
+ * exits 0), and every option they give it is one the command takes: the
+ * examples cannot go stale silently. Placeholders (PID, TRACE, ./prog) are
+ * not run. */
+static void test_readme_examples_are_commands(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip();
+    char out[8192];
+    int st = shell("python3 - <<'PY'\n"
+        "import re, subprocess\n"
+        "text = open('README.md').read()\n"
+        "blocks = re.findall(r'```sh\\n(.*?)```', text, re.S)\n"
+        "bad, n = [], 0\n"
+        "for line in (l for b in blocks for l in b.splitlines()):\n"
+        "    for cmd in line.split('#')[0].split(';'):\n"
+        "        w = cmd.split()\n"
+        "        if len(w) < 2 or w[0] != 'scripts/cupool': continue\n"
+        "        n += 1\n"
+        "        h = subprocess.run(['scripts/cupool', w[1], '--help'], capture_output=True, text=True)\n"
+        "        if h.returncode: bad.append(cmd.strip() + ': no such command'); continue\n"
+        "        for o in (x for x in w[2:] if x.startswith('--') and x != '--'):\n"
+        "            name = o.split('=')[0]\n"
+        "            if w[1] == 'run':\n"
+        "                k = subprocess.run(['build/cupool-options', 'kind', 'CUPOOL_' + name[2:].upper().replace('-', '_')], capture_output=True)\n"
+        "                if k.returncode: bad.append(cmd.strip() + ': ' + name)\n"
+        "            elif name not in h.stdout + h.stderr: bad.append(cmd.strip() + ': ' + name)\n"
+        "print(n, 'commands;', bad or 'all real')\n"
+        "PY", out, sizeof(out));
+    print_message("README examples: %s", out);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "all real"));
+}
+
 /* make demo's tour runs to the end and tells its story: the cap's report,
  * the live table, a flush without a signal, a replay and a plot. */
 static void test_demo(void **s)
@@ -2187,6 +2222,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cupool_run),
         cmocka_unit_test(test_startup_refusals),
         cmocka_unit_test(test_cli_help_and_mistakes),
+        cmocka_unit_test(test_readme_examples_are_commands),
         cmocka_unit_test(test_demo),
         cmocka_unit_test(test_install_uninstall),
         cmocka_unit_test(test_stats_file_fifo),
