@@ -1594,7 +1594,9 @@ static int flushed_all(void)
 {
     raise(SIGUSR1);
 #ifdef SIMCUDA
-    for (int i = 0; i < 200 && sim(0).vmm_mapped; i++)
+    /* The helper flushes: wait until it is done (mapped and in use both
+     * down), then judge. */
+    for (int i = 0; i < 200 && (sim(0).vmm_mapped || sim(0).used); i++)
         sleep_ms(10);
     simcuda_stats after = sim(0);
     printf("flushed: %llu bytes mapped, %llu in use, %lu unsynced unmaps\n",
