@@ -212,6 +212,7 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
 	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
+	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
 	    "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \
 	     { echo 'FAIL the code shape (scripts/check-shape)'; exit 1; }"
 
@@ -220,7 +221,7 @@ bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cu
 	scripts/bench-shim
 	scripts/bench-traces
 
-demo: all
+demo: all $(BUILD)/rt/rt_prog
 	scripts/demo
 
 # The GPU programs the GPU scripts run (scripts/gpu-check, gpu-reach,

@@ -496,8 +496,9 @@ static int ask(int pid, stats_request r, double timeout, stats_view *before,
 
 /* What a flush returned, and the frameworks' part of it, from the
  * process's counters before and after. */
-static void print_flush(int pid, const stats_process *a, const stats_process *b)
+static void print_flush(int pid, const stats_view *before, const stats_view *after)
 {
+    const stats_process *a = &before->proc, *b = &after->proc;
     char h[32], t[32], c[32], own[32];
     uint64_t got = b->flushed - a->flushed;
     uint64_t torch = b->framework_torch - a->framework_torch;
@@ -516,6 +517,12 @@ static void print_flush(int pid, const stats_process *a, const stats_process *b)
                stats_fmt_bytes(got > torch + cupy ? got - torch - cupy : 0, own, sizeof(own)));
     }
     printf("\n");
+    uint64_t kept = 0;
+    for (uint32_t k = 0; k < after->ndevices; k++)
+        kept += after->dev[k].cached;
+    if (kept)
+        printf("%d: %s stays cached, in segments that hold live blocks (a flush returns "
+               "whole free segments)\n", pid, stats_fmt_bytes(kept, h, sizeof(h)));
     if (b->framework_late > a->framework_late)
         printf("%d: its main thread reached no safe point in time (busy in a long "
                "call): the framework's cache was not released, and will not be "
@@ -550,7 +557,7 @@ static int cmd_ask(const char *name, stats_request r, int argc, char **argv)
     if (ask(pid, r, timeout, &before, &after))
         return 1;
     if (r == STATS_REQ_FLUSH) {
-        print_flush(pid, &before.proc, &after.proc);
+        print_flush(pid, &before, &after);
     } else {
         printf("%d: statistics written (to its CUPOOL_STATS_FILE, else its "
                "standard error)\n", pid);

@@ -39,6 +39,9 @@
     P(X, cached, cached, BYTES, GAUGE, "reserved but not allocated: free in the pool") \
     P(X, cached_peak, cached_peak, BYTES, GAUGE, "peak of cached")            \
     P(X, largest_free, largest_free, BYTES, GAUGE, "largest free block")      \
+    P(X, releasable, idle_bytes, BYTES, GAUGE, "cached bytes in segments with " \
+      "no live block: what a flush returns now (the rest of cached stays, in " \
+      "segments that hold live blocks)")                                      \
     X(cap, BYTES, GAUGE, "cap on reserved (0 = none)")                        \
     X(outside_pool, BYTES, GAUGE, "device memory the process holds outside "  \
       "the pool: context, libraries, pass-through (from NVML)")               \
