@@ -16,6 +16,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -162,13 +163,22 @@ static int flush(int pid, double timeout, stats_view *v)
     while ((done = stats_page_answered(pid, STATS_REQ_FLUSH, ticket)) == 0 &&
            now_s() - t0 < timeout)
         usleep(5000);
+    if (done < 0) {
+        say("process %d ended, or its page went, during its flush: nothing else done", pid);
+        return 1;
+    }
     if (done != 1) {
         say("process %d did not flush within %.0f s: nothing else done", pid, timeout);
         return 1;
     }
-    for (int i = 0; i < 100 && stats_page_read(pid, v) == 0 && v->updated_ns <= before.updated_ns;
-         i++)
-        usleep(10000); /* the view published after the flush */
+    *v = before;
+    stats_view now;
+    for (int i = 0; i < 100 && stats_page_read(pid, &now) == 0; i++) {
+        *v = now; /* only a view read whole */
+        if (now.updated_ns > before.updated_ns)
+            break; /* the view published after the flush */
+        usleep(10000);
+    }
     char r[32], fw[32];
     say("flushed %d in %.2f s: returned %s to the driver (of it, the framework's cache %s)",
         pid, now_s() - t0,
@@ -176,6 +186,38 @@ static int flush(int pid, double timeout, stats_view *v)
         stats_fmt_bytes(v->proc.framework_flushed - before.proc.framework_flushed, fw,
                         sizeof(fw)));
     return 0;
+}
+
+/* After a failed checkpoint: unlocks the process unless the driver says
+ * it is running already or failed for good (an unknown state is tried
+ * too), then says how it is left. Returns 1. */
+static int checkpoint_failed(int pid, CUresult why)
+{
+    CUprocessState st = CU_PROCESS_STATE_LOCKED;
+    bool known = drv.state(pid, &st) == CUDA_SUCCESS && (unsigned)st <= CU_PROCESS_STATE_FAILED;
+    if (known && st == CU_PROCESS_STATE_RUNNING) {
+        say("cannot checkpoint process %d (%s): it runs on", pid, cu_text(why));
+        return 1;
+    }
+    if (known && st == CU_PROCESS_STATE_FAILED) {
+        say("cannot checkpoint process %d (%s), and the driver left it failed: it "
+            "cannot bring it back", pid, cu_text(why));
+        return 1;
+    }
+    if (known && st == CU_PROCESS_STATE_CHECKPOINTED) {
+        say("the checkpoint of process %d reported %s, yet it is checkpointed: cupool "
+            "resume restores it", pid, cu_text(why));
+        return 1;
+    }
+    CUcheckpointUnlockArgs ua = {{0}};
+    CUresult u = drv.unlock(pid, &ua);
+    if (u == CUDA_SUCCESS)
+        say("cannot checkpoint process %d (%s): unlocked, it runs on", pid, cu_text(why));
+    else
+        say("cannot checkpoint process %d (%s), and it is left %s: cupool resume tries to "
+            "unlock it (the unlock said %s)", pid, cu_text(why),
+            known ? "locked" : "in a state the driver does not tell", cu_text(u));
+    return 1;
 }
 
 /* Lock and checkpoint; a failed checkpoint is unlocked. 0, or 1 with the
@@ -196,17 +238,7 @@ static int lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
     *t_ckpt = now_s() - t0;
     if (r == CUDA_SUCCESS)
         return 0;
-    CUprocessState st = CU_PROCESS_STATE_FAILED;
-    drv.state(pid, &st);
-    CUcheckpointUnlockArgs ua = {{0}};
-    CUresult u = st == CU_PROCESS_STATE_LOCKED ? drv.unlock(pid, &ua) : CUDA_ERROR_ILLEGAL_STATE;
-    if (u == CUDA_SUCCESS)
-        say("cannot checkpoint process %d (%s): unlocked, it runs on", pid, cu_text(r));
-    else
-        say("cannot checkpoint process %d (%s), and it is left %s: %s", pid, cu_text(r),
-            state_names[st > 3 ? 3 : st], st == CU_PROCESS_STATE_LOCKED
-                ? "cupool resume unlocks it" : "the driver cannot bring it back");
-    return 1;
+    return checkpoint_failed(pid, r);
 }
 
 /* Whether pid may be paused now: running, and no NCCL (*v, *paged: its
@@ -240,15 +272,27 @@ static int cmd_pause(int pid, double timeout, bool no_flush)
     bool paged;
     if (pause_check(pid, &v, &paged) || (paged && !no_flush && flush(pid, timeout, &v)))
         return 1;
+    /* From the lock until the page says paused, a Ctrl-C or a TERM must not
+     * leave the process locked with nothing said: they wait to the end. */
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
+    sigaddset(&stop, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &stop, &old);
     double t_lock = 0, t_ckpt = 0;
-    if (lock_and_checkpoint(pid, &t_lock, &t_ckpt))
+    if (lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
         return 1;
+    }
     uint64_t needs = paged ? held_of(&v) : 0;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     if (paged && stats_page_mark_paused(pid, (uint64_t)now.tv_sec * 1000000000u +
                                         (uint64_t)now.tv_nsec, needs ? needs : 1))
         say("process %d paused, but its page could not say so", pid);
+    fflush(stderr);
     char b[32];
     if (paged)
         printf("paused %d: lock %.3f s, checkpoint %.3f s (%.2f GiB/s); it held %s on the "
@@ -258,6 +302,8 @@ static int cmd_pause(int pid, double timeout, bool no_flush)
     else
         printf("paused %d: lock %.3f s, checkpoint %.3f s; its device memory moved, its "
                "caches too\n", pid, t_lock, t_ckpt);
+    fflush(stdout);
+    sigprocmask(SIG_SETMASK, &old, NULL); /* a signal that came acts now */
     return 0;
 }
 
@@ -279,8 +325,14 @@ static int cmd_resume(int pid)
         r = drv.restore(pid, &ra);
         t_restore = now_s() - t0;
         if (r != CUDA_SUCCESS) {
-            say("cannot restore process %d (%s): it stays paused (is there room on the "
-                "device? cupool resume tries again)", pid, cu_text(r));
+            CUprocessState now = CU_PROCESS_STATE_CHECKPOINTED;
+            drv.state(pid, &now);
+            if (now == CU_PROCESS_STATE_FAILED)
+                say("cannot restore process %d (%s): the driver left it failed, and "
+                    "cannot bring it back", pid, cu_text(r));
+            else
+                say("cannot restore process %d (%s): it stays paused (is there room on "
+                    "the device? cupool resume tries again)", pid, cu_text(r));
             return 1;
         }
     }
@@ -336,7 +388,7 @@ int main(int argc, char **argv)
         char *end;
         timeout = strtod(argv[++i], &end);
         if (*end || !(timeout > 0 && timeout <= 3600)) {
-            say("--timeout takes seconds from 0 to 3600, not '%s'", argv[i]);
+            say("--timeout takes seconds above 0, up to 3600, not '%s'", argv[i]);
             return 2;
         }
     }

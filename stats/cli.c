@@ -517,12 +517,18 @@ static void print_flush(int pid, const stats_view *before, const stats_view *aft
                stats_fmt_bytes(got > torch + cupy ? got - torch - cupy : 0, own, sizeof(own)));
     }
     printf("\n");
-    uint64_t kept = 0;
-    for (uint32_t k = 0; k < after->ndevices; k++)
-        kept += after->dev[k].cached;
+    uint64_t kept = 0, idle = 0;
+    for (uint32_t k = 0; k < after->ndevices; k++) {
+        kept += after->dev[k].cached - (after->dev[k].releasable < after->dev[k].cached
+                                            ? after->dev[k].releasable : after->dev[k].cached);
+        idle += after->dev[k].releasable;
+    }
     if (kept)
         printf("%d: %s stays cached, in segments that hold live blocks (a flush returns "
                "whole free segments)\n", pid, stats_fmt_bytes(kept, h, sizeof(h)));
+    if (idle)
+        printf("%d: %s of free segments is not returned yet (a capture open, or a "
+               "release deferred)\n", pid, stats_fmt_bytes(idle, h, sizeof(h)));
     if (b->framework_late > a->framework_late)
         printf("%d: its main thread reached no safe point in time (busy in a long "
                "call): the framework's cache was not released, and will not be "

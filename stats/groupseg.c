@@ -201,7 +201,7 @@ uint64_t group_ending_held(group *g, int dev)
     reap_locked(g->d);
     for (int i = 0; i < GROUP_MEMBERS; i++) {
         slot *s = &g->d->slots[i];
-        if (atomic_load(&s->pid) && atomic_load(&s->ending))
+        if (s != g->me && atomic_load(&s->pid) && atomic_load(&s->ending))
             sum += atomic_load(&s->held[dev]);
     }
     unlock(g->d);

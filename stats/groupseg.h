@@ -85,7 +85,7 @@ void group_flush_answer(group *g, uint64_t ticket);
 /* Marks this member as ending: its program is done (an interpreter
  * finalizing), its process gives its memory back only as it goes. */
 void group_set_ending(group *g);
-/* What the live members that are ending hold on dev. */
+/* What the other live members that are ending hold on dev. */
 uint64_t group_ending_held(group *g, int dev);
 /* Frees the slots of members that died. Returns how many. */
 int group_reap(group *g);

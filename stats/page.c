@@ -606,6 +606,8 @@ typedef struct page_pause { uint64_t since, needs; } page_pause;
 static void mark_paused(page_data *d, void *arg)
 {
     const page_pause *pp = arg;
+    if (!pp->since) /* running again: the mark goes first */
+        atomic_store(&d->paused_since, 0);
     atomic_store(&d->paused_needs, pp->needs);
     atomic_store(&d->paused_since, pp->since);
 }

@@ -1533,8 +1533,8 @@ static void test_pause_failures(void **s)
     static const struct { const char *fail; int state; const char *says; } cases[] = {
         {"lock", 0, "runs on, untouched"},
         {"checkpoint", 0, "unlocked, it runs on"},
-        {"checkpoint,unlock", 1, "left locked: cupool resume unlocks it"},
-        {"checkpoint=failed", 3, "left failed"},
+        {"checkpoint,unlock", 1, "left locked: cupool resume tries to unlock it"},
+        {"checkpoint=failed", 3, "the driver left it failed"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         snprintf(args, sizeof(args), "pause %d", c.pid);
@@ -1558,6 +1558,19 @@ static void test_pause_failures(void **s)
     assert_int_equal(pause_state(c.pid), 2);
     assert_int_equal(pause_run(args, "unlock", out, sizeof(out), calls, sizeof(calls)), 1);
     assert_non_null(strstr(out, "restored, locked"));
+    assert_int_equal(pause_state(c.pid), 1);
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
+    /* A restore that leaves the process failed says so, not "paused". */
+    snprintf(args, sizeof(args), "pause %d", c.pid);
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
+    snprintf(args, sizeof(args), "resume %d", c.pid);
+    assert_int_equal(pause_run(args, "restore=failed", out, sizeof(out), calls,
+                               sizeof(calls)), 1);
+    assert_non_null(strstr(out, "the driver left it failed"));
+    assert_int_equal(pause_state(c.pid), 3);
+    char reset[256];
+    snprintf(reset, sizeof(reset), "echo 1 > %s/ckpt/%d", pages, c.pid); /* locked again */
+    assert_int_equal(shell(reset, out, sizeof(out)), 0);
     assert_int_equal(pause_state(c.pid), 1);
     assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
     assert_int_equal(pause_state(c.pid), 0);

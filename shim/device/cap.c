@@ -60,18 +60,23 @@ int shim_cap_take_passed(int dev, size_t size, const char *call)
      * the caller, holding its locks: NCCL's and the runtime's own
      * cuMemCreate come here); the cap is known without it. */
     uint64_t cap = shim_cap_limit(dev);
+    /* Only the device's own idle segments are reclaimed here, never the
+     * group's: the caller may hold the runtime's locks, which another
+     * member's flush, or this process's helper, could need. */
     for (int round = 0;; round++) {
         if (pool_budget_take(&d->budget, size) == 0) {
             passed_add(d, size);
             return 0;
         }
-        if (!shim_cap_reclaim(dev, size, -EDQUOT, round))
+        if (round == 1 || !shim_device_shard_if_any(dev, 0) || shim_device_flush(dev) == 0)
             break;
     }
     char rq[32], c[32], r[32], p[32];
-    shim_log(SHIM_LOG_ERROR, "device %d: %s(%s) refused: the cap %s would be "
-             "exceeded (pool reserved %s, passed on %s)", dev, call,
-             stats_fmt_bytes(size, rq, sizeof(rq)), stats_fmt_bytes(cap, c, sizeof(c)),
+    bool own = !pool_budget_room(&d->budget, size);
+    shim_log(SHIM_LOG_ERROR, "device %d: %s(%s) refused: %s %s would be exceeded (pool "
+             "reserved %s, passed on %s)", dev, call, stats_fmt_bytes(size, rq, sizeof(rq)),
+             own ? "the cap" : "the group's budget (CUPOOL_GROUP); the cap",
+             stats_fmt_bytes(cap, c, sizeof(c)),
              stats_fmt_bytes(atomic_load(&d->reserved), r, sizeof(r)),
              stats_fmt_bytes(atomic_load(&d->passed), p, sizeof(p)));
     return -EDQUOT;

@@ -26,8 +26,9 @@ uint64_t shim_cap_set(int dev, uint64_t total);
 uint64_t shim_cap_limit(int dev);
 
 /* Takes size bytes passed on for call (named in the refusal's line), after
- * shim_cap_reclaim where it helps: 0 or -EDQUOT. With call NULL, charges
- * bytes already allocated, whatever the limit. */
+ * returning the device's idle segments where that helps (not the group's:
+ * the caller may hold the runtime's locks): 0 or -EDQUOT. With call NULL,
+ * charges bytes already allocated, whatever the limit. */
 int shim_cap_take_passed(int dev, size_t size, const char *call);
 /* Gives back size bytes passed on; or every byte passed on (a reset). */
 void shim_cap_give_passed(int dev, size_t size);

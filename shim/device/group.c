@@ -2,6 +2,7 @@
  * group.c - see group.h.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,10 @@ static bool device_room(int dev, size_t size)
  * (tickets, or NULL) has answered; while a member is ending (its program
  * done, its process still holding its memory), up to
  * SHIM_GROUP_END_WAIT_MS, for it to go. */
+/* When a member was last seen ending: one that left the budget may still
+ * hold the device until its process is gone. */
+static _Atomic uint64_t ending_seen_ns;
+
 static bool wait_room(int dev, size_t size, bool (*fits)(int, size_t),
                       const uint64_t *tickets)
 {
@@ -127,7 +132,10 @@ static bool wait_room(int dev, size_t size, bool (*fits)(int, size_t),
         nanosleep(&tick, NULL);
         if (fits(dev, size))
             return true;
-        ending = ending || group_ending_held(grp, dev) > 0;
+        if (group_ending_held(grp, dev) > 0) {
+            ending = true;
+            atomic_store(&ending_seen_ns, shim_mono_ns());
+        }
         if (!ending && (waited >= SHIM_GROUP_WAIT_MS ||
                         (tickets && group_answered(grp, tickets))))
             return fits(dev, size);
@@ -143,8 +151,12 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
     if (device_full) {
         /* The device refused: the members share it. Its room comes from
          * their flushes, or a member's process ending. */
+        int asked = group_ask_others(grp, tickets);
+        uint64_t since = shim_mono_ns() - atomic_load(&ending_seen_ns);
+        if (!asked && !group_ending_held(grp, dev) &&
+            since > (uint64_t)SHIM_GROUP_END_WAIT_MS * 1000000u)
+            return false; /* alone, and no member just ended: nothing will make room */
         shim_count(SHIM_group_reclaims);
-        group_ask_others(grp, tickets);
         return wait_room(dev, size, device_room, NULL);
     }
     if (room(dev, size))
