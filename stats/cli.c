@@ -381,17 +381,21 @@ static void top_frame(int tty, const char *gname, char *gbuf, size_t glen)
     device_totals(n, totals, sizeof(totals));
     stats_format_table(order, (size_t)n, buf, sizeof(buf));
     struct winsize ws;
+    if (gname && group_text(gname, 0, 0, gbuf, glen))
+        snprintf(gbuf, glen, "group %s: gone\n", gname);
     if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 4) {
-        int used = 2; /* the title, and the line "... more" may take */
+        /* The title, the line "... more" may take, and the cursor's own
+         * last row (a newline there would scroll the title away). */
+        int used = 3;
         for (const char *c = totals; *c; c++)
+            used += *c == '\n';
+        for (const char *c = gname ? gbuf : ""; *c; c++)
             used += *c == '\n';
         fit_lines(buf, sizeof(buf), ws.ws_row - used > 2 ? ws.ws_row - used : 2);
     }
     time_t now = time(NULL);
     char when[32];
     strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
-    if (gname && group_text(gname, 0, 0, gbuf, glen))
-        snprintf(gbuf, glen, "group %s: gone\n", gname);
     printf("%scupool top - %s - %d process%s, sorted by reserved%s\n%s%s%s%s",
            tty ? "\033[H\033[2J" : "", when, n, n == 1 ? "" : "es",
            tty_raw ? " - q quits" : "", totals, buf, gname ? "\n" : "", gname ? gbuf : "");

@@ -254,7 +254,7 @@ static int segment_open(int dfd, const char *file)
  * process's made first), or -errno. */
 static int segment_make(int dfd, const char *file, const group_cap *caps)
 {
-    char tmp[GROUP_NAME_MAX + 48];
+    char tmp[GROUP_NAME_MAX + 80];
     snprintf(tmp, sizeof(tmp), ".%s.%d.new", file, (int)getpid());
     unlinkat(dfd, tmp, 0);
     int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -290,7 +290,11 @@ static int segment_make(int dfd, const char *file, const group_cap *caps)
 /* The segment's file name for group name. */
 static void segment_name(const char *name, char *buf, size_t len)
 {
-    snprintf(buf, len, "group-%s", name);
+    /* Members are known by pid and start time, which mean something only
+     * inside one pid namespace: a group is one namespace's, as pages are. */
+    struct stat ns;
+    unsigned long ino = stat("/proc/self/ns/pid", &ns) == 0 ? (unsigned long)ns.st_ino : 0;
+    snprintf(buf, len, "group-%lu-%s", ino, name);
 }
 
 static const char *error_text(int err)
@@ -308,7 +312,7 @@ static const char *error_text(int err)
 static group_data *segment_map(const char *name, bool make, const group_cap *caps, int *err,
                                const char **why)
 {
-    char dir[512], file[GROUP_NAME_MAX + 16];
+    char dir[512], file[GROUP_NAME_MAX + 40];
     int dfd = stats_user_dir(dir, sizeof(dir), why);
     if (dfd < 0) {
         *err = -ENOENT;

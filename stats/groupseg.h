@@ -2,8 +2,8 @@
  * groupseg.h - one budget for several processes: the group segment.
  *
  * Processes of one user that set the same CUPOOL_GROUP=NAME share, per
- * device, one budget held in a small shared file, group-NAME in the user's
- * own directory (stats_user_dir: mode 0700, so no other user can open,
+ * device, one budget held in a small shared file, group-<pid namespace>-NAME
+ * in the user's own directory (stats_user_dir: mode 0700, so no other user can open,
  * read, join, inflate or shrink it), checked as a page is (a regular file
  * of the user, 0600, one link, the exact size, the right header) and built
  * under a temporary name before it is linked into place.

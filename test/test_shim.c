@@ -1790,7 +1790,9 @@ static void test_group_corrupt_segment(void **s)
     char path[256], direnv[128];
     snprintf(path, sizeof(path), "%s/cupool-%u", pages, (unsigned)geteuid());
     mkdir(path, 0700);
-    snprintf(path, sizeof(path), "%s/cupool-%u/group-bad", pages, (unsigned)geteuid());
+    struct stat ns;
+    unsigned long ino = stat("/proc/self/ns/pid", &ns) == 0 ? (unsigned long)ns.st_ino : 0;
+    snprintf(path, sizeof(path), "%s/cupool-%u/group-%lu-bad", pages, (unsigned)geteuid(), ino);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     assert_true(fd >= 0);
     char junk[4096];
