@@ -103,11 +103,13 @@ static uint64_t held_locked(const group_data *d, int dev)
 int group_take(group *g, int dev, uint64_t size, uint64_t lim)
 {
     group_data *d = g->d;
-    if (atomic_load(&g->left))
-        return 0;
     if (dev < 0 || dev >= STATS_MAX_DEVICES)
-        return -EDQUOT;
+        return atomic_load(&g->left) ? 0 : -EDQUOT;
     lock(d);
+    if (atomic_load(&g->left)) { /* under the lock: the slot may be another's */
+        unlock(d);
+        return 0;
+    }
     uint64_t sum = held_locked(d, dev);
     if (lim && (size > lim || sum > lim - size) && reap_locked(d))
         sum = held_locked(d, dev);
@@ -118,17 +120,21 @@ int group_take(group *g, int dev, uint64_t size, uint64_t lim)
     return err;
 }
 
-void group_charge(group *g, int dev, uint64_t size)
+/* Adds delta to what this member holds on dev, under the lock, unless it
+ * left: its slot may be a new member's by then. */
+static void held_add(group *g, int dev, int64_t delta)
 {
-    if (!atomic_load(&g->left) && dev >= 0 && dev < STATS_MAX_DEVICES)
-        atomic_fetch_add(&g->me->held[dev], size);
+    if (dev < 0 || dev >= STATS_MAX_DEVICES)
+        return;
+    lock(g->d);
+    if (!atomic_load(&g->left))
+        atomic_fetch_add(&g->me->held[dev], (uint64_t)delta);
+    unlock(g->d);
 }
 
-void group_give(group *g, int dev, uint64_t size)
-{
-    if (!atomic_load(&g->left) && dev >= 0 && dev < STATS_MAX_DEVICES)
-        atomic_fetch_sub(&g->me->held[dev], size);
-}
+void group_charge(group *g, int dev, uint64_t size) { held_add(g, dev, (int64_t)size); }
+
+void group_give(group *g, int dev, uint64_t size) { held_add(g, dev, -(int64_t)size); }
 
 group_cap group_cap_of(const group *g, int dev)
 {
@@ -146,8 +152,10 @@ uint64_t group_held(group *g, int dev)
 
 void group_set_cached(group *g, int dev, uint64_t cached)
 {
-    if (!atomic_load(&g->left))
+    lock(g->d);
+    if (!atomic_load(&g->left)) /* under the lock, as held_add */
         atomic_store(&g->me->cached[dev], cached);
+    unlock(g->d);
 }
 
 int group_ask_others(group *g, uint64_t *tickets)
