@@ -153,31 +153,23 @@ static uint64_t held_of(const stats_view *v)
 static int flush(int pid, double timeout, stats_view *v)
 {
     stats_view before;
-    uint64_t ticket;
-    if (stats_page_read(pid, &before) != 0 || stats_page_ask(pid, STATS_REQ_FLUSH, &ticket)) {
-        say("cannot ask process %d to flush through its page", pid);
-        return 1;
-    }
     double t0 = now_s();
-    int done;
-    while ((done = stats_page_answered(pid, STATS_REQ_FLUSH, ticket)) == 0 &&
-           now_s() - t0 < timeout)
-        usleep(5000);
-    if (done < 0) {
-        say("process %d ended, or its page went, during its flush: nothing else done", pid);
-        return 1;
-    }
-    if (done != 1) {
+    int err = stats_page_request(pid, STATS_REQ_FLUSH, timeout, &before, v);
+    if (err == -ETIMEDOUT) {
         say("process %d did not flush within %.0f s: nothing else done", pid, timeout);
         return 1;
     }
-    *v = before;
+    if (err) {
+        say("process %d could not be asked to flush, or ended during its flush "
+            "(its page: %s): nothing else done", pid, strerror(-err));
+        return 1;
+    }
     stats_view now;
-    for (int i = 0; i < 100 && stats_page_read(pid, &now) == 0; i++) {
+    for (int i = 0; i < 100 && v->updated_ns <= before.updated_ns &&
+                    stats_page_read(pid, &now) == 0; i++) {
         *v = now; /* only a view read whole */
-        if (now.updated_ns > before.updated_ns)
-            break; /* the view published after the flush */
-        usleep(10000);
+        if (now.updated_ns <= before.updated_ns)
+            usleep(10000); /* the view published after the flush */
     }
     char r[32], fw[32];
     say("flushed %d in %.2f s: returned %s to the driver (of it, the framework's cache %s)",

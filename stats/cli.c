@@ -471,25 +471,12 @@ static int cmd_fields(void)
 static int ask(int pid, stats_request r, double timeout, stats_view *before,
                stats_view *after)
 {
-    uint64_t ticket;
-    int err = stats_page_read(pid, before);
+    int err = stats_page_request(pid, r, timeout, before, after);
     if (!err)
-        err = stats_page_ask(pid, r, &ticket);
-    if (err) {
+        return 0;
+    if (err != -ETIMEDOUT)
         fprintf(stderr, "cupool: %d: %s\n", pid, read_error(err));
-        return 1;
-    }
-    for (double waited = 0; waited < timeout; waited += 0.01) {
-        sleep_s(0.01);
-        int got = stats_page_answered(pid, r, ticket);
-        if (got < 0) {
-            fprintf(stderr, "cupool: %d: %s\n", pid, read_error(got));
-            return 1;
-        }
-        if (got && stats_page_read(pid, after) == 0)
-            return 0;
-    }
-    if (stats_page_read(pid, after) == 0 && after->proc.paused_since)
+    else if (stats_page_read(pid, after) == 0 && after->proc.paused_since)
         fprintf(stderr, "cupool: %d: no answer within %.1f s: it is paused (cupool pause), "
                 "and answers after cupool resume\n", pid, timeout);
     else

@@ -300,9 +300,7 @@ static void segment_name(const char *name, char *buf, size_t len)
 {
     /* Members are known by pid and start time, which mean something only
      * inside one pid namespace: a group is one namespace's, as pages are. */
-    struct stat ns;
-    unsigned long ino = stat("/proc/self/ns/pid", &ns) == 0 ? (unsigned long)ns.st_ino : 0;
-    snprintf(buf, len, "group-%lu-%s", ino, name);
+    snprintf(buf, len, "group-%lu-%s", stats_pid_ns(), name);
 }
 
 static const char *error_text(int err)

@@ -94,7 +94,7 @@ const char *stats_page_dir(void)
 }
 
 /* The inode of this process's pid namespace, 0 if /proc cannot tell. */
-static unsigned long pid_ns(void)
+unsigned long stats_pid_ns(void)
 {
     struct stat st;
     return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long)st.st_ino : 0;
@@ -194,7 +194,7 @@ static int each_dir(uid_t uid, int (*fn)(int dfd, void *arg), void *arg)
 /* The page's name in its directory: <pid namespace>-<pid>. */
 static void page_name(int pid, char *buf, size_t len)
 {
-    snprintf(buf, len, "%lu-%d", pid_ns(), pid);
+    snprintf(buf, len, "%lu-%d", stats_pid_ns(), pid);
 }
 
 /* Makes (or finds) the directory this process's page goes in: p->dir, and
@@ -453,7 +453,7 @@ static int page_check(int fd, int pid, uid_t uid)
 static int page_name_pid(const char *name, bool *tmp)
 {
     char prefix[32];
-    int k = snprintf(prefix, sizeof(prefix), "%lu-", pid_ns());
+    int k = snprintf(prefix, sizeof(prefix), "%lu-", stats_pid_ns());
     *tmp = name[0] == '.';
     if (*tmp)
         name++;
@@ -649,6 +649,30 @@ int stats_page_mark_paused(int pid, uint64_t since_ns, uint64_t needs)
 {
     page_pause pp = {since_ns, needs};
     return page_write(pid, mark_paused, &pp);
+}
+
+int stats_page_request(int pid, stats_request r, double timeout, stats_view *before,
+                       stats_view *after)
+{
+    uint64_t ticket;
+    int err = stats_page_read(pid, before);
+    if (!err)
+        err = stats_page_ask(pid, r, &ticket);
+    if (err)
+        return err;
+    struct timespec t0, now, tick = {0, 10000000L};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        nanosleep(&tick, NULL);
+        int got = stats_page_answered(pid, r, ticket);
+        if (got < 0)
+            return got;
+        if (got && stats_page_read(pid, after) == 0)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9 <
+             timeout);
+    return -ETIMEDOUT;
 }
 
 int stats_page_answered(int pid, stats_request r, uint64_t ticket)

@@ -303,6 +303,14 @@ int stats_page_ask(int pid, stats_request r, uint64_t *ticket);
  * (paused_since, paused_needs), whatever the process publishes. 0 or as
  * stats_page_ask. */
 int stats_page_mark_paused(int pid, uint64_t since_ns, uint64_t needs);
+/* Asks pid for r and waits up to timeout seconds for its answer: 0 with
+ * *before and *after its views around it, -ETIMEDOUT, or as
+ * stats_page_read. Readers' (cupool stat's flush and dump, cupool pause). */
+int stats_page_request(int pid, stats_request r, double timeout, stats_view *before,
+                       stats_view *after);
+/* The calling process's pid namespace (its inode): pages and group
+ * segments are one namespace's, as pids are. */
+unsigned long stats_pid_ns(void);
 /* 1 if pid answered ticket of r, 0 if not yet, or as stats_page_read. */
 int stats_page_answered(int pid, stats_request r, uint64_t ticket);
 /* Lists the pids that have live pages for this user in this pid namespace,

@@ -983,12 +983,17 @@ static int pages_teardown(void **s)
     return remove_tree(pages);
 }
 
+/* This process's pid namespace, as pages and group segments name it. */
+static unsigned long pid_ns_ino(void)
+{
+    struct stat ns;
+    return stat("/proc/self/ns/pid", &ns) == 0 ? (unsigned long)ns.st_ino : 0;
+}
+
 /* The path of pid's page in the test's page directory (the plain name). */
 static void page_of(int pid, char *buf, size_t len)
 {
-    struct stat ns;
-    unsigned long ino = stat("/proc/self/ns/pid", &ns) == 0 ? (unsigned long)ns.st_ino : 0;
-    snprintf(buf, len, "%s/cupool-%u/%lu-%d", pages, (unsigned)geteuid(), ino, pid);
+    snprintf(buf, len, "%s/cupool-%u/%lu-%d", pages, (unsigned)geteuid(), pid_ns_ino(), pid);
 }
 
 /* Starts rt_prog SCENARIO with its page in the test's directory and waits
@@ -1790,9 +1795,8 @@ static void test_group_corrupt_segment(void **s)
     char path[256], direnv[128];
     snprintf(path, sizeof(path), "%s/cupool-%u", pages, (unsigned)geteuid());
     mkdir(path, 0700);
-    struct stat ns;
-    unsigned long ino = stat("/proc/self/ns/pid", &ns) == 0 ? (unsigned long)ns.st_ino : 0;
-    snprintf(path, sizeof(path), "%s/cupool-%u/group-%lu-bad", pages, (unsigned)geteuid(), ino);
+    snprintf(path, sizeof(path), "%s/cupool-%u/group-%lu-bad", pages, (unsigned)geteuid(),
+             pid_ns_ino());
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     assert_true(fd >= 0);
     char junk[4096];
