@@ -457,7 +457,8 @@ static int cmd_fields(void)
          "`null` is a figure the process could not tell.\n\n"
          "## Per device\n\n| field | unit | kind | what |\n| --- | --- | --- | --- |");
 #define X(name, unit, kind, help) \
-    printf("| `%s` | %s | %s | %s |\n", #name, units[u_##unit], #kind[0] == 'G' ? "gauge" : "counter", help);
+    printf("| `%s` | %s | %s | %s |\n", #name, units[u_##unit],                       \
+           #kind[0] == 'G' ? "gauge" : "counter", help);
     STATS_DEVICE_FIELDS(X)
     puts("\n## Per process\n\n| field | unit | kind | what |\n| --- | --- | --- | --- |");
     STATS_PROCESS_FIELDS(X)
