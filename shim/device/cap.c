@@ -39,6 +39,13 @@ uint64_t shim_cap_limit(int dev)
     return shim_cap_set(dev, t);
 }
 
+/* Returns the idle segments of every shard of dev (the device's cap covers
+ * them all): whether any went back. */
+static bool idle_returned(int dev)
+{
+    return shim_device_shard_if_any(dev, 0) && shim_device_flush(dev) > 0;
+}
+
 /* Counts size bytes passed on, taken from the budget already. */
 static void passed_add(shim_device *d, uint64_t size)
 {
@@ -68,7 +75,7 @@ int shim_cap_take_passed(int dev, size_t size, const char *call)
             passed_add(d, size);
             return 0;
         }
-        if (round == 1 || !shim_device_shard_if_any(dev, 0) || shim_device_flush(dev) == 0)
+        if (round == 1 || !idle_returned(dev))
             break;
     }
     char rq[32], c[32], r[32], p[32];
@@ -101,7 +108,7 @@ bool shim_cap_reclaim(int dev, size_t size, int err, int round)
         return false;
     /* Round 0: the idle segments of every shard (a pool that refused has
      * returned its own already; the device's cap covers them all). */
-    if (round == 0 && shim_device_shard_if_any(dev, 0) && shim_device_flush(dev) > 0)
+    if (round == 0 && idle_returned(dev))
         return true;
     /* The process's own cap refused: only its own memory could help. */
     if (err == -EDQUOT && !pool_budget_room(&shim_devices[dev].budget, size))
