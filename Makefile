@@ -283,7 +283,13 @@ NCCL_FIND := $${NCCL_LIB:-$$(python3 -c "import nvidia.nccl, os; print(os.path.j
 .PHONY: gpu-nccl nccl-lib
 nccl-lib:
 	@echo "$(NCCL_FIND)"
-gpu-nccl: $(GPU)/nccl_comm
+gpu-nccl: $(GPU)/nccl_comm $(GPU)/nccl_lat
+# nccl_lat is built the nvcc default way: the static runtime.
+$(GPU)/nccl_lat: test/gpu/nccl_lat.cu
+	@mkdir -p $(dir $@)
+	lib="$(NCCL_FIND)" && test -e "$$lib/libnccl.so.2" && \
+	$(NVCC) -O2 -arch=$(GPU_ARCH) $< -L"$$lib" -l:libnccl.so.2 \
+	    -Xlinker -rpath="$$lib" -o $@
 $(GPU)/nccl_comm: test/gpu/nccl_comm.cu
 	@mkdir -p $(dir $@)
 	lib="$(NCCL_FIND)" && test -e "$$lib/libnccl.so.2" && \

@@ -82,6 +82,8 @@
     X(fence_orders, COUNT, COUNTER, "poll fences done by making one or more non-" \
       "blocking streams wait for the legacy stream's work, not by completion " \
       "(CUPOOL_FENCE=poll)")                                                  \
+    X(fence_waits, COUNT, COUNTER, "streams made to wait for another's work by " \
+      "fences (one cudaStreamWaitEvent each)")                                \
     X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "  \
       "GPU work since the last (CUPOOL_CUPTI)")                               \
     X(fence_streams_left, COUNT, COUNTER, "non-blocking streams poll fences " \

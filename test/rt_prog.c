@@ -141,13 +141,16 @@ static int fence_poll(void)
     void *a, *b, *c, *d, *e;
     fill_segment(&a, &b);
     /* No non-blocking stream yet and the legacy stream busy: reused with
-     * nothing to wait; a non-blocking stream made next waits for that work. */
+     * nothing to wait and no query (the fence is done as recorded); a
+     * non-blocking stream made next waits for that work. */
     simcuda_set_busy(cudaStreamLegacy, 1);
     OK(cudaFree(a));
     simcuda_stats s00 = sim(0);
     OK(cudaMalloc(&c, MIB));
     CHECK(c == a);
     CHECK(sim(0).stream_waits == s00.stream_waits);
+    CHECK(sim(0).event_records == s00.event_records + 1);
+    CHECK(sim(0).event_queries == s00.event_queries);
     OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
     CHECK(sim(0).stream_waits == s00.stream_waits + 1);
     simcuda_set_busy(cudaStreamLegacy, 0);
@@ -254,6 +257,11 @@ static int fence_idle(void)
     simcuda_stats s0 = sim(0);
     a = reuse(a, MIB, nb, 0); /* new and idle: only the legacy stream's event */
     CHECK(sim(0).event_records - s0.event_records == 1);
+    /* Left out, but there: with the legacy stream's work running, both
+     * non-blocking streams are made to wait for it before the block is
+     * reused. */
+    OK(cudaMemsetAsync(a, 0, MIB, cudaStreamLegacy));
+    a = reuse(a, MIB, cudaStreamLegacy, 2);
     /* Forced from here: the legacy stream waits for nb, and both
      * non-blocking streams for the legacy stream. */
     OK(cudaMemsetAsync(a, 0, MIB, nb));

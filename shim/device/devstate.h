@@ -80,6 +80,7 @@ typedef struct shim_device {
                                   last waited for: a new one waits too */
     atomic_ulong fence_orders; /* poll fences finished by making streams
                                   wait, rather than by completion */
+    atomic_ulong fence_waits;  /* streams made to wait by fences */
     atomic_ulong syncs;        /* device synchronizations by the fence */
     atomic_ulong fences_skipped; /* fences that needed no CUDA call */
     atomic_ulong fence_streams_left; /* comm streams poll fences left out */

@@ -31,6 +31,13 @@ static bool any_capture(shim_device *d)
 
 static void event_give(shim_device *d, cudaEvent_t e);
 
+/* Makes stream s wait for event e, counted in fence_waits. Needs d->lock. */
+static int wait_on(shim_device *d, cudaStream_t s, cudaEvent_t e)
+{
+    atomic_fetch_add_explicit(&d->fence_waits, 1, memory_order_relaxed);
+    return shim_device_cuda(d)->wait(s, e);
+}
+
 /* Gives back the destroyed streams' events: a fence covered them. Needs
  * d->lock. */
 static void orphans_drop(shim_device *d)
@@ -50,15 +57,15 @@ static int barrier_locked(shim_device *d)
             continue;
         e = shim_device_cuda(d)->record(s->event, s->stream);
         if (!e)
-            e = shim_device_cuda(d)->wait(cudaStreamLegacy, s->event);
+            e = wait_on(d, cudaStreamLegacy, s->event);
     }
     for (size_t i = 0; !e && i < d->norphans; i++)
-        e = shim_device_cuda(d)->wait(cudaStreamLegacy, d->orphans[i]);
+        e = wait_on(d, cudaStreamLegacy, d->orphans[i]);
     if (!e)
         e = shim_device_cuda(d)->record(d->legacy_event, cudaStreamLegacy);
     for (size_t i = 0; !e && i < d->nstreams; i++)
         if (d->streams[i].nonblocking)
-            e = shim_device_cuda(d)->wait(d->streams[i].stream, d->legacy_event);
+            e = wait_on(d, d->streams[i].stream, d->legacy_event);
     if (!e)
         orphans_drop(d);
     if (e) {
@@ -184,6 +191,18 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
     if (left)
         atomic_fetch_add_explicit(&d->fence_streams_left, left, memory_order_relaxed);
     f.ticket = *ticket = ++d->tickets;
+    if (!nb && !f.nevents && !d->nfences) {
+        /* Done as recorded: every stream there is follows the legacy
+         * stream (blocking and per-thread streams by CUDA's rules, and a
+         * non-blocking stream made later waits for order_event when it is
+         * made). Querying the event would cost more than the fence: it
+         * sends the queued work to the GPU. */
+        event_give(d, d->order_event);
+        d->order_event = f.legacy;
+        d->tickets_done = f.ticket;
+        free(f.events);
+        return 0;
+    }
     d->fences[d->nfences++] = f;
     return 0;
 }
@@ -207,7 +226,7 @@ static int order_after(shim_device *d, cudaEvent_t e, size_t *waits)
     int err = 0;
     size_t n = 0;
     for (size_t i = 0; !err && i < d->nstreams; i++)
-        if (d->streams[i].nonblocking && (err = shim_device_cuda(d)->wait(d->streams[i].stream, e)) == 0)
+        if (d->streams[i].nonblocking && (err = wait_on(d, d->streams[i].stream, e)) == 0)
             n++;
     if (waits)
         *waits = n;
@@ -224,7 +243,7 @@ static int force_locked(shim_device *d, shim_fence *f)
         e = shim_device_cuda(d)->event_create(&d->legacy_event);
     for (size_t i = f->ndone; !e && i < f->nevents; i++)
         if ((e = shim_cuda_query(shim_device_cuda(d), f->events[i])) == cudaErrorNotReady)
-            e = shim_device_cuda(d)->wait(cudaStreamLegacy, f->events[i]);
+            e = wait_on(d, cudaStreamLegacy, f->events[i]);
     if (!e)
         e = shim_device_cuda(d)->record(d->legacy_event, cudaStreamLegacy);
     return e ? e : order_after(d, d->legacy_event, NULL);
@@ -429,9 +448,9 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
      * the legacy stream's work may still be in use by that work: a new
      * non-blocking stream is ordered after it too. */
     if (nb && d->legacy_event)
-        shim_device_cuda(d)->wait(s, d->legacy_event);
+        wait_on(d, s, d->legacy_event);
     if (nb && d->order_event)
-        shim_device_cuda(d)->wait(s, d->order_event);
+        wait_on(d, s, d->order_event);
     pthread_mutex_unlock(&d->lock);
 }
 

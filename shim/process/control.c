@@ -126,6 +126,7 @@ void shim_stats_view(stats_view *v)
         d->syncs = atomic_load(&shim_devices[i].syncs);
         d->fences_skipped = atomic_load(&shim_devices[i].fences_skipped);
         d->fence_orders = atomic_load(&shim_devices[i].fence_orders);
+        d->fence_waits = atomic_load(&shim_devices[i].fence_waits);
         d->fence_streams_left = atomic_load(&shim_devices[i].fence_streams_left);
         d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
         d->passed = cv.passed;

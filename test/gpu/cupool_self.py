@@ -88,6 +88,7 @@ def with_own_stats(out, base=None):
         out["cupool_fences"] = dev["fences"]
         out["cupool_fences_skipped"] = dev.get("fences_skipped", 0)
         out["cupool_fence_orders"] = dev.get("fence_orders", 0)
+        out["cupool_fence_waits"] = dev.get("fence_waits", 0)
         out["cupool_fence_forced"] = dev.get("fence_forced", 0)
         out["cupool_streams_left"] = dev.get("fence_streams_left", 0)
     return out

@@ -1,0 +1,61 @@
+"""DistributedDataParallel over NCCL on a GPT-2 of LAYERS layers (Hugging
+Face transformers, random init: no download; default 6), variable-length
+batches of about TOKENS tokens (sequence length drawn from 64..1024 each
+step, the same on every rank), AdamW, STEPS steps (default 40). Run with
+torchrun, one rank per GPU. Rank 0 prints one JSON line: median step time
+(steps after the first 5), the losses (deterministic kernels: they must
+match bit for bit between allocators), peak memory (PyTorch's; cupool's when
+CUPOOL_STATS_FILE is set) and what the device gained."""
+import json
+import os
+import random
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from cupool_self import device_baseline, with_own_stats
+
+TOKENS = int(os.environ.get("TOKENS", "8192"))
+STEPS = int(os.environ.get("STEPS", "40"))
+LAYERS = int(os.environ.get("LAYERS", "6"))
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    base = device_baseline()
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    cfg = GPT2Config(n_layer=LAYERS)
+    cfg._attn_implementation = "eager"  # the fused kernels' backward is not deterministic
+    model = DDP(GPT2LMHeadModel(cfg).cuda(), device_ids=[rank])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(1)
+    gen = torch.Generator(device="cpu").manual_seed(2 + rank)
+    times, losses = [], []
+    for _ in range(STEPS):
+        length = rng.randint(64, 1024)
+        ids = torch.randint(0, 50257, (max(1, TOKENS // length), length), generator=gen).cuda()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    if rank == 0:
+        t = sorted(times[5:])
+        out = {"median_ms": round(1e3 * t[len(t) // 2], 3), "steps": STEPS,
+               "losses": losses,
+               "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
+        print(json.dumps(with_own_stats(out, base)))
+    dist.destroy_process_group()
+
+
+main()
