@@ -1775,7 +1775,9 @@ static void program_subscribes(void)
 
 /* The program subscribes midway (program_subscribes): cupool fences as
  * without CUPTI from then on, no quiet reuse skips its fence.
- * CUPTI_NCCL=1 makes an NCCL call first (CUPOOL_CUPTI=auto starts there);
+ * CUPTI_NCCL=N makes an NCCL call first, then N reuses with work in each
+ * (CUPOOL_CUPTI=auto starts at the 32nd fence after the call; it prints
+ * how many of them fenced);
  * CUPTI_FIRST=1 subscribes before anything else instead (cupool must then
  * leave CUPTI to the program). */
 static int cupti_yield(void)
@@ -1784,13 +1786,15 @@ static int cupti_yield(void)
     bool first = getenv("CUPTI_FIRST") != NULL;
     if (first)
         program_subscribes();
-    if (getenv("CUPTI_NCCL")) {
-        CHECK(((nccl_void_fn)nccl("ncclGroupStart"))() == 0);
-        CHECK(((nccl_void_fn)nccl("ncclGroupEnd"))() == 0);
-    }
     void *p;
     OK(cudaMalloc(&p, 64 * MIB));
     OK(cudaFree(p));
+    if (getenv("CUPTI_NCCL")) {
+        CHECK(((nccl_void_fn)nccl("ncclGroupStart"))() == 0);
+        CHECK(((nccl_void_fn)nccl("ncclGroupEnd"))() == 0);
+        printf("after the NCCL call: %lu fences\n",
+               pairs_fenced(p, atoi(getenv("CUPTI_NCCL")), true));
+    }
     unsigned long quiet_before = pairs_fenced(p, n, false);
     if (!first)
         program_subscribes();

@@ -551,10 +551,17 @@ static void test_cupti_given_to_the_program(void **s)
     r = run("cupti_yield", "CUPOOL_CUPTI=1", lib, "CUPTI_BY_HANDLE=1", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, held));
-    r = run("cupti_yield", lib, "CUPTI_NCCL=1", "CUPOOL_LOG=info", NULL);
+    /* auto: from the 32nd fence after the first NCCL call; not before. */
+    r = run("cupti_yield", lib, "CUPTI_NCCL=32", "CUPOOL_LOG=info", NULL);
     assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "after the NCCL call: 32 fences"));
     assert_non_null(strstr(r->out, held));
-    assert_non_null(strstr(r->err, "from the program's first NCCL call on"));
+    assert_non_null(strstr(r->err, "fences came often after the program's first NCCL call"));
+    /* One short: the first quiet reuse's fence is the 32nd, and the next
+     * fences too (the one before it was issued unwatched). */
+    r = run("cupti_yield", lib, "CUPTI_NCCL=31", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "quiet before: 2 fences; after: busy 20, quiet 20 fences"));
     r = run("cupti_yield", lib, "CUPOOL_LOG=info", "CUPOOL_STATS_AT_EXIT=1",
             "CUPOOL_STATS_FORMAT=json", NULL);
     assert_int_equal(r->status, 0);
@@ -562,7 +569,7 @@ static void test_cupti_given_to_the_program(void **s)
     assert_null(strstr(r->err, "let it go"));
     assert_non_null(strstr(r->err, "\"cupti_starts\":0,\"cupti_handovers\":0"));
     /* The program took CUPTI before the NCCL call: cupool leaves it be. */
-    r = run("cupti_yield", lib, "CUPTI_FIRST=1", "CUPTI_NCCL=1", "CUPOOL_LOG=info", NULL);
+    r = run("cupti_yield", lib, "CUPTI_FIRST=1", "CUPTI_NCCL=32", "CUPOOL_LOG=info", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "quiet before: 20 fences; after: busy 20, quiet 20 fences"));
     assert_non_null(strstr(r->err, "the program holds CUPTI (a profiler); fencing as without it"));

@@ -23,8 +23,8 @@ typedef enum shim_fence_mode {
     SHIM_FENCE_BARRIER, SHIM_FENCE_SYNC, SHIM_FENCE_NONE, SHIM_FENCE_POLL
 } shim_fence_mode;
 
-/* CUPOOL_CUPTI: never, from the first pool on, or from the program's
- * first NCCL call on (cupti.h). */
+/* CUPOOL_CUPTI: never, from the first pool on, or once fences come often
+ * after the program's first NCCL call (cupti.h). */
 typedef enum shim_cupti_mode {
     SHIM_CUPTI_OFF, SHIM_CUPTI_ON, SHIM_CUPTI_AUTO
 } shim_cupti_mode;

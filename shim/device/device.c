@@ -304,7 +304,7 @@ static void say_ready(const shim_device *d, uint64_t cap)
              : poll ? "poll"
              : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",
              shim_work_watching() ? " (skipped while CUPTI sees no new work)"
-             : poll && shim_cfg.cupti == SHIM_CUPTI_AUTO ? " (CUPTI from the first NCCL call)"
+             : poll && shim_cfg.cupti == SHIM_CUPTI_AUTO ? " (CUPTI once fences come after NCCL's)"
                                                           : "",
              shim_cfg.shards, d->vmm && shim_cfg.stitch ? "stitched VMM"
              : d->vmm ? "VMM" : shim_device_cuda(d) == &shim_cuda_driver ? "cuMemAlloc'd"

@@ -390,10 +390,12 @@ int shim_fence_full(void *ctx)
     shim_shard *sh = ctx;
     uint64_t work, none = 0;
     int err = 0;
-    if (no_new_work(sh->dev, &work))
+    if (no_new_work(sh->dev, &work)) {
         count_skip(sh->dev);
-    else
+    } else {
+        shim_work_fence_due();
         err = fence_run(sh->dev, FENCE_FULL, work, &none);
+    }
     trace_fence(sh, err);
     return err;
 }
@@ -414,8 +416,10 @@ int shim_fence_begin(void *ctx, uint64_t *ticket)
             err = 0;
         }
     }
-    if (err)
+    if (err) {
+        shim_work_fence_due();
         err = fence_run(d, FENCE_BEGIN, work, ticket);
+    }
     trace_fence(sh, err);
     return err;
 }

@@ -476,9 +476,9 @@ static void window_clear(void)
     window_all = false;
 }
 
-/* The first NCCL call starts CUPTI under CUPOOL_CUPTI=auto, before NCCL
- * creates or queues anything. Inside is counted whether or not CUPTI
- * watches: under CUPOOL_CUPTI=1 NCCL may set up before the first pool
+/* The first NCCL call is told (under CUPOOL_CUPTI=auto, CUPTI starts once
+ * fences come often after it: cupti.h). Inside is counted whether or not
+ * CUPTI watches: under CUPOOL_CUPTI=1 NCCL may set up before the first pool
  * exists (CUPTI starts with it), and the memory it allocates then is its
  * own all the same. */
 static void (*first_call)(void); /* set at start-up */

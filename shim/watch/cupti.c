@@ -179,7 +179,8 @@ static void start_locked(void)
     shim_count(SHIM_cupti_starts);
     shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: watching GPU work through CUPTI%s "
              "(a profiler that asks for CUPTI gets it)",
-             shim_cfg.cupti == SHIM_CUPTI_AUTO ? " from the program's first NCCL call on" : "");
+             shim_cfg.cupti == SHIM_CUPTI_AUTO ? " (fences came often after the program's "
+                                                 "first NCCL call)" : "");
 }
 
 static void start(void)
@@ -196,9 +197,24 @@ bool shim_work_watch(void)
     return atomic_load(&watching);
 }
 
-void shim_work_watch_nccl(void)
+/* Under auto: whether the program made an NCCL call, and the fences begun
+ * since. */
+static atomic_bool nccl_seen;
+static atomic_uint fences_since_nccl;
+
+void shim_work_nccl_seen(void)
 {
-    if (shim_cfg.cupti == SHIM_CUPTI_AUTO)
+    atomic_store_explicit(&nccl_seen, true, memory_order_relaxed);
+}
+
+void shim_work_fence_due(void)
+{
+    if (shim_cfg.cupti != SHIM_CUPTI_AUTO ||
+        !atomic_load_explicit(&nccl_seen, memory_order_relaxed) ||
+        atomic_load_explicit(&fences_since_nccl, memory_order_relaxed) >= SHIM_WORK_AUTO_FENCES)
+        return;
+    if (atomic_fetch_add_explicit(&fences_since_nccl, 1, memory_order_relaxed) + 1 ==
+        SHIM_WORK_AUTO_FENCES)
         pthread_once(&once, start);
 }
 

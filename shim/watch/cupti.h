@@ -13,8 +13,9 @@
  *
  * CUPTI takes one subscriber per process, and profilers (Nsight Systems,
  * torch.profiler) need it too. CUPOOL_CUPTI=1 watches from the first pool
- * on; auto (the default) from the program's first NCCL call on, where
- * streams that NCCL keeps busy make the knowledge worth most; and when the
+ * on; auto (the default) once fences come often after the program's first
+ * NCCL call, where streams that NCCL keeps busy make the knowledge worth
+ * most (below); and when the
  * program subscribes to CUPTI itself, cupool lets go (the program's
  * profiler gets CUPTI) and fences as without it from then on. When CUPTI
  * cannot be loaded or is taken, the shim says so once and fences as always.
@@ -31,9 +32,17 @@
  * can touch a pooled block is counted. Returns whether watching. */
 bool shim_work_watch(void);
 
-/* The program's first NCCL call is under way: starts watching, once per
- * process, under CUPOOL_CUPTI=auto. */
-void shim_work_watch_nccl(void);
+/* Under CUPOOL_CUPTI=auto, watching starts (once per process) at the
+ * SHIM_WORK_AUTO_FENCES-th fence begun after the program's first NCCL call:
+ * a job whose NCCL streams are busy while it frees and reuses memory (data
+ * parallel training) gains from it, while a program that only
+ * communicates (nccl-tests) would pay CUPTI's cost on every launch for
+ * nothing. shim_work_nccl_seen says an NCCL call came; shim_work_fence_due
+ * counts a fence about to be issued (before its calls, with no lock held
+ * that CUPTI's callback takes). */
+#define SHIM_WORK_AUTO_FENCES 32
+void shim_work_nccl_seen(void);
+void shim_work_fence_due(void);
 
 /* Whether watching now (after shim_work_watch). Acquire, read before any
  * decision that relies on the count: false once the program took CUPTI. */
