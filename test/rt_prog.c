@@ -1170,13 +1170,59 @@ static void *one_pair(void *arg)
 /* The median cost of a cudaMalloc+cudaFree pair of PAIR_BYTES (4096), from
  * a thread that took its shard after PAIR_AFTER_THREADS (0) other threads
  * took theirs. */
+/* PAIR_THREADS: each thread a mix of small blocks, as mix_bench's threads
+ * on the GPU: 55% allocations of 512 B to 64 KiB, at most 256 live. */
+static void *mix_thread(void *arg)
+{
+    uint64_t seed = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+    void *live[256];
+    int n = 0;
+    for (int i = 0; i < 400000; i++) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        if (n == 0 || (seed % 100 < 55 && n < 256)) {
+            OK(cudaMalloc(&live[n++], (size_t)512 << (seed >> 32) % 8));
+        } else {
+            int k = (int)((seed >> 40) % (uint64_t)n);
+            OK(cudaFree(live[k]));
+            live[k] = live[--n];
+        }
+    }
+    while (n)
+        OK(cudaFree(live[--n]));
+    return NULL;
+}
+
+/* PAIR_THREADS=N threads of mix_thread at once: CPU time per operation in
+ * ns (user+system over all threads / operations), and the wall time. */
+static int mixbench(int n)
+{
+    pthread_t t[64];
+    struct timespec w0, w1, c0, c1;
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+    for (uintptr_t i = 0; i < (uintptr_t)n; i++)
+        CHECK(pthread_create(&t[i], NULL, mix_thread, (void *)(i + 1)) == 0);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    double ops = 400000.0 * n;
+    printf("%.1f ns cpu/op, %.1f ns wall/op\n",
+           ((double)(c1.tv_sec - c0.tv_sec) * 1e9 + (double)(c1.tv_nsec - c0.tv_nsec)) / ops,
+           ((double)(w1.tv_sec - w0.tv_sec) * 1e9 + (double)(w1.tv_nsec - w0.tv_nsec)) / ops);
+    return 0;
+}
+
 /* The median of 9 timed runs of N cudaMalloc+cudaFree pairs (PAIR_N,
  * default 200000) of PAIR_BYTES (default 4 KiB), in ns per pair; after
  * PAIR_AFTER_THREADS threads took a shard each; with PAIR_STREAMS idle
  * non-blocking streams made first, and with PAIR_WORK=1 a memset on the
- * legacy stream in each pair (then each large reuse fences). */
+ * legacy stream in each pair (then each large reuse fences). With
+ * PAIR_THREADS=N, mixbench instead. */
 static int pairbench(void)
 {
+    if (getenv("PAIR_THREADS"))
+        return mixbench(atoi(getenv("PAIR_THREADS")) < 64 ? atoi(getenv("PAIR_THREADS")) : 64);
     const char *b = getenv("PAIR_BYTES"), *t = getenv("PAIR_AFTER_THREADS");
     const char *np = getenv("PAIR_N"), *ns = getenv("PAIR_STREAMS");
     bool work = getenv("PAIR_WORK") != NULL;
