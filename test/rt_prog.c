@@ -294,6 +294,15 @@ static int fence_comm(void)
     /* The communicator's own 1 MiB, and a block beside it that fills
      * their segment: no clean 1 MiB is left but those freed below. */
     CHECK(init_all(&comm, 1, (int[]){0}) == 0);
+    /* WARM_FENCES=N: N reuses of a block of its own, with work in each, so
+     * that each fences (CUPOOL_CUPTI=auto starts at the 32nd). */
+    void *w;
+    OK(cudaMalloc(&w, 64 * MIB));
+    for (int i = 0, n = getenv("WARM_FENCES") ? atoi(getenv("WARM_FENCES")) : 0; i < n; i++) {
+        OK(cudaMemsetAsync(w, 0, MIB, 0));
+        OK(cudaFree(w));
+        OK(cudaMalloc(&w, 64 * MIB));
+    }
     void *pad;
     OK(cudaMalloc(&pad, MIB));
     fill_segment(&a, &b);
