@@ -78,6 +78,11 @@ typedef struct shim_device {
     uint64_t tickets_done;     /* every fence up to this ticket is done */
     cudaEvent_t order_event;   /* the legacy event non-blocking streams
                                   last waited for: a new one waits too */
+    _Atomic uint64_t fences_begun; /* fences begun (FULL or BEGIN): written
+                                      under lock, read before it */
+    uint64_t full_seq, begin_seq; /* the last full fence and poll fence
+                                     issued: their number in fences_begun */
+    uint64_t begin_ticket;     /* and the poll fence's ticket */
     atomic_ulong fence_orders; /* poll fences finished by making streams
                                   wait, rather than by completion */
     atomic_ulong fence_waits;  /* streams made to wait by fences */

@@ -316,12 +316,20 @@ static int fence_op_locked(shim_device *d, enum fence_op op, bool quiet,
                            uint64_t work, uint64_t *ticket)
 {
     int err;
+    uint64_t seq = atomic_load_explicit(&d->fences_begun, memory_order_relaxed) + 1;
     switch (op) {
     case FENCE_FULL:
-        return fence_locked(d, work);
+        atomic_store_explicit(&d->fences_begun, seq, memory_order_release);
+        if ((err = fence_locked(d, work)) == 0)
+            d->full_seq = seq;
+        return err;
     case FENCE_BEGIN:
-        if ((err = poll_begin_locked(d, ticket)) == 0)
+        atomic_store_explicit(&d->fences_begun, seq, memory_order_release);
+        if ((err = poll_begin_locked(d, ticket)) == 0) {
             atomic_store_explicit(&d->fenced_work, work, memory_order_relaxed);
+            d->begin_seq = seq;
+            d->begin_ticket = *ticket;
+        }
         return err;
     default:
         err = poll_locked(d, quiet ? POLL_QUERY
@@ -329,6 +337,24 @@ static int fence_op_locked(shim_device *d, enum fence_op op, bool quiet,
         *ticket = d->tickets_done;
         return err;
     }
+}
+
+/* Whether a fence of op's kind that another thread began after seen (the
+ * fences begun when the caller looked, after its blocks were freed) has
+ * been issued: its calls came after those frees, so it orders all the
+ * caller's would, and the caller answers its ticket (FENCE_BEGIN) instead
+ * of making CUDA calls of its own. Threads that free and fence at once on
+ * one device then share one fence, made by whoever holds the lock first.
+ * Needs d->lock. */
+static bool combined_locked(shim_device *d, enum fence_op op, uint64_t seen,
+                            uint64_t *ticket)
+{
+    if (op == FENCE_FULL)
+        return d->full_seq > seen;
+    if (op != FENCE_BEGIN || d->begin_seq <= seen)
+        return false;
+    *ticket = d->begin_ticket;
+    return true;
 }
 
 /* Runs a fence operation where it cannot break a graph capture: at once
@@ -340,7 +366,14 @@ static int fence_op_locked(shim_device *d, enum fence_op op, bool quiet,
 static int fence_run(shim_device *d, enum fence_op op, uint64_t work, uint64_t *ticket)
 {
     int err = -EAGAIN;
+    /* Every block the caller's fence is for was freed before this load. */
+    uint64_t seen = atomic_load_explicit(&d->fences_begun, memory_order_acquire);
     pthread_mutex_lock(&d->lock);
+    if (combined_locked(d, op, seen, ticket)) {
+        pthread_mutex_unlock(&d->lock);
+        atomic_fetch_add_explicit(&d->fences_skipped, 1, memory_order_relaxed);
+        return 0;
+    }
     bool fast = !shim_captures_counted() || (op >= FENCE_POLL && !d->nfences);
     if (fast)
         err = fence_op_locked(d, op, false, work, ticket);
