@@ -339,6 +339,43 @@ static int fence_comm(void)
     return 0;
 }
 
+/* Threads reusing small blocks in their own shards at once, each reuse
+ * fencing (CUPOOL_FENCE_INTERVAL=1) while an event record takes long
+ * (SIMCUDA_RECORD_US): a thread that finds another's fence begun after its
+ * free shares it. Prints the fences the pools asked for and the records
+ * that reached CUDA. */
+enum { SHARE_THREADS = 4, SHARE_PAIRS = 100 };
+
+static void *share_worker(void *arg)
+{
+    (void)arg;
+    void *p, *keep;
+    OK(cudaMalloc(&keep, 4096)); /* the segment stays */
+    for (int i = 0; i < SHARE_PAIRS; i++) {
+        OK(cudaMalloc(&p, 4096));
+        OK(cudaFree(p));
+    }
+    OK(cudaFree(keep));
+    return NULL;
+}
+
+static int fence_share(void)
+{
+    pthread_t t[SHARE_THREADS];
+    unsigned long r0 = sim(0).legacy_records;
+    for (int i = 0; i < SHARE_THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, share_worker, NULL) == 0);
+    for (int i = 0; i < SHARE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    unsigned long records = sim(0).legacy_records - r0;
+    /* Each thread's first pair takes fresh memory; every later reuse asks
+     * for a fence. */
+    int asked = SHARE_THREADS * (SHARE_PAIRS - 1);
+    printf("fences asked %d, records %lu\n", asked, records);
+    CHECK(records + 10 < (unsigned long)asked);
+    return 0;
+}
+
 /* A non-blocking stream destroyed with its work still queued (it goes
  * on: CUDA frees the stream after it): real cudaFree would wait for that
  * work, so the next fence orders after it, whatever the mode. */
@@ -1954,7 +1991,7 @@ static int entrypoint(void)
 static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
-    {"fence_poll", fence_poll}, {"fence_poll_cap", fence_poll_cap},
+    {"fence_poll", fence_poll}, {"fence_share", fence_share}, {"fence_poll_cap", fence_poll_cap},
     {"fence_comm", fence_comm}, {"fence_destroyed", fence_destroyed},
     {"fence_idle", fence_idle},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},

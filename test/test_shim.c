@@ -298,6 +298,17 @@ static void test_fence_comm(void **s)
     PASSES("fence_comm", "CUPOOL_FENCE=poll", sim_cupti(), "WARM_FENCES=32");
     PASSES("fence_idle", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
 }
+/* Threads fencing one device at once share fences (fence.c's
+ * combined_locked): with each record taking 200 us, at least ten of 396
+ * fences asked for never reach CUDA. */
+static void test_fence_shared(void **s)
+{
+    (void)s;
+    PASSES("fence_share", "SIMCUDA_RECORD_US=200", "CUPOOL_FENCE_INTERVAL=1");
+    PASSES("fence_share", "SIMCUDA_RECORD_US=200", "CUPOOL_FENCE_INTERVAL=1",
+           "CUPOOL_FENCE=barrier");
+}
+
 static void test_fence_poll_cap(void **s)
 {
     (void)s;
@@ -2260,6 +2271,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fence_poll),
         cmocka_unit_test(test_fence_comm),
         cmocka_unit_test(test_fence_destroyed),
+        cmocka_unit_test(test_fence_shared),
         cmocka_unit_test(test_fence_poll_cap),
         cmocka_unit_test(test_capture_defers_fence),
         cmocka_unit_test(test_flush_signal),

@@ -75,7 +75,8 @@ typedef struct shim_device {
     cudaEvent_t *orphans;
     size_t norphans, orphans_cap;
     uint64_t tickets;          /* the last ticket handed out */
-    uint64_t tickets_done;     /* every fence up to this ticket is done */
+    _Atomic uint64_t tickets_done; /* every fence up to this ticket is done:
+                                      written under lock */
     cudaEvent_t order_event;   /* the legacy event non-blocking streams
                                   last waited for: a new one waits too */
     _Atomic uint64_t fences_begun; /* fences begun (FULL or BEGIN): written

@@ -368,7 +368,15 @@ static int fence_run(shim_device *d, enum fence_op op, uint64_t work, uint64_t *
     int err = -EAGAIN;
     /* Every block the caller's fence is for was freed before this load. */
     uint64_t seen = atomic_load_explicit(&d->fences_begun, memory_order_acquire);
-    pthread_mutex_lock(&d->lock);
+    /* A poll that is not forced only looks: while another thread fences,
+     * it answers what is known done rather than queue for the lock (its
+     * own fence, next, may then share that thread's). */
+    if (op == FENCE_POLL && pthread_mutex_trylock(&d->lock) != 0) {
+        *ticket = atomic_load(&d->tickets_done);
+        return 0;
+    }
+    if (op != FENCE_POLL)
+        pthread_mutex_lock(&d->lock);
     if (combined_locked(d, op, seen, ticket)) {
         pthread_mutex_unlock(&d->lock);
         atomic_fetch_add_explicit(&d->fences_skipped, 1, memory_order_relaxed);

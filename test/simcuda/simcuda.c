@@ -167,11 +167,16 @@ static void mem_give(int dev, size_t size)
         atomic_fetch_sub(&shared_me->used[dev], size);
 }
 
+/* SIMCUDA_RECORD_US: how long an event record takes, in microseconds. */
+static unsigned record_us;
+
 void sim_setup(void)
 {
     if (sim_ndev >= 0)
         return;
     shared_setup();
+    const char *r = getenv("SIMCUDA_RECORD_US");
+    record_us = r ? (unsigned)atoi(r) : 0;
     const char *d = getenv("SIMCUDA_DEVICES"), *c = getenv("SIMCUDA_CAPACITY");
     sim_ndev = d ? atoi(d) : 2;
     if (sim_ndev < 1 || sim_ndev > SIM_MAX_DEV)
@@ -457,6 +462,8 @@ EXPORT cudaError_t simrt_cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     sim_st[current].legacy_records += s == cudaStreamLegacy;
     sim_work_pending[current] = true;
     pthread_mutex_unlock(&sim_lock);
+    if (record_us)
+        usleep(record_us);
     return cudaSuccess;
 }
 

@@ -5,7 +5,8 @@
  * node and implements the runtime calls cupool uses, backed by host memory
  * (mmap, so untouched bytes cost nothing). SIMCUDA_DEVICES (default 2) and
  * SIMCUDA_CAPACITY (bytes per device, default 16 GiB) shape it;
- * SIMCUDA_NO_VMM=1 makes the driver's virtual memory calls unsupported.
+ * SIMCUDA_NO_VMM=1 makes the driver's virtual memory calls unsupported;
+ * SIMCUDA_RECORD_US=N makes each event record take N microseconds.
  */
 #ifndef CUPOOL_SIMCUDA_H
 #define CUPOOL_SIMCUDA_H
