@@ -237,7 +237,7 @@ STATIC_RT := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread
 CUPTI_INC := $(firstword $(wildcard $(CUDA)/include/cupti.h $(CUDA)/extras/CUPTI/include/cupti.h))
 CUPTI_LIB := $(dir $(firstword $(wildcard $(CUDA)/lib64/libcupti.so $(CUDA)/extras/CUPTI/lib64/libcupti.so)))
 GPU_PROGS := $(addprefix $(GPU)/,race trim_wait stitch_cost race_static launch_static \
-               vmm_parts pair_bench mix_bench hold fence_parts pair_bench_static \
+               vmm_parts pair_bench mix_bench hold fence_parts getdev_cost pair_bench_static \
                hold_static rt_prog rt_prog_static gpa_probe cupti_count.so)
 .PHONY: gpu
 gpu: $(GPU_PROGS)
@@ -257,6 +257,9 @@ $(GPU)/%: test/gpu/%.c
 	@mkdir -p $(dir $@)
 	$(GPU_CC) $< $(SHARED_RT) -o $@
 $(GPU)/fence_parts: test/gpu/fence_parts.c
+	@mkdir -p $(dir $@)
+	$(GPU_CC) $< $(SHARED_RT) -lcuda -o $@
+$(GPU)/getdev_cost: test/gpu/getdev_cost.c
 	@mkdir -p $(dir $@)
 	$(GPU_CC) $< $(SHARED_RT) -lcuda -o $@
 $(GPU)/%_static: test/gpu/%.c
