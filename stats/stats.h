@@ -130,7 +130,7 @@
     X(trace_records, COUNT, COUNTER, "trace records written (CUPOOL_TRACE)")  \
     X(trace_lost, COUNT, COUNTER, "trace records lost (write error)")        \
     X(cupti_starts, COUNT, COUNTER, "times cupool began watching GPU work "   \
-      "through CUPTI (CUPOOL_CUPTI: 1 at the first pool, auto at the 32nd "   \
+      "through CUPTI (CUPOOL_CUPTI: 1 at the first pool, auto at the 8th "   \
       "fence after the first NCCL call)")                                     \
     X(cupti_handovers, COUNT, COUNTER, "times the program (a profiler) took " \
       "CUPTI from cupool, which fences as without it after")                   \

@@ -295,7 +295,7 @@ static int fence_comm(void)
      * their segment: no clean 1 MiB is left but those freed below. */
     CHECK(init_all(&comm, 1, (int[]){0}) == 0);
     /* WARM_FENCES=N: N reuses of a block of its own, with work in each, so
-     * that each fences (CUPOOL_CUPTI=auto starts at the 32nd). */
+     * that each fences (CUPOOL_CUPTI=auto starts at the 8th). */
     void *w;
     OK(cudaMalloc(&w, 64 * MIB));
     for (int i = 0, n = getenv("WARM_FENCES") ? atoi(getenv("WARM_FENCES")) : 0; i < n; i++) {
@@ -1868,7 +1868,7 @@ static void program_subscribes(void)
 /* The program subscribes midway (program_subscribes): cupool fences as
  * without CUPTI from then on, no quiet reuse skips its fence.
  * CUPTI_NCCL=N makes an NCCL call first, then N reuses with work in each
- * (CUPOOL_CUPTI=auto starts at the 32nd fence after the call; it prints
+ * (CUPOOL_CUPTI=auto starts at the 8th fence after the call; it prints
  * how many of them fenced);
  * CUPTI_FIRST=1 subscribes before anything else instead (cupool must then
  * leave CUPTI to the program). */

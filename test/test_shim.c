@@ -294,8 +294,8 @@ static void test_fence_comm(void **s)
 {
     (void)s;
     PASSES("fence_comm", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
-    /* auto: from the 32nd fence after NCCL's first call */
-    PASSES("fence_comm", "CUPOOL_FENCE=poll", sim_cupti(), "WARM_FENCES=32");
+    /* auto: from the 8th fence after NCCL's first call */
+    PASSES("fence_comm", "CUPOOL_FENCE=poll", sim_cupti(), "WARM_FENCES=8");
     PASSES("fence_idle", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
 }
 /* Threads fencing one device at once share fences (fence.c's
@@ -563,15 +563,15 @@ static void test_cupti_given_to_the_program(void **s)
     r = run("cupti_yield", "CUPOOL_CUPTI=1", lib, "CUPTI_BY_HANDLE=1", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, held));
-    /* auto: from the 32nd fence after the first NCCL call; not before. */
-    r = run("cupti_yield", lib, "CUPTI_NCCL=32", "CUPOOL_LOG=info", NULL);
+    /* auto: from the 8th fence after the first NCCL call; not before. */
+    r = run("cupti_yield", lib, "CUPTI_NCCL=8", "CUPOOL_LOG=info", NULL);
     assert_int_equal(r->status, 0);
-    assert_non_null(strstr(r->out, "after the NCCL call: 32 fences"));
+    assert_non_null(strstr(r->out, "after the NCCL call: 8 fences"));
     assert_non_null(strstr(r->out, held));
     assert_non_null(strstr(r->err, "fences came often after the program's first NCCL call"));
-    /* One short: the first quiet reuse's fence is the 32nd, and the next
+    /* One short: the first quiet reuse's fence is the 8th, and the next
      * fences too (the one before it was issued unwatched). */
-    r = run("cupti_yield", lib, "CUPTI_NCCL=31", NULL);
+    r = run("cupti_yield", lib, "CUPTI_NCCL=7", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "quiet before: 2 fences; after: busy 20, quiet 20 fences"));
     r = run("cupti_yield", lib, "CUPOOL_LOG=info", "CUPOOL_STATS_AT_EXIT=1",
@@ -581,7 +581,7 @@ static void test_cupti_given_to_the_program(void **s)
     assert_null(strstr(r->err, "let it go"));
     assert_non_null(strstr(r->err, "\"cupti_starts\":0,\"cupti_handovers\":0"));
     /* The program took CUPTI before the NCCL call: cupool leaves it be. */
-    r = run("cupti_yield", lib, "CUPTI_FIRST=1", "CUPTI_NCCL=32", "CUPOOL_LOG=info", NULL);
+    r = run("cupti_yield", lib, "CUPTI_FIRST=1", "CUPTI_NCCL=8", "CUPOOL_LOG=info", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "quiet before: 20 fences; after: busy 20, quiet 20 fences"));
     assert_non_null(strstr(r->err, "the program holds CUPTI (a profiler); fencing as without it"));

@@ -73,7 +73,7 @@ static const option options[] = {
      "1 counts, through CUPTI, the driver calls that may give the GPU work, "
      "and skips a fence when none came since the last one; with poll, leaves "
      "idle streams and NCCL's streams out of fences while their work touches "
-     "nothing freed; auto does so from the 32nd fence after the program's first "
+     "nothing freed; auto does so from the 8th fence after the program's first "
      "NCCL call on; "
      "either gives CUPTI up when the program (a profiler) asks for it; 0 = never"},
     {"CUPOOL_CUPTI_LIB", OPT_PATH, F(cupti_lib), "",

@@ -40,7 +40,7 @@ bool shim_work_watch(void);
  * nothing. shim_work_nccl_seen says an NCCL call came; shim_work_fence_due
  * counts a fence about to be issued (before its calls, with no lock held
  * that CUPTI's callback takes). */
-#define SHIM_WORK_AUTO_FENCES 32
+#define SHIM_WORK_AUTO_FENCES 8
 void shim_work_nccl_seen(void);
 void shim_work_fence_due(void);
 
