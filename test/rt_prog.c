@@ -339,6 +339,39 @@ static int fence_comm(void)
     return 0;
 }
 
+/* CUPOOL_VMM or CUPOOL_STITCH on two devices: a segment grants access to
+ * its device, and to each device the program enabled peer access to it
+ * from, through the runtime or the driver: segments mapped before the
+ * enabling and after. Prints each block's devices (a bit each). */
+static int vmm_peer(void)
+{
+    void *a, *b, *c;
+    OK(cudaSetDevice(1));
+    OK(cudaMalloc(&c, 8 * MIB));
+    unsigned c0 = simcuda_vmm_access((uintptr_t)c);
+    /* Device 1 reaches device 0, which has no pool yet. */
+    OK(cudaDeviceEnablePeerAccess(0, 0));
+    CHECK(cudaDeviceEnablePeerAccess(0, 0) == cudaErrorPeerAccessAlreadyEnabled);
+    cudaGetLastError();
+    OK(cudaSetDevice(0));
+    OK(cudaMalloc(&a, 8 * MIB));
+    OK(cudaMalloc(&b, 64 * MIB)); /* a segment of its own */
+    unsigned a0 = simcuda_vmm_access((uintptr_t)a), b0 = simcuda_vmm_access((uintptr_t)b);
+    /* Through the driver: device 0 reaches device 1, whose segment is
+     * mapped already. */
+    CUcontext ctx1;
+    CHECK(cuDevicePrimaryCtxRetain(&ctx1, 1) == CUDA_SUCCESS);
+    CHECK(cuCtxEnablePeerAccess(ctx1, 0) == CUDA_SUCCESS);
+    unsigned c1 = simcuda_vmm_access((uintptr_t)c);
+    printf("access: a %u, b %u, c %u then %u\n", a0, b0, c0, c1);
+    CHECK(a0 == 3 && b0 == 3 && c0 == 2 && c1 == 3);
+    OK(cudaFree(a));
+    OK(cudaFree(b));
+    OK(cudaSetDevice(1));
+    OK(cudaFree(c));
+    return 0;
+}
+
 /* Threads reusing small blocks in their own shards at once, each reuse
  * fencing (CUPOOL_FENCE_INTERVAL=1) while an event record takes long
  * (SIMCUDA_RECORD_US): a thread that finds another's fence begun after its
@@ -2008,7 +2041,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
     {"cap", cap}, {"capinfo", capinfo}, {"phases", phases}, {"group_race", group_race}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
-    {"vmm", vmm}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
+    {"vmm", vmm}, {"vmm_peer", vmm_peer}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
     {"tracechild", tracechild},
 };
 

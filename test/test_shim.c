@@ -468,6 +468,16 @@ static void test_vmm(void **s)
     assert_non_null(strstr(r->out, "mallocs == 0"));
 }
 
+/* VMM segments grant access to every device the program enabled peer
+ * access from, mapped before the enabling or after, through the runtime
+ * or the driver (rt_prog's vmm_peer). */
+static void test_vmm_peer(void **s)
+{
+    (void)s;
+    PASSES("vmm_peer", "CUPOOL_VMM=1");
+    PASSES("vmm_peer", "CUPOOL_STITCH=1");
+}
+
 /* CUPOOL_STITCH: the holes' pieces mapped again serve a request with
  * nothing new in use; an unstitched range is unmapped only after the
  * device was waited for. Under a cap the pieces are 2 MiB granules: two
@@ -2322,6 +2332,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_devices),
         cmocka_unit_test(test_one_device),
         cmocka_unit_test(test_shards),
+        cmocka_unit_test(test_vmm_peer),
         cmocka_unit_test(test_vmm),
         cmocka_unit_test(test_stitch),
         cmocka_unit_test(test_zero_bytes),

@@ -29,6 +29,8 @@
     X(cuCtxSetCurrent, (CUcontext))                                           \
     X(cuCtxGetDevice, (CUdevice *))                                           \
     X(cuCtxSynchronize, (void))                                               \
+    X(cuCtxPushCurrent_v2, (CUcontext))                                       \
+    X(cuCtxPopCurrent_v2, (CUcontext *))                                      \
     X(cuDeviceGetCount, (int *))                                              \
     X(cuDeviceGet, (CUdevice *, int))                                         \
     X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))            \
@@ -88,6 +90,7 @@
     X(cuStreamEndCapture, (CUstream, CUgraph *))                              \
     X(cuStreamEndCapture_ptsz, (CUstream, CUgraph *))                         \
     X(cuCtxDestroy_v2, (CUcontext))                                           \
+    X(cuCtxEnablePeerAccess, (CUcontext, unsigned int))                       \
     X(cuDevicePrimaryCtxReset_v2, (CUdevice))                                 \
     X(cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr))                     \
     X(cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int))   \

@@ -424,6 +424,21 @@ int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *siz
     return err;
 }
 
+void shim_device_peer_access(int owner, int peer)
+{
+    if (owner < 0 || owner >= SHIM_MAX_DEVICES || !shim_cfg.shards)
+        return;
+    shim_vmm_peer_note(owner, peer);
+    /* With a pool published, the device's VMM choice is made and seen. */
+    for (size_t s = 0; s < shim_cfg.shards; s++) {
+        if (shim_device_shard_if_any(owner, (int)s)) {
+            if (shim_devices[owner].vmm)
+                shim_vmm_grant(shim_devices[owner].vmm);
+            return;
+        }
+    }
+}
+
 void shim_device_abandon(int dev)
 {
     shim_device *d = &shim_devices[dev];

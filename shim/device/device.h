@@ -37,6 +37,12 @@ bool shim_device_owns(void *ptr);
 /* pool_segment_of over the device's shards. */
 int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *size);
 
+/* The program enabled peer access: device peer may now reach device
+ * owner's memory. Owner's VMM segments (CUPOOL_VMM, CUPOOL_STITCH) grant
+ * peer access, those mapped already and those to come (cudaMalloc'd ones
+ * need nothing: the driver's enabling covers them). */
+void shim_device_peer_access(int owner, int peer);
+
 /* Empties the device's pools without releasing anything (after
  * cudaDeviceReset: the reset freed it all). */
 void shim_device_abandon(int dev);

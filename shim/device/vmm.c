@@ -17,12 +17,14 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
 
+#include "config.h"
 #include "log.h"
 #include "driver.h"
 #include "grow.h"
@@ -70,8 +72,8 @@ struct shim_vmm {
     size_t gran; /* the driver's granularity */
     size_t unit; /* a whole piece: a power-of-two multiple of gran */
     CUmemAllocationProp prop;
-    CUmemAccessDesc access;
     pthread_mutex_t lock;
+    uint64_t granted; /* devices every mapping grants access (a bit each) */
     vmm_range *r; /* sorted by base */
     size_t n, cap;
     pool_span *later; /* shim_vmm_defer */
@@ -128,10 +130,73 @@ shim_vmm *shim_vmm_open(int dev, size_t want_unit)
     v->gran = gsize;
     v->unit = unit;
     v->prop = prop;
-    v->access = (CUmemAccessDesc){.location = prop.location,
-                                  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    v->granted = 1ull << cd;
     pthread_mutex_init(&v->lock, NULL);
     return v;
+}
+
+/* ---- access: the device itself, and the peers the program enabled ---------- */
+
+/* Per device, the devices (a bit each) the program enabled peer access to
+ * its memory from. */
+static _Atomic uint64_t peers_of[SHIM_MAX_DEVICES];
+
+void shim_vmm_peer_note(int owner, int peer)
+{
+    if (owner >= 0 && owner < SHIM_MAX_DEVICES && peer >= 0 && peer < SHIM_MAX_DEVICES)
+        atomic_fetch_or(&peers_of[owner], 1ull << peer);
+}
+
+/* The devices a mapping made now must grant access: v's and its peers. */
+static uint64_t access_due(const shim_vmm *v)
+{
+    return 1ull << v->prop.location.id | atomic_load(&peers_of[v->dev]);
+}
+
+/* Grants the devices in mask read and write access to [addr, addr + size). */
+static CUresult set_access(uintptr_t addr, size_t size, uint64_t mask)
+{
+    CUmemAccessDesc d[SHIM_MAX_DEVICES];
+    size_t n = 0;
+    for (int i = 0; i < SHIM_MAX_DEVICES; i++)
+        if (mask >> i & 1)
+            d[n++] = (CUmemAccessDesc){
+                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = i},
+                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    return drv.cuMemSetAccess(addr, size, d, n);
+}
+
+/* Grants mask to every mapped run of granules of r. Needs v->lock. */
+static CUresult grant_range(const shim_vmm *v, const vmm_range *r, uint64_t mask)
+{
+    CUresult e = CUDA_SUCCESS;
+    size_t n = r->size / v->gran;
+    for (size_t i = 0; e == CUDA_SUCCESS && i < n;) {
+        size_t j = i;
+        while (j < n && r->g[j].h)
+            j++;
+        if (j > i)
+            e = set_access(r->base + i * v->gran, (j - i) * v->gran, mask);
+        i = j + 1;
+    }
+    return e;
+}
+
+int shim_vmm_grant(shim_vmm *v)
+{
+    pthread_mutex_lock(&v->lock);
+    uint64_t more = access_due(v) & ~v->granted;
+    CUresult e = CUDA_SUCCESS;
+    for (size_t k = 0; more && e == CUDA_SUCCESS && k < v->n; k++)
+        e = grant_range(v, &v->r[k], more);
+    if (e == CUDA_SUCCESS)
+        v->granted |= more;
+    pthread_mutex_unlock(&v->lock);
+    if (e != CUDA_SUCCESS)
+        shim_log(SHIM_LOG_ERROR, "device %d: granting peers access to its "
+                 "segments failed: %s; a peer's copies from them may fail",
+                 v->dev, errstr(e));
+    return e == CUDA_SUCCESS ? 0 : -EIO;
 }
 
 size_t shim_vmm_unit(const shim_vmm *v) { return v->unit; }
@@ -253,9 +318,9 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
         piece_put(&r, off / v->gran, h, len / v->gran);
         off += len;
     }
-    if (e == CUDA_SUCCESS)
-        e = drv.cuMemSetAccess(r.base, size, &v->access, 1);
     pthread_mutex_lock(&v->lock);
+    if (e == CUDA_SUCCESS)
+        e = set_access(r.base, size, access_due(v) | v->granted);
     if (e == CUDA_SUCCESS && !insert_locked(v, &r))
         e = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_unlock(&v->lock);
@@ -308,7 +373,7 @@ static CUresult map_parts(shim_vmm *v, vmm_range *r, size_t off,
         }
     }
     if (e == CUDA_SUCCESS)
-        e = drv.cuMemSetAccess(r->base + off, at - off, &v->access, 1);
+        e = set_access(r->base + off, at - off, access_due(v) | v->granted);
     if (e != CUDA_SUCCESS)
         drop(v, r, off / v->gran, at / v->gran);
     return e;

@@ -6,7 +6,8 @@
  * A segment is a range of reserved addresses backed piece by piece: one
  * physical allocation per unit (CUPOOL_VMM_UNIT: by default the granule,
  * 2 MiB on current GPUs) and per granule for a tail shorter than a unit,
- * each mapped and made readable and writable by the device. cudaMalloc'd
+ * each mapped and made readable and writable by the device and by every
+ * device the program enabled peer access to it from. cudaMalloc'd
  * memory can only be freed whole; this can be unmapped a unit at a time.
  *
  * The caller makes sure no GPU work can still touch what it unmaps (the
@@ -36,6 +37,16 @@ size_t shim_vmm_unit(const shim_vmm *v);
 
 /* The device's granularity: segment sizes are multiples of it. */
 size_t shim_vmm_granule(const shim_vmm *v);
+
+/* Device peer may now reach device owner's memory (the program enabled
+ * peer access, vmm_peer_note): the mappings of owner's segments made from
+ * now on grant it access too. */
+void shim_vmm_peer_note(int owner, int peer);
+
+/* Grants every device noted for v's device access to all of v's mappings
+ * that lack it (after shim_vmm_peer_note, and once v is in use). Returns
+ * 0 or -EIO (logged; the mappings keep the access they had). */
+int shim_vmm_grant(shim_vmm *v);
 
 /* Reserves, backs and maps a segment of size bytes (a multiple of the
  * granule). Returns 0, -ENOMEM (the device is out of memory) or -EIO, with

@@ -434,6 +434,37 @@ CUresult shim_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev)
     return r;
 }
 
+/* The device of context c, or -1: made current for the asking, then the
+ * caller's again. */
+static int device_of(CUcontext c)
+{
+    CUdevice d = -1;
+    CUcontext back = NULL;
+    if (!c || !shim_drv.cuCtxPushCurrent_v2 || !shim_drv.cuCtxPopCurrent_v2 ||
+        shim_drv.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+        return -1;
+    if (shim_drv.cuCtxGetDevice(&d) != CUDA_SUCCESS)
+        d = -1;
+    shim_drv.cuCtxPopCurrent_v2(&back);
+    return d >= 0 && d < SHIM_MAX_DEVICES ? d : -1;
+}
+
+/* Peer access, enabled by the program through the driver or the runtime
+ * (cudaDeviceEnablePeerAccess comes here): the current context's device
+ * may now reach peer's memory, and cupool's VMM segments of peer's device
+ * must let it (device.h). */
+CUresult shim_hook_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    CUresult r = REAL(cuCtxEnablePeerAccess, peer, flags);
+    if ((r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) || pass())
+        return r;
+    CUcontext c;
+    int me = context_device(&c), owner = device_of(peer);
+    if (me >= 0 && owner >= 0 && me != owner)
+        shim_device_peer_access(owner, me);
+    return r;
+}
+
 /* ---- IPC and entry points ------------------------------------------------------- */
 
 CUresult shim_hook_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)

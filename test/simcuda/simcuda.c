@@ -816,6 +816,55 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *d)
 
 EXPORT CUresult cuCtxSynchronize(void) { return from_rt(simrt_cudaDeviceSynchronize()); }
 
+/* A context pushed: the one it replaced comes back at the pop (one deep,
+ * as cupool uses it). */
+static _Thread_local int pushed = -1;
+
+EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c)
+{
+    int d = ctx_device(c);
+    if (d < 0 || pushed >= 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pushed = current;
+    current = d;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
+{
+    if (pushed < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (c)
+        *c = (CUcontext)&contexts[current];
+    current = pushed;
+    pushed = -1;
+    return CUDA_SUCCESS;
+}
+
+/* Peer access: which device's memory each device may reach. */
+static bool peer_on[SIM_MAX_DEV][SIM_MAX_DEV];
+
+EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice d, CUdevice peer)
+{
+    sim_setup();
+    *can = d != peer && d >= 0 && d < sim_ndev && peer >= 0 && peer < sim_ndev;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    int owner = ctx_device(peer);
+    if (owner < 0 || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_lock);
+    CUresult r = owner == current ? CUDA_ERROR_INVALID_DEVICE
+                 : peer_on[current][owner] ? CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+                                           : CUDA_SUCCESS;
+    peer_on[current][owner] = true;
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
+
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
     sim_setup();
@@ -1027,6 +1076,10 @@ static const struct entry {
     {"cuCtxSetCurrent", 4000, false, (void *)cuCtxSetCurrent},
     {"cuCtxGetDevice", 2000, false, (void *)cuCtxGetDevice},
     {"cuCtxSynchronize", 2000, false, (void *)cuCtxSynchronize},
+    {"cuCtxEnablePeerAccess", 4000, false, (void *)cuCtxEnablePeerAccess},
+    {"cuCtxPushCurrent", 4000, false, (void *)cuCtxPushCurrent_v2},
+    {"cuCtxPopCurrent", 4000, false, (void *)cuCtxPopCurrent_v2},
+    {"cuDeviceCanAccessPeer", 4000, false, (void *)cuDeviceCanAccessPeer},
     {"cuCtxDestroy", 4000, false, (void *)cuCtxDestroy_v2},
     {"cuDevicePrimaryCtxRetain", 7000, false, (void *)cuDevicePrimaryCtxRetain},
     {"cuDevicePrimaryCtxRelease", 11000, false, (void *)cuDevicePrimaryCtxRelease_v2},

@@ -11,6 +11,8 @@
 #ifndef CUPOOL_SIMCUDA_H
 #define CUPOOL_SIMCUDA_H
 
+#include <stdint.h>
+
 #include <cuda_runtime_api.h>
 
 typedef struct simcuda_stats {
@@ -36,6 +38,9 @@ void simcuda_set_capturing(cudaStream_t s, int on);
  * meanwhile is not ready (cudaEventQuery: cudaErrorNotReady) until the work
  * ends or the device is synchronized. */
 void simcuda_set_busy(cudaStream_t s, int on);
+/* The devices (a bit each) granted access to the VMM mapping at addr
+ * (cuMemSetAccess), or 0 if none is mapped there. */
+unsigned simcuda_vmm_access(uintptr_t addr);
 /* Reports a driver call (its CUPTI id), without parameters, to CUPTI's
  * subscriber: what a call the shim cannot read looks like. */
 void simcuda_report_call(unsigned cbid);

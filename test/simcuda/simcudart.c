@@ -90,6 +90,9 @@ static cudaError_t from_driver(CUresult r)
                         ? cudaErrorStreamCaptureUnsupported
                     : r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                         ? cudaErrorStreamCaptureInvalidated
+                    : r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+                        ? cudaErrorPeerAccessAlreadyEnabled
+                    : r == CUDA_ERROR_INVALID_DEVICE ? cudaErrorInvalidDevice
                     : cudaErrorUnknown;
     if (e != cudaSuccess)
         simrt_set_error(e);
@@ -131,6 +134,25 @@ EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn,
              : dq == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                  ? cudaDriverEntryPointVersionNotSufficent
                  : cudaDriverEntryPointSymbolNotFound;
+    return from_driver(r);
+}
+
+/* As the real runtime does it: the driver's cuCtxEnablePeerAccess on the
+ * peer's primary context, reached through the driver's entry points. */
+EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
+{
+    pthread_once(&drv_once, drv_load);
+    CUresult (*retain)(CUcontext *, CUdevice) = NULL;
+    CUresult (*enable)(CUcontext, unsigned int) = NULL;
+    CUdriverProcAddressQueryResult q;
+    CUcontext pc = NULL;
+    CUresult r = drv.gpa("cuDevicePrimaryCtxRetain", (void **)&retain, CUDART_VERSION, 0, &q);
+    if (r == CUDA_SUCCESS)
+        r = drv.gpa("cuCtxEnablePeerAccess", (void **)&enable, CUDART_VERSION, 0, &q);
+    if (r == CUDA_SUCCESS)
+        r = retain(&pc, peer);
+    if (r == CUDA_SUCCESS)
+        r = enable(pc, flags);
     return from_driver(r);
 }
 

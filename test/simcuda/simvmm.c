@@ -104,7 +104,12 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle hd)
 }
 
 /* Mapped ranges: address -> handle, to check unmaps. */
-typedef struct mapping { uintptr_t addr; size_t size; int h; } mapping;
+typedef struct mapping {
+    uintptr_t addr;
+    size_t size;
+    int h;
+    unsigned access; /* devices granted access (bit per device) */
+} mapping;
 static mapping maps[MAX_HANDLES];
 static int nmaps;
 
@@ -118,7 +123,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t off,
         off == 0 && size == handles[hd].size && nmaps < MAX_HANDLES &&
         mmap((void *)ptr, size, PROT_NONE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED) {
-        maps[nmaps++] = (mapping){ptr, size, (int)hd};
+        maps[nmaps++] = (mapping){ptr, size, (int)hd, 0};
         handles[hd].maps++;
         sim_st[handles[hd].dev].vmm_maps++;
         sim_st[handles[hd].dev].vmm_mapped += size;
@@ -152,19 +157,42 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-/* Read and write access to every mapping inside the range. */
+/* Read and write access, for each device described, to every mapping
+ * inside the range, which must be mapped throughout. */
 EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
                                const CUmemAccessDesc *d, size_t n)
 {
-    if (n != 1 || d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-        return CUDA_ERROR_INVALID_VALUE;
+    unsigned devs = 0;
     pthread_mutex_lock(&sim_lock);
+    sim_setup();
+    for (size_t k = 0; k < n; k++) {
+        if (d[k].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE ||
+            d[k].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+            d[k].location.id < 0 || d[k].location.id >= sim_ndev)
+            devs = 0, k = n;
+        else
+            devs |= 1u << d[k].location.id;
+    }
     size_t covered = 0;
-    for (int i = 0; i < nmaps; i++)
+    for (int i = 0; devs && i < nmaps; i++)
         if (maps[i].addr >= ptr && maps[i].addr + maps[i].size <= ptr + size)
             covered += maps[i].size;
-    CUresult r = covered == size && !mprotect((void *)ptr, size, PROT_READ | PROT_WRITE)
+    CUresult r = devs && covered == size && !mprotect((void *)ptr, size, PROT_READ | PROT_WRITE)
                      ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; r == CUDA_SUCCESS && i < nmaps; i++)
+        if (maps[i].addr >= ptr && maps[i].addr + maps[i].size <= ptr + size)
+            maps[i].access |= devs;
     pthread_mutex_unlock(&sim_lock);
     return r;
+}
+
+unsigned simcuda_vmm_access(uintptr_t addr)
+{
+    unsigned a = 0;
+    pthread_mutex_lock(&sim_lock);
+    for (int i = 0; i < nmaps; i++)
+        if (maps[i].addr <= addr && addr < maps[i].addr + maps[i].size)
+            a = maps[i].access;
+    pthread_mutex_unlock(&sim_lock);
+    return a;
 }
