@@ -2024,7 +2024,7 @@ static int entrypoint(void)
 static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
-    {"fence_poll", fence_poll}, {"fence_share", fence_share}, {"fence_poll_cap", fence_poll_cap},
+    {"fence_poll", fence_poll}, {"fence_share", fence_share}, {"vmm_peer", vmm_peer}, {"fence_poll_cap", fence_poll_cap},
     {"fence_comm", fence_comm}, {"fence_destroyed", fence_destroyed},
     {"fence_idle", fence_idle},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
@@ -2041,7 +2041,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
     {"cap", cap}, {"capinfo", capinfo}, {"phases", phases}, {"group_race", group_race}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
-    {"vmm", vmm}, {"vmm_peer", vmm_peer}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
+    {"vmm", vmm}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
     {"tracechild", tracechild},
 };
 
