@@ -453,7 +453,7 @@ static int cmd_fields(void)
          "Top level: `cupool` (1), `version`, `pid`, `comm`, `updated_ns` (when the\n"
          "process last published, CLOCK_REALTIME), `flush_signal` (0 = none),\n"
          "`devices` (one object per device: `device` and the fields below, and\n"
-         "`fragmentation`, 1 - largest free / cached), `process` (the fields below).\n"
+         "`fragmentation`, 1 - the largest free block or, if more, the releasable bytes, / cached), `process` (the fields below).\n"
          "`null` is a figure the process could not tell.\n\n"
          "## Per device\n\n| field | unit | kind | what |\n| --- | --- | --- | --- |");
 #define X(name, unit, kind, help) \

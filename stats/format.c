@@ -45,17 +45,18 @@ void stats_device_from_pool(stats_device *d, int device, const pool_stats *p)
 #undef COPY
 }
 
-double stats_frag(uint64_t largest_free, uint64_t cached)
+double stats_frag(uint64_t largest_free, uint64_t releasable, uint64_t cached)
 {
     if (!cached)
         return 0.0;
-    double f = 1.0 - (double)largest_free / (double)cached;
+    uint64_t one = largest_free > releasable ? largest_free : releasable;
+    double f = 1.0 - (double)one / (double)cached;
     return f < 0 ? 0.0 : f;
 }
 
 double stats_fragmentation(const stats_device *d)
 {
-    return stats_frag(d->largest_free, d->cached);
+    return stats_frag(d->largest_free, d->releasable, d->cached);
 }
 
 bool stats_oom_is_fragmentation(uint64_t size, uint64_t allocated,

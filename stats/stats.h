@@ -166,9 +166,13 @@ typedef struct stats_view {
 /* Fills the pool-derived fields of d from a pool snapshot. */
 void stats_device_from_pool(stats_device *d, int device, const pool_stats *p);
 
-/* 1 - largest free / cached: the share of cached bytes that no single
- * request of the largest free size could use. 0 when nothing is cached. */
-double stats_frag(uint64_t largest_free, uint64_t cached);
+/* The share of cached bytes that one request cannot have: 1 - what the
+ * largest request the cache can serve gets / cached. That request gets the
+ * largest free block, or, if more, the releasable bytes (whole free
+ * segments, which a flush or a cap-bound request gives back and takes as
+ * one segment). 0 when nothing is cached, and for a cache of idle
+ * segments alone: such a cache is not fragmented, only kept. */
+double stats_frag(uint64_t largest_free, uint64_t releasable, uint64_t cached);
 double stats_fragmentation(const stats_device *d);
 
 /* Whether a request of size bytes that found no room failed for

@@ -64,6 +64,13 @@ static void test_fragmentation(void **s)
     (void)s;
     stats_device d = {.cached = 100, .largest_free = 25};
     assert_true(stats_fragmentation(&d) > 0.749 && stats_fragmentation(&d) < 0.751);
+    /* A cache of idle segments alone is kept, not fragmented: a flush or a
+     * request under a cap has it back as one segment. */
+    d.releasable = 100;
+    assert_true(stats_fragmentation(&d) == 0.0);
+    /* Idle segments beside live ones: the larger of the two serves. */
+    d.releasable = 40;
+    assert_true(stats_fragmentation(&d) > 0.599 && stats_fragmentation(&d) < 0.601);
     d.cached = 0;
     assert_true(stats_fragmentation(&d) == 0.0);
 }

@@ -261,7 +261,7 @@ static double replay_observe(run *x, const trace_record *e)
     replay_result *r = x->r;
     pool_stats s;
     pool_stats_get(x->p, &s);
-    double frag = stats_frag(s.largest_free, s.cached);
+    double frag = stats_frag(s.largest_free, s.idle_bytes, s.cached);
     if (s.reserved > r->peak_reserved) {
         r->peak_reserved = s.reserved;
         r->frag_at_peak = frag;
@@ -275,6 +275,7 @@ static double replay_observe(run *x, const trace_record *e)
         y->allocated = s.allocated;
         y->reserved = s.reserved;
         y->largest_free = s.largest_free;
+        y->releasable = s.idle_bytes;
         y->recorded_reserved = x->rec_reserved;
     }
     return frag;

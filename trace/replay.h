@@ -59,6 +59,7 @@ typedef struct replay_opts {
 typedef struct replay_sample {
     uint64_t time;            /* ns since the trace began */
     uint64_t allocated, reserved, largest_free;
+    uint64_t releasable;      /* in fully free segments */
     uint64_t recorded_reserved; /* from the trace's own segment records */
 } replay_sample;
 

@@ -466,7 +466,7 @@ static int write_timeline(const char *path, const replay_result *r)
         const replay_sample *s = &r->sample[i];
         fprintf(f, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f,%" PRIu64 "\n",
                 s->time, s->allocated, s->reserved, s->largest_free,
-                stats_frag(s->largest_free, s->reserved - s->allocated),
+                stats_frag(s->largest_free, s->releasable, s->reserved - s->allocated),
                 s->recorded_reserved);
     }
     if (fclose(f)) {
