@@ -409,6 +409,51 @@ static int fence_share(void)
     return 0;
 }
 
+/* Reuses w (64 MiB) with work before, so that the reuse fences. */
+static void *fenced_reuse(void *w)
+{
+    OK(cudaMemsetAsync(w, 0, MIB, 0));
+    OK(cudaFree(w));
+    OK(cudaMalloc(&w, 64 * MIB));
+    return w;
+}
+
+/* CUPOOL_CUPTI=auto: CUPTI starts in the middle of an NCCL group, whose
+ * all-reduce named its buffer before anyone watched; a fence covers the
+ * comm stream before the group ends and queues the all-reduce there. The
+ * buffer, freed while that all-reduce runs, must not be reused without
+ * the comm stream's work ordered first. */
+static int comm_straddle(void)
+{
+    nccl_allreduce_fn allreduce = (nccl_allreduce_fn)nccl("ncclAllReduce");
+    nccl_void_fn group_start = (nccl_void_fn)nccl("ncclGroupStart");
+    nccl_void_fn group_end = (nccl_void_fn)nccl("ncclGroupEnd");
+    int (*init_all)(void **, int, const int *) =
+        (int (*)(void **, int, const int *))nccl("ncclCommInitAll");
+    int (*destroy)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
+    cudaStream_t nb;
+    void *comm, *bucket, *w, *x;
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    CHECK(init_all(&comm, 1, (int[]){0}) == 0);
+    OK(cudaMalloc(&bucket, 4 * MIB));
+    OK(cudaMalloc(&w, 64 * MIB));
+    for (int i = 0; i < 7; i++)
+        w = fenced_reuse(w);
+    CHECK(group_start() == 0);
+    CHECK(allreduce(bucket, bucket, MIB, 7, 0, comm, nb) == 0); /* unwatched */
+    w = fenced_reuse(w);      /* the 8th fence: CUPTI is due */
+    OK(cudaMalloc(&x, 4096)); /* and starts here, marking every stream */
+    w = fenced_reuse(w);      /* a fence covers nb again */
+    CHECK(group_end() == 0);  /* the all-reduce's work goes to nb */
+    bucket = reuse(bucket, 4 * MIB, nb, 2);
+    CHECK(destroy(comm) == 0);
+    OK(cudaFree(x));
+    OK(cudaFree(w));
+    OK(cudaFree(bucket));
+    OK(cudaStreamDestroy(nb));
+    return 0;
+}
+
 /* A non-blocking stream destroyed with its work still queued (it goes
  * on: CUDA frees the stream after it): real cudaFree would wait for that
  * work, so the next fence orders after it, whatever the mode. */
@@ -2024,7 +2069,7 @@ static int entrypoint(void)
 static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
-    {"fence_poll", fence_poll}, {"fence_share", fence_share}, {"vmm_peer", vmm_peer}, {"fence_poll_cap", fence_poll_cap},
+    {"fence_poll", fence_poll}, {"fence_share", fence_share}, {"comm_straddle", comm_straddle}, {"vmm_peer", vmm_peer}, {"fence_poll_cap", fence_poll_cap},
     {"fence_comm", fence_comm}, {"fence_destroyed", fence_destroyed},
     {"fence_idle", fence_idle},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},

@@ -296,6 +296,8 @@ static void test_fence_comm(void **s)
     PASSES("fence_comm", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
     /* auto: from the 8th fence after NCCL's first call */
     PASSES("fence_comm", "CUPOOL_FENCE=poll", sim_cupti(), "WARM_FENCES=8");
+    /* CUPTI starting inside an NCCL group whose collective came before */
+    PASSES("comm_straddle", "CUPOOL_FENCE=poll", sim_cupti());
     PASSES("fence_idle", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
 }
 /* Threads fencing one device at once share fences (fence.c's

@@ -166,6 +166,23 @@ static CUresult set_access(uintptr_t addr, size_t size, uint64_t mask)
     return drv.cuMemSetAccess(addr, size, d, n);
 }
 
+/* Sets access to a new mapping: v's device and every peer due. If the
+ * peers cannot be granted, v's device alone (said once; the program's
+ * copies from a peer may then fail, as they would without cupool's
+ * grant). Needs v->lock. */
+static CUresult set_new_access(shim_vmm *v, uintptr_t addr, size_t size)
+{
+    uint64_t own = 1ull << v->prop.location.id, due = access_due(v) | v->granted;
+    CUresult e = set_access(addr, size, due);
+    if (e != CUDA_SUCCESS && due != own && (e = set_access(addr, size, own)) == CUDA_SUCCESS) {
+        static atomic_bool said;
+        if (!atomic_exchange(&said, true))
+            shim_log(SHIM_LOG_ERROR, "device %d: a new segment could not grant its "
+                     "peers access; mapped for the device alone", v->dev);
+    }
+    return e;
+}
+
 /* Grants mask to every mapped run of granules of r. Needs v->lock. */
 static CUresult grant_range(const shim_vmm *v, const vmm_range *r, uint64_t mask)
 {
@@ -320,7 +337,7 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
     }
     pthread_mutex_lock(&v->lock);
     if (e == CUDA_SUCCESS)
-        e = set_access(r.base, size, access_due(v) | v->granted);
+        e = set_new_access(v, r.base, size);
     if (e == CUDA_SUCCESS && !insert_locked(v, &r))
         e = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_unlock(&v->lock);
@@ -373,7 +390,7 @@ static CUresult map_parts(shim_vmm *v, vmm_range *r, size_t off,
         }
     }
     if (e == CUDA_SUCCESS)
-        e = set_access(r->base + off, at - off, access_due(v) | v->granted);
+        e = set_new_access(v, r->base + off, at - off);
     if (e != CUDA_SUCCESS)
         drop(v, r, off / v->gran, at / v->gran);
     return e;

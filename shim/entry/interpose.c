@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "control.h"
+#include "cupti.h"
 #include "cap.h"
 #include "capture.h"
 #include "device.h"
@@ -81,6 +82,7 @@ static _Thread_local cudaError_t real_ret;
 
 int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
 {
+    shim_work_start_due(); /* before any lock of cupool's is held */
     inside++;
     int err = shim_device_alloc(dev, size, a);
     for (int round = 0; err && shim_cap_reclaim(dev, size, err, round); round++)

@@ -441,7 +441,7 @@ static int device_of(CUcontext c)
     CUdevice d = -1;
     CUcontext back = NULL;
     if (!c || !shim_drv.cuCtxPushCurrent_v2 || !shim_drv.cuCtxPopCurrent_v2 ||
-        shim_drv.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+        !shim_drv.cuCtxGetDevice || shim_drv.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
         return -1;
     if (shim_drv.cuCtxGetDevice(&d) != CUDA_SUCCESS)
         d = -1;

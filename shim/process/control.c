@@ -613,7 +613,7 @@ __attribute__((constructor(101))) static void shim_init(void)
         return;
     }
     shim_group_join(); /* before any budget is used: no pool exists yet */
-    shim_comm_on_first_call(shim_work_nccl_seen);
+    shim_comm_on_first_call(shim_work_nccl_call);
     int err = shim_doorbell_open();
     if (!err) {
         int sigs[] = {shim_cfg.flush_signal, shim_cfg.stats_signal};

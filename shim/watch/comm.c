@@ -476,9 +476,9 @@ static void window_clear(void)
     window_all = false;
 }
 
-/* The first NCCL call is told (under CUPOOL_CUPTI=auto, CUPTI starts once
- * fences come often after it: cupti.h). Inside is counted whether or not
- * CUPTI watches: under CUPOOL_CUPTI=1 NCCL may set up before the first pool
+/* Each NCCL call is told as it begins (under CUPOOL_CUPTI=auto, CUPTI
+ * starts once fences came often after the first: cupti.h). Inside is
+ * counted whether or not CUPTI watches: under CUPOOL_CUPTI=1 NCCL may set up before the first pool
  * exists (CUPTI starts with it), and the memory it allocates then is its
  * own all the same. */
 static void (*first_call)(void); /* set at start-up */
@@ -521,6 +521,10 @@ static void leave(void)
             size_t ranks = per_rank ? comm_ranks(comm) : 1;                   \
             name_buffer(sendbuf, count, type, ranks);                         \
             name_buffer(recvbuf, count, type, ranks);                         \
+        } else {                                                              \
+            /* Unnamed: if CUPTI starts before its work is queued (a      \
+             * group's end), the streams it lands on are marked. */        \
+            window_all = true;                                                \
         }                                                                     \
         nccl_result r = f args;                                               \
         leave();                                                              \

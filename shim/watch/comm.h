@@ -48,10 +48,10 @@
     X(ncclCommInitAll) X(ncclCommSplit) X(ncclCommShrink) X(ncclCommGrow)     \
     X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort)
 
-/* Whom the first NCCL call tells (cupti.h's shim_work_nccl_seen: CUPTI's
- * start under CUPOOL_CUPTI=auto depends on it), set once at start-up,
- * before any NCCL call: comm.c does not call CUPTI's module, which calls
- * it. */
+/* Whom each NCCL call tells, as it begins (cupti.h's shim_work_nccl_call:
+ * CUPTI's start under CUPOOL_CUPTI=auto depends on it), set once at
+ * start-up, before any NCCL call: comm.c does not call CUPTI's module,
+ * which calls it. */
 void shim_comm_on_first_call(void (*start)(void));
 
 /* CUPTI reports every driver call that may queue work from now on (only

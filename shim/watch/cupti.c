@@ -202,20 +202,25 @@ bool shim_work_watch(void)
 static atomic_bool nccl_seen;
 static atomic_uint fences_since_nccl;
 
-void shim_work_nccl_seen(void)
-{
-    atomic_store_explicit(&nccl_seen, true, memory_order_relaxed);
-}
-
 void shim_work_fence_due(void)
 {
     if (shim_cfg.cupti != SHIM_CUPTI_AUTO ||
         !atomic_load_explicit(&nccl_seen, memory_order_relaxed) ||
         atomic_load_explicit(&fences_since_nccl, memory_order_relaxed) >= SHIM_WORK_AUTO_FENCES)
         return;
-    if (atomic_fetch_add_explicit(&fences_since_nccl, 1, memory_order_relaxed) + 1 ==
-        SHIM_WORK_AUTO_FENCES)
+    atomic_fetch_add_explicit(&fences_since_nccl, 1, memory_order_relaxed);
+}
+
+void shim_work_start_due(void)
+{
+    if (atomic_load_explicit(&fences_since_nccl, memory_order_relaxed) >= SHIM_WORK_AUTO_FENCES)
         pthread_once(&once, start);
+}
+
+void shim_work_nccl_call(void)
+{
+    atomic_store_explicit(&nccl_seen, true, memory_order_relaxed);
+    shim_work_start_due();
 }
 
 bool shim_work_watching(void)

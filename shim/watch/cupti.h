@@ -32,17 +32,21 @@
  * can touch a pooled block is counted. Returns whether watching. */
 bool shim_work_watch(void);
 
-/* Under CUPOOL_CUPTI=auto, watching starts (once per process) at the
- * SHIM_WORK_AUTO_FENCES-th fence begun after the program's first NCCL call:
- * a job whose NCCL streams are busy while it frees and reuses memory (data
- * parallel training) gains from it, while a program that only
+/* Under CUPOOL_CUPTI=auto, watching starts (once per process) once
+ * SHIM_WORK_AUTO_FENCES fences were issued after the program's first NCCL
+ * call: a job whose NCCL streams are busy while it frees and reuses memory
+ * (data parallel training) gains from it, while a program that only
  * communicates (nccl-tests) would pay CUPTI's cost on every launch for
- * nothing. shim_work_nccl_seen says an NCCL call came; shim_work_fence_due
- * counts a fence about to be issued (before its calls, with no lock held
- * that CUPTI's callback takes). */
+ * nothing. shim_work_nccl_call: an NCCL call is under way (and starts
+ * watching if due). shim_work_fence_due counts a fence about to be issued
+ * (under a pool's lock: it only counts). shim_work_start_due starts
+ * watching if due; called where the thread holds none of cupool's locks
+ * (an allocation's entry, an NCCL call), as loading CUPTI takes the
+ * loader's lock. */
 #define SHIM_WORK_AUTO_FENCES 8
-void shim_work_nccl_seen(void);
+void shim_work_nccl_call(void);
 void shim_work_fence_due(void);
+void shim_work_start_due(void);
 
 /* Whether watching now (after shim_work_watch). Acquire, read before any
  * decision that relies on the count: false once the program took CUPTI. */
