@@ -257,12 +257,18 @@ static int shell(const char *cmd, char *out, size_t len)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void wait_for_file(const char *path)
+/* Waits up to 5 s for path to exist, then settle_us more. */
+static void wait_for_file_then(const char *path, useconds_t settle_us)
 {
     for (int i = 0; i < 500 && access(path, F_OK); i++)
         usleep(10000);
     assert_int_equal(access(path, F_OK), 0);
-    usleep(300000); /* the page is published every 100 ms */
+    usleep(settle_us);
+}
+
+static void wait_for_file(const char *path)
+{
+    wait_for_file_then(path, 300000); /* the page is published every 100 ms */
 }
 
 #define PASSES(...) assert_int_equal(run(__VA_ARGS__, NULL)->status, 0)
@@ -833,6 +839,10 @@ static void test_startup_refusals(void **s)
 /* Starts rt_prog traceloop recording to DIR/t.trace, counting its calls in
  * DIR/count, with up to one extra NAME=VALUE (or NULL), and waits until it
  * runs. */
+/* Starts rt_prog's traceloop in dirn (its trace, counter and ready file
+ * there), and returns once it has run settle_us past ready: long enough
+ * for the helper and a ring's first drains, short enough that the trace
+ * stays small to replay. */
 static void traceloop_start(child *c, const char *dirn, const char *extra)
 {
     static char e1[128], e2[128], e3[128];
@@ -842,7 +852,7 @@ static void traceloop_start(child *c, const char *dirn, const char *extra)
     snprintf(ready, sizeof(ready), "%s/ready", dirn);
     snprintf(e3, sizeof(e3), "READY=%s", ready);
     spawn(c, "traceloop", e1, e2, e3, extra, NULL);
-    wait_for_file(ready);
+    wait_for_file_then(ready, 150000);
 }
 
 /* Sends SIGTERM to a traceloop started in dirn and collects it: it must end
