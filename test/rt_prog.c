@@ -279,30 +279,54 @@ static int fence_idle(void)
 /* CUPOOL_FENCE=poll, CUPOOL_CUPTI=1: a stream whose queued work is only
  * collectives is left out of a fence unless a block freed since overlaps
  * their buffers, or other work came to it (comm.h). */
+/* The simulated NCCL's calls the fence scenarios make. */
+typedef struct nccl_calls {
+    nccl_allreduce_fn allreduce;
+    nccl_allgather_fn allgather;
+    nccl_void_fn group_start, group_end;
+    int (*init_all)(void **, int, const int *);
+    int (*destroy)(void *);
+} nccl_calls;
+
+static nccl_calls nccl_lookup(void)
+{
+    return (nccl_calls){
+        .allreduce = (nccl_allreduce_fn)nccl("ncclAllReduce"),
+        .allgather = (nccl_allgather_fn)nccl("ncclAllGather"),
+        .group_start = (nccl_void_fn)nccl("ncclGroupStart"),
+        .group_end = (nccl_void_fn)nccl("ncclGroupEnd"),
+        .init_all = (int (*)(void **, int, const int *))nccl("ncclCommInitAll"),
+        .destroy = (int (*)(void *))nccl("ncclCommDestroy"),
+    };
+}
+
+/* Reuses w (64 MiB) with work before, so that the reuse fences. */
+static void *fenced_reuse(void *w)
+{
+    OK(cudaMemsetAsync(w, 0, MIB, 0));
+    OK(cudaFree(w));
+    OK(cudaMalloc(&w, 64 * MIB));
+    return w;
+}
+
 static int fence_comm(void)
 {
-    nccl_allreduce_fn allreduce = (nccl_allreduce_fn)nccl("ncclAllReduce");
-    nccl_allgather_fn allgather = (nccl_allgather_fn)nccl("ncclAllGather");
-    nccl_void_fn group_start = (nccl_void_fn)nccl("ncclGroupStart");
-    nccl_void_fn group_end = (nccl_void_fn)nccl("ncclGroupEnd");
-    int (*init_all)(void **, int, const int *) =
-        (int (*)(void **, int, const int *))nccl("ncclCommInitAll");
-    int (*destroy)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
+    nccl_calls n = nccl_lookup();
+    nccl_allreduce_fn allreduce = n.allreduce;
+    nccl_allgather_fn allgather = n.allgather;
+    nccl_void_fn group_start = n.group_start, group_end = n.group_end;
     cudaStream_t nb;
     void *comm, *bucket, *out, *a, *b;
     OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
     /* The communicator's own 1 MiB, and a block beside it that fills
      * their segment: no clean 1 MiB is left but those freed below. */
-    CHECK(init_all(&comm, 1, (int[]){0}) == 0);
+    CHECK(n.init_all(&comm, 1, (int[]){0}) == 0);
     /* WARM_FENCES=N: N reuses of a block of its own, with work in each, so
      * that each fences (CUPOOL_CUPTI=auto starts at the 8th). */
     void *w;
     OK(cudaMalloc(&w, 64 * MIB));
-    for (int i = 0, n = getenv("WARM_FENCES") ? atoi(getenv("WARM_FENCES")) : 0; i < n; i++) {
-        OK(cudaMemsetAsync(w, 0, MIB, 0));
-        OK(cudaFree(w));
-        OK(cudaMalloc(&w, 64 * MIB));
-    }
+    for (int i = 0, k = getenv("WARM_FENCES") ? atoi(getenv("WARM_FENCES")) : 0; i < k; i++)
+        w = fenced_reuse(w);
     void *pad;
     OK(cudaMalloc(&pad, MIB));
     fill_segment(&a, &b);
@@ -333,7 +357,7 @@ static int fence_comm(void)
     /* NCCL's own memory, freed inside ncclCommDestroy: every comm stream is
      * included in the next fence. */
     CHECK(allreduce(bucket, bucket, MIB, 7, 0, comm, nb) == 0);
-    CHECK(destroy(comm) == 0);
+    CHECK(n.destroy(comm) == 0);
     a = reuse(a, MIB, nb, 2);
     OK(cudaStreamDestroy(nb));
     return 0;
@@ -409,15 +433,6 @@ static int fence_share(void)
     return 0;
 }
 
-/* Reuses w (64 MiB) with work before, so that the reuse fences. */
-static void *fenced_reuse(void *w)
-{
-    OK(cudaMemsetAsync(w, 0, MIB, 0));
-    OK(cudaFree(w));
-    OK(cudaMalloc(&w, 64 * MIB));
-    return w;
-}
-
 /* CUPOOL_CUPTI=auto: CUPTI starts in the middle of an NCCL group, whose
  * all-reduce named its buffer before anyone watched; a fence covers the
  * comm stream before the group ends and queues the all-reduce there. The
@@ -425,28 +440,23 @@ static void *fenced_reuse(void *w)
  * the comm stream's work ordered first. */
 static int comm_straddle(void)
 {
-    nccl_allreduce_fn allreduce = (nccl_allreduce_fn)nccl("ncclAllReduce");
-    nccl_void_fn group_start = (nccl_void_fn)nccl("ncclGroupStart");
-    nccl_void_fn group_end = (nccl_void_fn)nccl("ncclGroupEnd");
-    int (*init_all)(void **, int, const int *) =
-        (int (*)(void **, int, const int *))nccl("ncclCommInitAll");
-    int (*destroy)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
+    nccl_calls n = nccl_lookup();
     cudaStream_t nb;
     void *comm, *bucket, *w, *x;
     OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
-    CHECK(init_all(&comm, 1, (int[]){0}) == 0);
+    CHECK(n.init_all(&comm, 1, (int[]){0}) == 0);
     OK(cudaMalloc(&bucket, 4 * MIB));
     OK(cudaMalloc(&w, 64 * MIB));
     for (int i = 0; i < 7; i++)
         w = fenced_reuse(w);
-    CHECK(group_start() == 0);
-    CHECK(allreduce(bucket, bucket, MIB, 7, 0, comm, nb) == 0); /* unwatched */
+    CHECK(n.group_start() == 0);
+    CHECK(n.allreduce(bucket, bucket, MIB, 7, 0, comm, nb) == 0); /* unwatched */
     w = fenced_reuse(w);      /* the 8th fence: CUPTI is due */
     OK(cudaMalloc(&x, 4096)); /* and starts here, marking every stream */
     w = fenced_reuse(w);      /* a fence covers nb again */
-    CHECK(group_end() == 0);  /* the all-reduce's work goes to nb */
+    CHECK(n.group_end() == 0);  /* the all-reduce's work goes to nb */
     bucket = reuse(bucket, 4 * MIB, nb, 2);
-    CHECK(destroy(comm) == 0);
+    CHECK(n.destroy(comm) == 0);
     OK(cudaFree(x));
     OK(cudaFree(w));
     OK(cudaFree(bucket));
