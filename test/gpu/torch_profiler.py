@@ -1,5 +1,6 @@
 """torch.profiler under cupool, in a job that uses NCCL (a one-rank process
-group: CUPOOL_CUPTI=auto starts CUPTI at its first NCCL call). The profiler
+group: CUPOOL_CUPTI=auto starts CUPTI at the 8th fence after its first NCCL
+call, within the first steps). The profiler
 asks for CUPTI; cupool must let it go, so the profiler records the CUDA
 kernels it records without cupool, and cupool must fence as without CUPTI
 from then on. Prints one JSON line: the CUDA events the profiler recorded,
