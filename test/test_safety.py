@@ -23,6 +23,7 @@ tracer = os.path.abspath(os.path.join(build, "cupool-trace"))
 pauser = os.path.abspath(os.path.join("build", "cupool-pause"))  # not a sanitizer build
 sim = os.path.abspath(os.path.join("build", "sim"))
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+install_deps = os.path.join(root, "scripts", "install-deps")
 USER = "cupool-safety"
 failed = 0
 
@@ -41,7 +42,8 @@ def skip(name, why):
 def clean_env(**extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("CUPOOL_") and k != "LD_PRELOAD"}
-    env.update(CUPOOL_SMALL_SEGMENT="2M", CUPOOL_MID_MAX="0", LD_PRELOAD=lib)
+    env.update(CUPOOL_SMALL_SEGMENT="2M", CUPOOL_MID_MAX="0", LD_PRELOAD=lib,
+               LD_LIBRARY_PATH=sim)  # the simulated runtime, wherever it is
     env.update(extra)
     return env
 
@@ -77,6 +79,39 @@ def other_user():
         return None, f"useradd failed: {p.stderr.strip()}"
     made_user = True
     return pwd.getpwnam(USER), None
+
+
+def reachable_by(user, tmp):
+    """Where the second user can run what the tests run: the build as it
+    is, or, when it is not theirs to reach (a clone in root's 0700 home),
+    a copy of what the tests run in tmp (which is 0755). Repoints the
+    paths above to the copy."""
+    global lib, prog, failmalloc, reader, tracer, pauser, sim, install_deps
+    if not user or run(["test", "-x", prog], {"PATH": "/usr/bin:/bin"}, user=user).returncode == 0:
+        return
+    copy = os.path.join(tmp, "reach")
+    for d in ("rt", "sim", "scripts"):
+        os.makedirs(os.path.join(copy, d), mode=0o755)
+    os.chmod(copy, 0o755)
+
+    def put(src, rel):
+        dst = os.path.join(copy, rel)
+        shutil.copy2(src, dst)
+        os.chmod(dst, 0o755)
+        return dst
+
+    lib = put(lib, "libcupool.so")
+    prog = put(prog, "rt/rt_prog")
+    failmalloc = put(failmalloc, "rt/libfailmalloc.so")
+    reader = put(reader, "cupool-stat")
+    tracer = put(tracer, "cupool-trace")
+    pauser = put(pauser, "cupool-pause")
+    for name in os.listdir(sim):
+        put(os.path.join(sim, name), os.path.join("sim", name))
+    sim = os.path.join(copy, "sim")
+    install_deps = put(install_deps, "scripts/install-deps")
+    print(f"note: the build is not reachable by {USER}; its programs were copied to {copy}",
+          flush=True)
 
 
 def shared_dir(tmp, name):
@@ -289,7 +324,7 @@ def test_install_deps_names_the_command(user):
     name = "make's missing dependencies named in one command when not root"
     if not user:
         return skip(name, user_why)
-    p = run([os.path.join(root, "scripts", "install-deps"), "the tests", "libfoo-dev", "bar"],
+    p = run([install_deps, "the tests", "libfoo-dev", "bar"],
             dict(os.environ), user=user)
     report(name, p.returncode == 1 and "sudo apt-get install -y libfoo-dev bar" in p.stderr,
            p.stdout + p.stderr)
@@ -372,6 +407,7 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory(prefix="cupool-safety-") as tmp:
         os.chmod(tmp, 0o755)
         user, user_why = other_user()
+        reachable_by(user, tmp)
         test_hard_links(tmp)
         test_trace_limit(tmp)
         test_escapes_not_printed(tmp)
