@@ -16,7 +16,7 @@
 
 #include "pool_test.h"
 
-enum { THREADS = 8, OPS = 20000, LIVE = 256 };
+enum { THREADS = 8, OPS = 12000, LIVE = 256 };
 
 typedef struct worker {
     pool *p;
