@@ -88,6 +88,9 @@ static const char *errstr(CUresult e)
     return s;
 }
 
+/* v's own device, as a bit. */
+static uint64_t own_bit(const shim_vmm *v) { return 1ull << v->prop.location.id; }
+
 shim_vmm *shim_vmm_open(int dev, size_t want_unit)
 {
     pthread_once(&drv_once, drv_resolve);
@@ -130,7 +133,7 @@ shim_vmm *shim_vmm_open(int dev, size_t want_unit)
     v->gran = gsize;
     v->unit = unit;
     v->prop = prop;
-    v->granted = 1ull << cd;
+    v->granted = own_bit(v);
     pthread_mutex_init(&v->lock, NULL);
     return v;
 }
@@ -150,7 +153,7 @@ void shim_vmm_peer_note(int owner, int peer)
 /* The devices a mapping made now must grant access: v's and its peers. */
 static uint64_t access_due(const shim_vmm *v)
 {
-    return 1ull << v->prop.location.id | atomic_load(&peers_of[v->dev]);
+    return own_bit(v) | atomic_load(&peers_of[v->dev]);
 }
 
 /* Grants the devices in mask read and write access to [addr, addr + size). */
@@ -172,7 +175,7 @@ static CUresult set_access(uintptr_t addr, size_t size, uint64_t mask)
  * grant). Needs v->lock. */
 static CUresult set_new_access(shim_vmm *v, uintptr_t addr, size_t size)
 {
-    uint64_t own = 1ull << v->prop.location.id, due = access_due(v) | v->granted;
+    uint64_t own = own_bit(v), due = access_due(v) | v->granted;
     CUresult e = set_access(addr, size, due);
     if (e != CUDA_SUCCESS && due != own && (e = set_access(addr, size, own)) == CUDA_SUCCESS) {
         static atomic_bool said;
