@@ -154,6 +154,12 @@ $(BUILD)/asan/test_config: test/test_config.c shim/base/config.c $(STATS_SRC) $(
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim/base $< shim/base/config.c $(STATS_SRC) $(POOL_SRC) \
 	    -lcmocka -lpthread -o $@
 
+# The hand-off of descriptors between processes (its server is a thread).
+$(BUILD)/tsan/test_handoff: test/test_handoff.c shim/entry/handoff.c shim/base/log.c $(SHIM_HDR) $(POOL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(TSAN) $(SHIM_INC) $< shim/entry/handoff.c shim/base/log.c \
+	    -lcmocka -lpthread -o $@
+
 $(BUILD)/tsan/test_owner: test/test_owner.c shim/device/owner.c shim/device/owner.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(TSAN) -Ipool -Ishim/device -Ishim/base $< shim/device/owner.c -lcmocka -lpthread -o $@
@@ -198,7 +204,7 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c stats/tra
 	    stats/trace.c stats/safefile.c stats/format.c -lcmocka -lpthread -o $@
 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
-             $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner)
+             $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner test_handoff)
 # Built only once the tests' tools are there (installed, or named).
 $(TEST_BINS) $(BUILD)/test_shim: | cmocka-check
 $(BUILD)/cupool-trace: | deps

@@ -82,8 +82,9 @@ const char *pool_strerror(int err)
 
 /* ---- free --------------------------------------------------------------- */
 
-/* Why addr is not a live block's start: -ENOENT, -EINVAL or -EALREADY. */
-static int diagnose(const pool *p, uintptr_t addr)
+/* The segment and the live block holding addr: 0, -EALREADY (a free
+ * block) or -ENOENT. Needs p->lock. */
+static int holding(const pool *p, uintptr_t addr, pool_span *seg, pool_span *block)
 {
     long i = pool_segment_find(p, addr);
     if (i < 0)
@@ -91,7 +92,17 @@ static int diagnose(const pool *p, uintptr_t addr)
     const pool_block *b = p->segs[i]->first;
     while (addr - b->addr >= b->size)
         b = b->next;
-    return b->free || b->lent ? -EALREADY : -EINVAL; /* a part was freed */
+    *seg = (pool_span){p->segs[i]->base, p->segs[i]->size};
+    *block = (pool_span){b->addr, b->size};
+    return b->free || b->lent ? -EALREADY : 0;
+}
+
+/* Why addr is not a live block's start: -ENOENT, -EINVAL or -EALREADY. */
+static int diagnose(const pool *p, uintptr_t addr)
+{
+    pool_span seg, block;
+    int err = holding(p, addr, &seg, &block);
+    return err ? err : -EINVAL; /* inside a live block: a part was freed */
 }
 
 static int free_locked(pool *p, uintptr_t addr)
@@ -152,18 +163,23 @@ int pool_block_size(pool *p, uintptr_t addr, size_t *size)
 
 int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size)
 {
+    pool_span seg, block;
     pthread_mutex_lock(&p->lock);
-    int err = -ENOENT;
-    long i = pool_segment_find(p, addr);
-    if (i >= 0) {
-        const pool_block *b = p->segs[i]->first;
-        while (addr - b->addr >= b->size)
-            b = b->next;
-        err = b->free || b->lent ? -EALREADY : 0;
-        *base = p->segs[i]->base;
-        *size = p->segs[i]->size;
-    }
+    int err = holding(p, addr, &seg, &block);
     pthread_mutex_unlock(&p->lock);
+    if (err != -ENOENT)
+        *base = seg.addr, *size = seg.size;
+    return err;
+}
+
+int pool_block_of(pool *p, uintptr_t addr, uintptr_t *start, size_t *size)
+{
+    pool_span seg, block;
+    pthread_mutex_lock(&p->lock);
+    int err = holding(p, addr, &seg, &block);
+    pthread_mutex_unlock(&p->lock);
+    if (!err)
+        *start = block.addr, *size = block.size;
     return err;
 }
 

@@ -337,6 +337,10 @@ int pool_block_size(pool *p, uintptr_t addr, size_t *size);
  * and returns 0; else -ENOENT/-EALREADY as pool_free would. */
 int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size);
 
+/* If addr is inside a live block, stores the block's start and rounded
+ * size and returns 0; else -ENOENT/-EALREADY as pool_segment_of. */
+int pool_block_of(pool *p, uintptr_t addr, uintptr_t *start, size_t *size);
+
 /* Unstitches every stitched segment with nothing allocated (fencing first
  * if any block is dirty), releases every fully free segment to the backend,
  * and, if the backend can trim, the whole trim units under every other free

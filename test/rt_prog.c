@@ -1461,12 +1461,21 @@ static int importer(const char *mode, const cudaIpcMemHandle_t *ha,
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* Whether blocks live in VMM segments (CUPOOL_VMM or CUPOOL_STITCH),
+ * which have no CUDA handle: every handle is cupool's. */
+static bool vmm_blocks(void)
+{
+    const char *v = getenv("CUPOOL_VMM"), *st = getenv("CUPOOL_STITCH");
+    return (v && *v == '1') || (st && *st == '1');
+}
+
 /* IPC of pooled blocks. a starts a fresh segment, b lies inside it. Another
  * process opens both handles, finds the bytes written here, opens b twice,
  * writes new bytes, closes everything and opens again; back here, its
  * bytes are in the blocks. An importer without cupool opens a's handle
  * (CUDA's own) and is refused b's (cupool's); so is a forged cupool handle:
- * never a wrong address. */
+ * never a wrong address. In VMM segments both handles are cupool's: the
+ * importer without cupool is refused both. */
 static int ipc(void)
 {
     char *a, *b;
@@ -1495,6 +1504,8 @@ static int ipc(void)
     return 0;
 }
 
+static int ipc_import_stitched(const cudaIpcMemHandle_t *hd, const cudaIpcMemHandle_t *hi);
+
 static int ipc_import(void)
 {
     CHECK(prog_argc == 5);
@@ -1504,6 +1515,13 @@ static int ipc_import(void)
     unhex(prog_argv[4], &hb);
     char *a, *b, *b2;
     unsigned fl = cudaIpcMemLazyEnablePeerAccess;
+    if (!strcmp(mode, "plain") && vmm_blocks()) {
+        CHECK(cudaIpcOpenMemHandle((void **)&a, ha, fl) != cudaSuccess);
+        CHECK(cudaIpcOpenMemHandle((void **)&b, hb, fl) != cudaSuccess);
+        return 0;
+    }
+    if (!strcmp(mode, "stitched"))
+        return ipc_import_stitched(&ha, &hb);
     if (!strcmp(mode, "plain")) {
         OK(cudaIpcOpenMemHandle((void **)&a, ha, fl));
         CHECK(dev_byte(a) == 0x44);
@@ -1887,6 +1905,52 @@ static int stitch_extend(void)
     return flushed_all();
 }
 
+/* IPC of a stitched block (CUPOOL_STITCH=1, CUPOOL_VMM_UNIT=2M): d is
+ * 16 MiB over two 8 MiB holes of one segment, first half 0x51, second
+ * 0x52. Another process opens d's handle and one for an address inside
+ * its second half, finds each half's bytes at both ends, and writes 0x53
+ * over the first 4 KiB of the second half; back here, they are in d, and
+ * the live block between the holes is untouched. */
+static int ipc_stitched(void)
+{
+    size_t h = 8 * MIB;
+    char *a, *b, *d;
+    CHECK(two_holes(h, &a, &b) == 0);
+    OK(cudaMalloc((void **)&d, 2 * h));
+    CHECK(d < a || d >= a + 3 * h); /* stitched: new addresses */
+    fill(d, 0x51, h);
+    fill(d + h, 0x52, h);
+    cudaIpcMemHandle_t hd, hi;
+    OK(cudaIpcGetMemHandle(&hd, d));
+    OK(cudaIpcGetMemHandle(&hi, d + h + 4096));
+    CHECK(importer("stitched", &hd, &hi, NULL) == 0);
+    CHECK(dev_byte(d + h) == 0x53 && dev_byte(d + h + 4095) == 0x53);
+    CHECK(dev_byte(d + h + 4096) == 0x52 && dev_byte(d + 2 * h - 1) == 0x52);
+    expect(d, 0x51, h);
+    expect(b, 2, h);
+    printf("ipc stitched ok: both holes shared at their offsets\n");
+    OK(cudaFree(d));
+    OK(cudaFree(b));
+    return 0;
+}
+
+static int ipc_import_stitched(const cudaIpcMemHandle_t *hd, const cudaIpcMemHandle_t *hi)
+{
+    size_t h = 8 * MIB;
+    char *d, *in;
+    unsigned fl = cudaIpcMemLazyEnablePeerAccess;
+    OK(cudaIpcOpenMemHandle((void **)&d, *hd, fl));
+    OK(cudaIpcOpenMemHandle((void **)&in, *hi, fl));
+    CHECK(dev_byte(d) == 0x51 && dev_byte(d + h - 1) == 0x51);
+    CHECK(dev_byte(d + h) == 0x52 && dev_byte(d + 2 * h - 1) == 0x52);
+    CHECK(dev_byte(in) == 0x52 && dev_byte(in + h - 4096 - 1) == 0x52);
+    dev_fill(d + h, 0x53, 4096);
+    CHECK(dev_byte(in - 1) == 0x53); /* the same memory, mapped twice */
+    OK(cudaIpcCloseMemHandle(in));
+    OK(cudaIpcCloseMemHandle(d));
+    return 0;
+}
+
 #ifdef SIMCUDA
 /* The fences of n reuses of p's 64 MiB block, each with a memset in it if
  * busy (a legacy-stream event or a synchronization each). */
@@ -2094,7 +2158,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"capture_real", capture_real},
 #endif
     {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
-    {"cap", cap}, {"capinfo", capinfo}, {"phases", phases}, {"group_race", group_race}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import},
+    {"cap", cap}, {"capinfo", capinfo}, {"phases", phases}, {"group_race", group_race}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import}, {"ipc_stitched", ipc_stitched},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
     {"vmm", vmm}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
     {"tracechild", tracechild},

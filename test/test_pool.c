@@ -847,6 +847,16 @@ static void test_owns_and_segment_of(void **state)
     assert_int_equal(size, 2 * MIB);
     assert_int_equal(pool_segment_of(fx->p, a + MIB, &base, &size), -EALREADY);
     assert_int_equal(pool_segment_of(fx->p, 42, &base, &size), -ENOENT);
+    /* The block holding an address, from any byte of it. */
+    uintptr_t b = a + 8 * KIB;
+    assert_int_equal(pool_block_of(fx->p, b + 511, &base, &size), 0);
+    assert_int_equal(base, b);
+    assert_int_equal(size, 512);
+    assert_int_equal(pool_block_of(fx->p, a + 4096, &base, &size), 0);
+    assert_int_equal(base, a);
+    assert_int_equal(size, 8 * KIB);
+    assert_int_equal(pool_block_of(fx->p, a + MIB, &base, &size), -EALREADY);
+    assert_int_equal(pool_block_of(fx->p, 42, &base, &size), -ENOENT);
 }
 
 /* A placement-only pool (no fence) with the given fit policy. */

@@ -341,6 +341,26 @@ static void test_ipc_handles(void **s)
     assert_non_null(strstr(r->err, "a cupool handle from process"));
 }
 
+/* The same in VMM segments, plain and stitched: every handle is cupool's,
+ * the importer maps the block's pieces (handed over by the exporter as
+ * file descriptors) at the block's offset; an importer without cupool is
+ * refused both. Then a block stitched from two holes, opened at its start
+ * and inside its second half, reads and writes the exporter's bytes. */
+static void test_ipc_vmm(void **s)
+{
+    (void)s;
+    const char *vmm[] = {"CUPOOL_VMM=1", "CUPOOL_STITCH=1"};
+    for (int i = 0; i < 2; i++) {
+        result *r = run("ipc", "SIMCUDA_IPC=1", vmm[i], NULL);
+        assert_int_equal(r->status, 0);
+        assert_non_null(strstr(r->out, "ipc ok: blocks shared at their offsets"));
+    }
+    result *r = run("ipc_stitched", "SIMCUDA_IPC=1", "CUPOOL_STITCH=1",
+                    "CUPOOL_VMM_UNIT=2M", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "ipc stitched ok"));
+}
+
 /* Graph capture modes: cudaMalloc and cudaFree answer, from the capturing
  * thread and from others, exactly what CUDA alone answers (the simulated
  * runtime applies CUDA's rule), and a forbidden call says why in one line.
@@ -2349,6 +2369,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stitch),
         cmocka_unit_test(test_zero_bytes),
         cmocka_unit_test(test_ipc_handles),
+        cmocka_unit_test(test_ipc_vmm),
         cmocka_unit_test(test_capture_modes_as_cuda),
         cmocka_unit_test(test_driver_served),
         cmocka_unit_test(test_driver_linked),

@@ -54,7 +54,11 @@
     X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,   \
                  unsigned long long))                                         \
     X(cuMemUnmap, (CUdeviceptr, size_t))                                      \
-    X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))
+    X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
+    X(cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle,    \
+                                     CUmemAllocationHandleType, unsigned long long)) \
+    X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, \
+                                       CUmemAllocationHandleType))
 
 /* Handed out in place of the driver's, by the exported name of the
  * function wrapped; also called (the real one) by cupool. */

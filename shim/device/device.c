@@ -424,6 +424,17 @@ int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *siz
     return err;
 }
 
+int shim_device_block_of(int dev, uintptr_t addr, uintptr_t *start, size_t *size)
+{
+    int err = -ENOENT;
+    for (size_t s = 0; err == -ENOENT && s < shim_cfg.shards; s++) {
+        pool *p = shim_device_shard_if_any(dev, (int)s);
+        if (p)
+            err = pool_block_of(p, addr, start, size);
+    }
+    return err;
+}
+
 void shim_device_peer_access(int owner, int peer)
 {
     if (owner < 0 || owner >= SHIM_MAX_DEVICES || !shim_cfg.shards)

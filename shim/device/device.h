@@ -37,6 +37,9 @@ bool shim_device_owns(void *ptr);
 /* pool_segment_of over the device's shards. */
 int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *size);
 
+/* pool_block_of over the device's shards. */
+int shim_device_block_of(int dev, uintptr_t addr, uintptr_t *start, size_t *size);
+
 /* The program enabled peer access: device peer may now reach device
  * owner's memory. Owner's VMM segments (CUPOOL_VMM, CUPOOL_STITCH) grant
  * peer access, those mapped already and those to come (cudaMalloc'd ones

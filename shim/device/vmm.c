@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -71,7 +72,8 @@ struct shim_vmm {
     int dev;
     size_t gran; /* the driver's granularity */
     size_t unit; /* a whole piece: a power-of-two multiple of gran */
-    CUmemAllocationProp prop;
+    CUmemAllocationProp prop; /* its requestedHandleTypes: see exportable */
+    atomic_bool exportable;   /* pieces are made exportable as POSIX fds */
     pthread_mutex_t lock;
     uint64_t granted; /* devices every mapping grants access (a bit each) */
     vmm_range *r; /* sorted by base */
@@ -133,6 +135,11 @@ shim_vmm *shim_vmm_open(int dev, size_t want_unit)
     v->gran = gsize;
     v->unit = unit;
     v->prop = prop;
+    int fds = 0;
+    atomic_init(&v->exportable,
+                drv.cuDeviceGetAttribute(
+                    &fds, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                    cd) == CUDA_SUCCESS && fds);
     v->granted = own_bit(v);
     pthread_mutex_init(&v->lock, NULL);
     return v;
@@ -318,6 +325,27 @@ static void range_undo(shim_vmm *v, vmm_range *r)
     free(r->g);
 }
 
+/* A physical allocation of len bytes on v's device, exportable (for
+ * CUDA IPC) while the driver accepts that; where it refuses, never again
+ * asked (said once). */
+static CUresult create(shim_vmm *v, size_t len, CUmemGenericAllocationHandle *h)
+{
+    CUmemAllocationProp prop = v->prop;
+    bool fds = atomic_load_explicit(&v->exportable, memory_order_relaxed);
+    prop.requestedHandleTypes = fds ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+                                    : CU_MEM_HANDLE_TYPE_NONE;
+    CUresult e = drv.cuMemCreate(h, len, &prop, 0);
+    if (fds && (e == CUDA_ERROR_NOT_SUPPORTED || e == CUDA_ERROR_INVALID_VALUE)) {
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        e = drv.cuMemCreate(h, len, &prop, 0);
+        if (e == CUDA_SUCCESS && atomic_exchange(&v->exportable, false))
+            shim_log(SHIM_LOG_INFO, "device %d: the driver refuses exportable "
+                     "physical memory; blocks in VMM segments cannot be shared "
+                     "with other processes (CUDA IPC)", v->dev);
+    }
+    return e;
+}
+
 int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
 {
     if (!size || size % v->gran)
@@ -327,7 +355,7 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
     for (size_t off = 0; e == CUDA_SUCCESS && off < size;) {
         size_t len = size - off >= v->unit ? v->unit : v->gran;
         CUmemGenericAllocationHandle h = 0;
-        e = drv.cuMemCreate(&h, len, &v->prop, 0);
+        e = create(v, len, &h);
         if (e != CUDA_SUCCESS)
             break;
         e = drv.cuMemMap(r.base + off, len, 0, h, 0);
@@ -444,6 +472,110 @@ int shim_vmm_extend(shim_vmm *v, uintptr_t base, size_t size,
         shim_log(SHIM_LOG_ERROR, "device %d: extending a stitched range by "
                  "%zu bytes failed: %s", v->dev, more, errstr(e));
     return err;
+}
+
+/* ---- sharing with other processes ------------------------------------------ */
+
+int shim_vmm_export(shim_vmm *v, uintptr_t addr, size_t size,
+                    shim_vmm_piece **pieces, size_t *n, size_t *skip)
+{
+    if (!drv.cuMemExportToShareableHandle)
+        return -ENOTSUP;
+    *pieces = NULL;
+    *n = 0;
+    size_t cap = 0;
+    int err = 0;
+    pthread_mutex_lock(&v->lock);
+    long k = find(v, addr);
+    const vmm_range *r = k < 0 ? NULL : &v->r[k];
+    if (!r || !size || size > r->base + r->size - addr)
+        err = -ENOENT;
+    size_t i = r ? (addr - r->base) / v->gran : 0;
+    while (!err && i > 0 && r->g[i].h && !r->g[i].len)
+        i--; /* back to the first granule of the piece holding addr */
+    if (!err)
+        *skip = addr - (r->base + i * v->gran);
+    while (!err && r->base + i * v->gran < addr + size) {
+        const gran *g = &r->g[i];
+        int fd = -1;
+        CUresult e = CUDA_SUCCESS;
+        if (!g->h || !g->len)
+            err = -ENOENT; /* given back: a stale block */
+        else if (!pool_grow((void **)pieces, &cap, *n, sizeof(**pieces)))
+            err = -ENOMEM;
+        else if ((e = drv.cuMemExportToShareableHandle(
+                      &fd, g->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) != CUDA_SUCCESS)
+            err = !atomic_load(&v->exportable) || e == CUDA_ERROR_NOT_SUPPORTED ||
+                          e == CUDA_ERROR_INVALID_VALUE ? -ENOTSUP : -EIO;
+        else {
+            (*pieces)[(*n)++] = (shim_vmm_piece){fd, g->len * v->gran};
+            i += g->len;
+        }
+        if (e != CUDA_SUCCESS)
+            shim_log(SHIM_LOG_ERROR, "device %d: exporting a piece of the block at "
+                     "%#lx failed: %s", v->dev, (unsigned long)addr, errstr(e));
+    }
+    pthread_mutex_unlock(&v->lock);
+    if (err) {
+        for (size_t j = 0; j < *n; j++)
+            close((*pieces)[j].fd);
+        free(*pieces);
+        *pieces = NULL;
+        *n = 0;
+    }
+    return err;
+}
+
+int shim_vmm_import(int dev, const shim_vmm_piece *pieces, size_t n, uintptr_t *base)
+{
+    pthread_once(&drv_once, drv_resolve);
+    if (drv_missing || !drv.cuMemImportFromShareableHandle)
+        return -EIO;
+    size_t span = 0, at = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!pieces[k].len || pieces[k].len > SIZE_MAX - span)
+            return -EINVAL;
+        span += pieces[k].len;
+    }
+    CUdeviceptr va = 0;
+    CUresult e = n ? drv.cuMemAddressReserve(&va, span, 0, 0, 0) : CUDA_ERROR_INVALID_VALUE;
+    for (size_t k = 0; e == CUDA_SUCCESS && k < n; k++) {
+        CUmemGenericAllocationHandle h = 0;
+        e = drv.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)pieces[k].fd,
+                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (e != CUDA_SUCCESS)
+            break;
+        e = drv.cuMemMap(va + at, pieces[k].len, 0, h, 0);
+        drv.cuMemRelease(h); /* the mapping keeps the memory */
+        if (e == CUDA_SUCCESS)
+            at += pieces[k].len;
+    }
+    if (e == CUDA_SUCCESS)
+        e = set_access(va, span, 1ull << dev);
+    if (e == CUDA_SUCCESS) {
+        *base = (uintptr_t)va;
+        return 0;
+    }
+    for (size_t k = 0, off = 0; off < at; off += pieces[k++].len)
+        drv.cuMemUnmap(va + off, pieces[k].len);
+    if (va)
+        drv.cuMemAddressFree(va, span);
+    if (e != CUDA_ERROR_OUT_OF_MEMORY)
+        shim_log(SHIM_LOG_ERROR, "device %d: mapping %zu bytes of another process's "
+                 "memory failed: %s", dev, span, errstr(e));
+    return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM
+           : e == CUDA_ERROR_INVALID_VALUE || e == CUDA_ERROR_INVALID_HANDLE ? -EINVAL : -EIO;
+}
+
+void shim_vmm_unimport(uintptr_t base, const shim_vmm_piece *pieces, size_t n)
+{
+    drv.cuCtxSynchronize();
+    size_t off = 0;
+    for (size_t k = 0; k < n; k++) {
+        drv.cuMemUnmap(base + off, pieces[k].len);
+        off += pieces[k].len;
+    }
+    drv.cuMemAddressFree(base, off);
 }
 
 size_t shim_vmm_deferred(shim_vmm *v)

@@ -73,6 +73,31 @@ int shim_vmm_extend(shim_vmm *v, uintptr_t base, size_t size,
  * reservation goes once none of it is mapped. */
 void shim_vmm_unmap(shim_vmm *v, uintptr_t addr, size_t size);
 
+/* ---- sharing with other processes (CUDA IPC of VMM memory) ---- */
+
+/* A piece exported: a POSIX file descriptor for it and its length. */
+typedef struct shim_vmm_piece { int fd; size_t len; } shim_vmm_piece;
+
+/* Exports the pieces behind [addr, addr + size) of v's segments, in
+ * address order: *pieces (malloc'd: the caller closes each fd and frees
+ * the array), *n of them, and *skip, addr's offset in the first. Returns
+ * 0; -ENOENT where part of the range is not mapped in v; -ENOTSUP where
+ * the driver cannot export v's pieces (they are made exportable when the
+ * device supports POSIX file descriptors); -ENOMEM or -EIO. */
+int shim_vmm_export(shim_vmm *v, uintptr_t addr, size_t size,
+                    shim_vmm_piece **pieces, size_t *n, size_t *skip);
+
+/* Maps n pieces another process exported (their descriptors stay the
+ * caller's) one after another at new addresses, readable and writable by
+ * device dev, from *base on for the sum of their lengths. Returns 0, -EINVAL (a descriptor the driver refuses), -ENOMEM
+ * or -EIO, with nothing held. */
+int shim_vmm_import(int dev, const shim_vmm_piece *pieces, size_t n, uintptr_t *base);
+
+/* Unmaps what shim_vmm_import mapped at base (the same pieces' lengths),
+ * after the current device's work is done: the importer's kernels may
+ * still use it, and the driver does not wait. */
+void shim_vmm_unimport(uintptr_t base, const shim_vmm_piece *pieces, size_t n);
+
 /* Keeps [addr, addr + size) to unmap later, at the next shim_vmm_drain
  * (when the device cannot be synchronized now). Returns 0 or -ENOMEM. */
 int shim_vmm_defer(shim_vmm *v, uintptr_t addr, size_t size);

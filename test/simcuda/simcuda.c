@@ -782,8 +782,10 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
 EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
     (void)d;
-    *v = a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED &&
-         !getenv("SIMCUDA_NO_VMM");
+    *v = (a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED &&
+          !getenv("SIMCUDA_NO_VMM")) ||
+         (a == CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED &&
+          !getenv("SIMCUDA_NO_FD_HANDLES"));
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d)
@@ -1104,6 +1106,8 @@ static const struct entry {
     {"cuMemMap", 10020, false, (void *)cuMemMap},
     {"cuMemUnmap", 10020, false, (void *)cuMemUnmap},
     {"cuMemSetAccess", 10020, false, (void *)cuMemSetAccess},
+    {"cuMemExportToShareableHandle", 10020, false, (void *)cuMemExportToShareableHandle},
+    {"cuMemImportFromShareableHandle", 10020, false, (void *)cuMemImportFromShareableHandle},
     {"cuGetErrorString", 6000, false, (void *)cuGetErrorString},
     {"cuStreamCreate", 2000, false, (void *)cuStreamCreate},
     {"cuStreamCreateWithPriority", 5050, false, (void *)cuStreamCreateWithPriority},

@@ -2,10 +2,15 @@
  * simvmm.c - the simulated driver's virtual memory calls, on the state of
  * simcuda.c (simcuda_internal.h).
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -16,11 +21,21 @@
  * A reservation is an inaccessible mapping of host address space; a
  * physical allocation (handle) is counted against the device's capacity;
  * mapping one makes its range readable and writable (the real driver wants
- * cuMemSetAccess for that; the sim checks that it comes, see below). */
+ * cuMemSetAccess for that; the sim checks that it comes, see below).
+ * With SIMCUDA_IPC=1 a physical allocation is a memfd (named after its
+ * device), so that every mapping of it, in this process or in another
+ * that imported it, shares its bytes, as device memory is shared. */
 
 enum { GRANULE = 2 << 20, MAX_HANDLES = 1 << 16 };
 
-typedef struct handle { size_t size; int dev, maps; bool released, used; } handle;
+typedef struct handle {
+    size_t size;
+    int dev, maps;
+    int fd;         /* the memfd behind it (SIMCUDA_IPC=1), else -1 */
+    bool released, used;
+    bool shareable; /* created with requestedHandleTypes: POSIX fd */
+    bool imported;  /* another process's memory: not counted here */
+} handle;
 static handle handles[MAX_HANDLES];
 
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
@@ -60,7 +75,10 @@ static void handle_drop(int i)
 {
     handle *h = &handles[i];
     if (h->released && h->maps == 0) {
-        sim_st[h->dev].used -= h->size;
+        if (!h->imported)
+            sim_st[h->dev].used -= h->size;
+        if (h->fd >= 0)
+            close(h->fd);
         h->used = false;
     }
 }
@@ -71,9 +89,14 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size,
     (void)f;
     if (!size || size % GRANULE || p->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
+    bool shareable = p->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if ((p->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
+        (shareable && getenv("SIMCUDA_NO_FD_HANDLES")))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    const char *ipc = getenv("SIMCUDA_IPC");
     pthread_mutex_lock(&sim_lock);
     sim_setup();
-    int dev = p->location.id, i = 1;
+    int dev = p->location.id, i = 1, fd = -1;
     while (i < MAX_HANDLES && handles[i].used)
         i++;
     CUresult r = CUDA_SUCCESS;
@@ -81,8 +104,18 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size,
         r = CUDA_ERROR_INVALID_DEVICE;
     else if (i == MAX_HANDLES || size > sim_st[dev].capacity - sim_st[dev].used)
         r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS && ipc && *ipc == '1') {
+        char name[32];
+        snprintf(name, sizeof(name), "simcuda-dev%d", dev);
+        fd = memfd_create(name, MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)size) != 0)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (r != CUDA_SUCCESS && fd >= 0)
+            close(fd);
+    }
     if (r == CUDA_SUCCESS) {
-        handles[i] = (handle){.size = size, .dev = dev, .used = true};
+        handles[i] = (handle){.size = size, .dev = dev, .fd = fd, .used = true,
+                              .shareable = shareable};
         sim_st[dev].used += size;
         *out = (CUmemGenericAllocationHandle)i;
     }
@@ -121,8 +154,11 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t off,
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     if (hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released &&
         off == 0 && size == handles[hd].size && nmaps < MAX_HANDLES &&
-        mmap((void *)ptr, size, PROT_NONE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED) {
+        (handles[hd].fd >= 0
+             ? mmap((void *)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, handles[hd].fd, 0)
+             : mmap((void *)ptr, size, PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0))
+            != MAP_FAILED) {
         maps[nmaps++] = (mapping){ptr, size, (int)hd, 0};
         handles[hd].maps++;
         sim_st[handles[hd].dev].vmm_maps++;
@@ -182,6 +218,58 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
     for (int i = 0; r == CUDA_SUCCESS && i < nmaps; i++)
         if (maps[i].addr >= ptr && maps[i].addr + maps[i].size <= ptr + size)
             maps[i].access |= devs;
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
+
+/* A POSIX file descriptor for a handle created shareable: a duplicate of
+ * its memfd (SIMCUDA_IPC=1), which the caller closes. */
+EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle hd,
+                                             CUmemAllocationHandleType type,
+                                             unsigned long long f)
+{
+    pthread_mutex_lock(&sim_lock);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released &&
+        type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && !f && handles[hd].shareable) {
+        int fd = handles[hd].fd < 0 ? -1 : fcntl(handles[hd].fd, F_DUPFD_CLOEXEC, 0);
+        r = handles[hd].fd < 0 ? CUDA_ERROR_NOT_SUPPORTED /* not SIMCUDA_IPC=1 */
+            : fd < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+        if (r == CUDA_SUCCESS)
+            *(int *)out = fd;
+    }
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
+
+/* A handle of this process for the memfd os (a file descriptor, which
+ * stays the caller's): its device is in the memfd's name. */
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *out, void *os,
+                                               CUmemAllocationHandleType type)
+{
+    int fd = (int)(intptr_t)os, dev = -1;
+    char path[64], name[128];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, name, sizeof(name) - 1);
+    name[n > 0 ? n : 0] = '\0';
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fstat(fd, &st) != 0 ||
+        sscanf(name, "/memfd:simcuda-dev%d", &dev) != 1 || !st.st_size ||
+        st.st_size % GRANULE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_lock);
+    sim_setup();
+    int i = 1;
+    while (i < MAX_HANDLES && handles[i].used)
+        i++;
+    int mine = i < MAX_HANDLES ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+    CUresult r = dev < 0 || dev >= sim_ndev ? CUDA_ERROR_INVALID_DEVICE
+                 : mine < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS) {
+        handles[i] = (handle){.size = (size_t)st.st_size, .dev = dev, .fd = mine,
+                              .used = true, .imported = true};
+        *out = (CUmemGenericAllocationHandle)i;
+    }
     pthread_mutex_unlock(&sim_lock);
     return r;
 }

@@ -1,0 +1,183 @@
+/*
+ * test_handoff.c - file descriptors handed between processes (handoff.c):
+ * many pieces in several messages, the exporter's errors passed on, a
+ * socket bound by an impostor under another process's name refused, and a
+ * request from another user left unanswered.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "handoff.h"
+
+enum { PIECES = 70, NONCE = 0x5eed };
+
+static atomic_int answered; /* calls of answer() */
+
+/* PIECES memfds of 4 KiB, piece i filled with byte i; -ESTALE for any
+ * other nonce, as an export replaced since. */
+static int answer(uint32_t slot, uint64_t nonce, shim_vmm_piece **pieces, size_t *n,
+                  uint64_t *skip)
+{
+    atomic_fetch_add(&answered, 1);
+    if (nonce != NONCE)
+        return -ESTALE;
+    shim_vmm_piece *p = calloc(PIECES, sizeof(*p));
+    for (int i = 0; i < PIECES; i++) {
+        char b[4096];
+        memset(b, i, sizeof(b));
+        p[i].fd = memfd_create("piece", MFD_CLOEXEC);
+        p[i].len = sizeof(b) * (1 + (size_t)i % 3);
+        assert_int_equal(pwrite(p[i].fd, b, sizeof(b), 0), sizeof(b));
+    }
+    *pieces = p;
+    *n = PIECES;
+    *skip = slot;
+    return 0;
+}
+
+static void test_round_trip(void **s)
+{
+    (void)s;
+    assert_int_equal(shim_handoff_serve(answer), 0);
+    assert_int_equal(shim_handoff_serve(answer), 0); /* once is enough */
+    shim_vmm_piece *p;
+    size_t n;
+    uint64_t skip;
+    assert_int_equal(shim_handoff_fetch(getpid(), 12, NONCE, &p, &n, &skip), 0);
+    assert_int_equal(n, PIECES);
+    assert_int_equal(skip, 12);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = 0xff;
+        assert_int_equal(p[i].len, 4096 * (1 + i % 3));
+        assert_int_equal(pread(p[i].fd, &b, 1, 4095), 1);
+        assert_int_equal(b, i); /* each piece in its place */
+        close(p[i].fd);
+    }
+    free(p);
+    /* The exporter's refusal comes back as it was. */
+    assert_int_equal(shim_handoff_fetch(getpid(), 12, NONCE + 1, &p, &n, &skip), -ESTALE);
+    assert_null(p);
+    /* Nobody listens in pid 1's name. */
+    assert_int_equal(shim_handoff_fetch(1, 0, NONCE, &p, &n, &skip), -ECONNREFUSED);
+}
+
+/* The wire format as handoff.c writes it, for the impostor below. */
+typedef struct { char magic[8]; uint32_t slot, zero; uint64_t nonce; } wire_request;
+typedef struct { int32_t err; uint32_t n; uint64_t skip; } wire_answer;
+
+/* A process binds the name of process 1 and answers one request with one
+ * piece, well formed. The importer, asked to fetch from process 1, sees
+ * another pid at the other end and takes nothing from it. */
+static void test_impostor_refused(void **s)
+{
+    (void)s;
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t c = fork();
+    if (c == 0) {
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        int len = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "cupool-ipc-1");
+        int l = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        if (bind(l, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + 1 +
+                                               (socklen_t)len) || listen(l, 1))
+            _exit(2);
+        write(ready[1], "r", 1);
+        int k = accept(l, NULL, NULL);
+        wire_request rq;
+        wire_answer an = {0, 1, 0};
+        uint64_t piece_len = 4096;
+        int fd = memfd_create("forged", 0);
+        union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
+        memset(&u, 0, sizeof(u));
+        struct iovec iov = {&piece_len, sizeof(piece_len)};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                           .msg_controllen = sizeof(u.buf)};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
+        if (k >= 0 && recv(k, &rq, sizeof(rq), 0) == sizeof(rq)) {
+            send(k, &an, sizeof(an), MSG_NOSIGNAL);
+            sendmsg(k, &m, MSG_NOSIGNAL);
+        }
+        sleep(1);
+        _exit(0);
+    }
+    char r;
+    assert_int_equal(read(ready[0], &r, 1), 1);
+    shim_vmm_piece *p = NULL;
+    size_t n = 0;
+    uint64_t skip;
+    assert_int_equal(shim_handoff_fetch(1, 0, NONCE, &p, &n, &skip), -EPERM);
+    assert_null(p);
+    kill(c, SIGKILL);
+    waitpid(c, NULL, 0);
+    close(ready[0]);
+    close(ready[1]);
+}
+
+/* Another user (root's tests only) asks this process for an export with
+ * the right nonce. Through shim_handoff_fetch its importer refuses a
+ * listener of another user; speaking the wire format itself, it gets no
+ * answer: answer() is never called. */
+static void test_other_user_unanswered(void **s)
+{
+    (void)s;
+    if (geteuid() != 0)
+        skip();
+    assert_int_equal(shim_handoff_serve(answer), 0);
+    int before = atomic_load(&answered);
+    pid_t parent = getpid(), c = fork();
+    if (c == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(2);
+        shim_vmm_piece *p;
+        size_t n;
+        uint64_t skip;
+        if (shim_handoff_fetch(parent, 0, NONCE, &p, &n, &skip) != -EPERM)
+            _exit(3);
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        int len = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "cupool-ipc-%d",
+                           (int)parent);
+        int k = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        if (connect(k, (struct sockaddr *)&a,
+                    offsetof(struct sockaddr_un, sun_path) + 1 + (socklen_t)len))
+            _exit(4);
+        wire_request rq = {"cupoolR\001", 0, 0, NONCE};
+        wire_answer an;
+        if (send(k, &rq, sizeof(rq), MSG_NOSIGNAL) != sizeof(rq))
+            _exit(5);
+        _exit(recv(k, &an, sizeof(an), 0) > 0 ? 6 : 0); /* closed: no answer */
+    }
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(atomic_load(&answered), before);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_impostor_refused),
+        cmocka_unit_test(test_other_user_unanswered),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
