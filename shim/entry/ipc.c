@@ -74,9 +74,21 @@ static int drv_open(void **ptr, const void *h, unsigned int flags)
     return e;
 }
 static int drv_close(void *ptr) { return (int)shim_drv.cuIpcCloseMemHandle((CUdeviceptr)ptr); }
+/* The runtime makes its device's primary context current at its first
+ * call; the driver API wants the program's context current already. */
+static void rt_ready(void)
+{
+    shim_real_resolve();
+    if (!shim_real.cudaFree)
+        return;
+    shim_inside++;
+    shim_real.cudaFree(NULL);
+    shim_inside--;
+}
+static void drv_ready(void) {}
 
-const shim_ipc_api shim_ipc_runtime = {rt_get, rt_open, rt_close};
-const shim_ipc_api shim_ipc_driver = {drv_get, drv_open, drv_close};
+const shim_ipc_api shim_ipc_runtime = {rt_get, rt_open, rt_close, rt_ready};
+const shim_ipc_api shim_ipc_driver = {drv_get, drv_open, drv_close, drv_ready};
 
 static int real_get(const shim_ipc_api *api, void *h, void *ptr)
 {
@@ -219,15 +231,19 @@ static size_t nsegs, segs_cap;
 static opened *ptrs;
 static size_t nptrs, ptrs_cap;
 
-/* Maps a VMM block from exporter c (its pieces, fetched): cudaSuccess with
+/* Maps a VMM block from exporter c (its pieces, fetched) for the current
+ * device (api's context made current as api would): cudaSuccess with
  * the mapping in *m and the block's address in *at, or an error (logged). */
-static int map_vmm(const cupool_handle *c, mapped *m, uintptr_t *at)
+static int map_vmm(const shim_ipc_api *api, const cupool_handle *c, mapped *m,
+                   uintptr_t *at)
 {
     shim_vmm_piece *p;
     size_t n;
     uint64_t skip;
     int err = shim_handoff_fetch(c->pid, c->slot, c->nonce, &p, &n, &skip);
     CUdevice dev = -1;
+    if (!err)
+        api->ready();
     if (!err && (shim_drv_resolve() != 0 || !shim_drv.cuCtxGetDevice ||
                  shim_drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS || dev < 0))
         err = -ENODEV;
@@ -285,7 +301,7 @@ static int map_locked(const shim_ipc_api *api, const cudaIpcMemHandle_t *h,
     mapped m = {.h = key, .users = 1};
     int e;
     if (vmm) {
-        e = map_vmm(vmm, &m, at);
+        e = map_vmm(api, vmm, &m, at);
     } else {
         void *base = NULL;
         shim_inside++;

@@ -14,6 +14,7 @@ typedef struct shim_ipc_api {
     int (*get)(void *h, void *ptr);
     int (*open)(void **ptr, const void *h, unsigned int flags);
     int (*close)(void *ptr);
+    void (*ready)(void); /* a context current, as the API's open would make it */
 } shim_ipc_api;
 extern const shim_ipc_api shim_ipc_runtime, shim_ipc_driver;
 

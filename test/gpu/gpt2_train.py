@@ -4,7 +4,9 @@ drawn from 64..1024 each step), AdamW, STEPS steps. Prints one JSON line:
 median step time (steps after the first 5), the losses (deterministic
 kernels, so they must match bit for bit between allocators), and peak
 memory as PyTorch sees it (native allocator) or as cupool's statistics say
-(run under cupool, with CUPOOL_STATS_FILE set). Exit 3 on out-of-memory."""
+(run under cupool, with CUPOOL_STATS_FILE set). Exit 3 on out-of-memory.
+CAP_MIB caps PyTorch's own allocator (set_per_process_memory_fraction)
+unless cupool caps the process (CUPOOL_MAX_RESERVED)."""
 import json
 import os
 import random
@@ -17,6 +19,10 @@ from cupool_self import with_own_stats
 
 TOKENS = int(os.environ.get("TOKENS", "16384"))
 STEPS = int(os.environ.get("STEPS", "30"))
+CAP_MIB = int(os.environ.get("CAP_MIB", "0"))
+if CAP_MIB and not os.environ.get("CUPOOL_MAX_RESERVED"):
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (CAP_MIB << 20) / total))
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
 cfg = GPT2Config()
