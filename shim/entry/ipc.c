@@ -139,8 +139,13 @@ static int serve_vmm(uint32_t slot, uint64_t nonce, shim_vmm_piece **pieces, siz
     if (memcmp(h.reserved, VMM_MAGIC, 8) || dev < 0 || dev >= SHIM_MAX_DEVICES ||
         !shim_devices[dev].vmm)
         return -EINVAL; /* a slot of another kind */
-    uintptr_t start;
+    uintptr_t start, live;
+    size_t live_size;
     memcpy(&start, h.reserved + 8, sizeof(start));
+    /* Freed since it was exported: its pieces may hold other blocks now. */
+    if (shim_device_block_of(dev, start, &live, &live_size) || live != start ||
+        live_size != size)
+        return -ENOENT;
     CUcontext back;
     if (!enter_device(dev, &back))
         return -EIO;
