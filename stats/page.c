@@ -612,22 +612,6 @@ static void mark_paused(page_data *d, void *arg)
     atomic_store(&d->paused_since, pp->since);
 }
 
-int stats_page_exported(stats_page *p, uint32_t slot, uint64_t nonce, void *handle,
-                        uint64_t *offset, uint64_t *size, int32_t *device)
-{
-    if (slot >= STATS_IPC_EXPORTS || !nonce)
-        return -EINVAL;
-    const page_export *e = &p->d->exports[slot];
-    if (atomic_load_explicit(&e->nonce, memory_order_acquire) != nonce)
-        return -ESTALE;
-    memcpy(handle, e->handle, STATS_IPC_HANDLE);
-    *offset = e->offset;
-    *size = e->size;
-    *device = e->device;
-    atomic_thread_fence(memory_order_acquire);
-    return atomic_load_explicit(&e->nonce, memory_order_relaxed) == nonce ? 0 : -ESTALE;
-}
-
 int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
                       uint64_t *offset, uint64_t *size, int32_t *device)
 {

@@ -289,10 +289,6 @@ void stats_page_forget(stats_page *p);
 /* Records an export on p: 0 and the slot and nonce to hand out. */
 int stats_page_export(stats_page *p, const void *handle, uint64_t offset, uint64_t size,
                       int32_t device, uint32_t *slot, uint64_t *nonce);
-/* Reads p's own export at slot if its nonce is nonce: 0, -ESTALE or
- * -EINVAL, as stats_page_import. */
-int stats_page_exported(stats_page *p, uint32_t slot, uint64_t nonce, void *handle,
-                        uint64_t *offset, uint64_t *size, int32_t *device);
 /* Reads pid's export at slot if its nonce is nonce: 0, -ESTALE (exported
  * again since, or never), -EINVAL, or as stats_page_read. */
 int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,

@@ -1508,6 +1508,7 @@ static int ipc(void)
 }
 
 static int ipc_import_stitched(const cudaIpcMemHandle_t *hd, const cudaIpcMemHandle_t *hi);
+static int ipc_import_large(const cudaIpcMemHandle_t *h);
 
 static int ipc_import(void)
 {
@@ -1525,6 +1526,8 @@ static int ipc_import(void)
     }
     if (!strcmp(mode, "stitched"))
         return ipc_import_stitched(&ha, &hb);
+    if (!strcmp(mode, "large"))
+        return ipc_import_large(&ha);
     if (!strcmp(mode, "plain")) {
         OK(cudaIpcOpenMemHandle((void **)&a, ha, fl));
         CHECK(dev_byte(a) == 0x44);
@@ -1937,6 +1940,41 @@ static int ipc_stitched(void)
     return 0;
 }
 
+/* IPC of a 1 GiB block in VMM segments (512 pieces of 2 MiB) with at most
+ * 1024 descriptors open in each process: the pieces travel and are mapped
+ * a batch at a time (all at once, they would not fit). Another process
+ * reads both ends and writes the middle. */
+static int ipc_large(void)
+{
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    rl.rlim_cur = rl.rlim_max < 1024 ? rl.rlim_max : 1024;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    size_t n = 1ull << 30;
+    char *d;
+    OK(cudaMalloc((void **)&d, n));
+    dev_fill(d, 0x61, 4096);
+    dev_fill(d + n - 4096, 0x62, 4096);
+    cudaIpcMemHandle_t h;
+    OK(cudaIpcGetMemHandle(&h, d));
+    CHECK(importer("large", &h, &h, NULL) == 0);
+    CHECK(dev_byte(d + n / 2) == 0x63 && dev_byte(d + n / 2 - 1) != 0x63);
+    printf("ipc large ok: 1 GiB shared in 2 MiB pieces\n");
+    OK(cudaFree(d));
+    return 0;
+}
+
+static int ipc_import_large(const cudaIpcMemHandle_t *h)
+{
+    size_t n = 1ull << 30;
+    char *d;
+    OK(cudaIpcOpenMemHandle((void **)&d, *h, cudaIpcMemLazyEnablePeerAccess));
+    CHECK(dev_byte(d) == 0x61 && dev_byte(d + n - 1) == 0x62);
+    dev_fill(d + n / 2, 0x63, 4096);
+    OK(cudaIpcCloseMemHandle(d));
+    return 0;
+}
+
 static int ipc_import_stitched(const cudaIpcMemHandle_t *hd, const cudaIpcMemHandle_t *hi)
 {
     size_t h = 8 * MIB;
@@ -2161,7 +2199,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"capture_real", capture_real},
 #endif
     {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
-    {"cap", cap}, {"capinfo", capinfo}, {"phases", phases}, {"group_race", group_race}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import}, {"ipc_stitched", ipc_stitched},
+    {"cap", cap}, {"capinfo", capinfo}, {"phases", phases}, {"group_race", group_race}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import}, {"ipc_stitched", ipc_stitched}, {"ipc_large", ipc_large},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
     {"vmm", vmm}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
     {"tracechild", tracechild},

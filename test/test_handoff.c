@@ -1,6 +1,6 @@
 /*
  * test_handoff.c - file descriptors handed between processes (handoff.c):
- * many pieces in several messages, the exporter's errors passed on, a
+ * many pieces in several messages, each batch taken as it comes, the exporter's errors passed on, a
  * socket bound by an impostor under another process's name refused, and a
  * request from another user left unanswered.
  */
@@ -26,59 +26,94 @@
 
 enum { PIECES = 70, NONCE = 0x5eed };
 
-static atomic_int answered; /* calls of answer() */
+static atomic_int answered; /* calls of layout() */
 
-/* PIECES memfds of 4 KiB, piece i filled with byte i; -ESTALE for any
- * other nonce, as an export replaced since. */
-static int answer(uint32_t slot, uint64_t nonce, shim_vmm_piece **pieces, size_t *n,
-                  uint64_t *skip)
+/* PIECES memfds, piece i of 4096 * (1 + i % 3) bytes filled with byte i,
+ * skip = the slot; -ESTALE for any other nonce, as an export replaced
+ * since. */
+static int layout(uint32_t slot, uint64_t nonce, shim_handoff_layout *l)
 {
     atomic_fetch_add(&answered, 1);
     if (nonce != NONCE)
         return -ESTALE;
-    shim_vmm_piece *p = calloc(PIECES, sizeof(*p));
-    for (int i = 0; i < PIECES; i++) {
-        char b[4096];
-        memset(b, i, sizeof(b));
-        p[i].fd = memfd_create("piece", MFD_CLOEXEC);
-        p[i].len = sizeof(b) * (1 + (size_t)i % 3);
-        assert_int_equal(pwrite(p[i].fd, b, sizeof(b), 0), sizeof(b));
-    }
-    *pieces = p;
-    *n = PIECES;
-    *skip = slot;
+    *l = (shim_handoff_layout){PIECES, slot, 0, {0}};
+    for (int i = 0; i < PIECES; i++)
+        l->span += 4096 * (1 + (size_t)i % 3);
     return 0;
 }
 
-static void test_round_trip(void **s)
+static int pieces(const shim_handoff_layout *l, size_t k, shim_vmm_piece *p, size_t max,
+                  size_t *got)
 {
-    (void)s;
-    assert_int_equal(shim_handoff_serve(answer), 0);
-    assert_int_equal(shim_handoff_serve(answer), 0); /* once is enough */
-    shim_vmm_piece *p;
-    size_t n;
-    uint64_t skip;
-    assert_int_equal(shim_handoff_fetch(getpid(), 12, NONCE, &p, &n, &skip), 0);
-    assert_int_equal(n, PIECES);
-    assert_int_equal(skip, 12);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char b = 0xff;
-        assert_int_equal(p[i].len, 4096 * (1 + i % 3));
-        assert_int_equal(pread(p[i].fd, &b, 1, 4095), 1);
-        assert_int_equal(b, i); /* each piece in its place */
-        close(p[i].fd);
+    (void)l;
+    for (*got = 0; *got < max; (*got)++) {
+        size_t i = k + *got;
+        char b[4096];
+        memset(b, (int)i, sizeof(b));
+        p[*got].fd = memfd_create("piece", MFD_CLOEXEC);
+        p[*got].len = sizeof(b) * (1 + i % 3);
+        assert_int_equal(pwrite(p[*got].fd, b, sizeof(b), 0), sizeof(b));
     }
-    free(p);
+    return 0;
+}
+
+static const shim_handoff_source source = {layout, pieces};
+
+/* What the importer's sink saw: the layout, and each piece's length and
+ * the last byte of its first 4 KiB, in order. */
+typedef struct seen {
+    shim_handoff_layout l;
+    size_t n, batches;
+    size_t len[PIECES];
+    unsigned char byte[PIECES];
+} seen;
+
+static int begin(void *ctx, const shim_handoff_layout *l)
+{
+    ((seen *)ctx)->l = *l;
+    return 0;
+}
+
+static int take(void *ctx, size_t k, const shim_vmm_piece *p, size_t n)
+{
+    seen *s = ctx;
+    assert_int_equal(k, s->n); /* batches in order */
+    s->batches++;
+    for (size_t i = 0; i < n && s->n < PIECES; i++, s->n++) {
+        s->len[s->n] = p[i].len;
+        assert_int_equal(pread(p[i].fd, &s->byte[s->n], 1, 4095), 1);
+    }
+    return 0;
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    assert_int_equal(shim_handoff_serve(&source), 0);
+    assert_int_equal(shim_handoff_serve(&source), 0); /* once is enough */
+    seen s = {0};
+    shim_handoff_sink sink = {begin, take, &s};
+    assert_int_equal(shim_handoff_fetch(getpid(), 12, NONCE, &sink), 0);
+    assert_int_equal(s.l.n, PIECES);
+    assert_int_equal(s.l.skip, 12);
+    assert_int_equal(s.n, PIECES);
+    assert_int_equal(s.batches, 3); /* 32 a message */
+    for (size_t i = 0; i < PIECES; i++) {
+        assert_int_equal(s.len[i], 4096 * (1 + i % 3));
+        assert_int_equal(s.byte[i], i); /* each piece in its place */
+    }
     /* The exporter's refusal comes back as it was. */
-    assert_int_equal(shim_handoff_fetch(getpid(), 12, NONCE + 1, &p, &n, &skip), -ESTALE);
-    assert_null(p);
+    seen none = {0};
+    sink.ctx = &none;
+    assert_int_equal(shim_handoff_fetch(getpid(), 12, NONCE + 1, &sink), -ESTALE);
+    assert_int_equal(none.n, 0);
     /* Nobody listens in pid 1's name. */
-    assert_int_equal(shim_handoff_fetch(1, 0, NONCE, &p, &n, &skip), -ECONNREFUSED);
+    assert_int_equal(shim_handoff_fetch(1, 0, NONCE, &sink), -ECONNREFUSED);
 }
 
 /* The wire format as handoff.c writes it, for the impostor below. */
 typedef struct { char magic[8]; uint32_t slot, zero; uint64_t nonce; } wire_request;
-typedef struct { int32_t err; uint32_t n; uint64_t skip; } wire_answer;
+typedef struct { int32_t err; uint32_t n; uint64_t skip, span; } wire_answer;
 
 /* A process binds the name of process 1 and answers one request with one
  * piece, well formed. The importer, asked to fetch from process 1, sees
@@ -99,7 +134,7 @@ static void test_impostor_refused(void **s)
         write(ready[1], "r", 1);
         int k = accept(l, NULL, NULL);
         wire_request rq;
-        wire_answer an = {0, 1, 0};
+        wire_answer an = {0, 1, 0, 4096};
         uint64_t piece_len = 4096;
         int fd = memfd_create("forged", 0);
         union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
@@ -121,11 +156,10 @@ static void test_impostor_refused(void **s)
     }
     char r;
     assert_int_equal(read(ready[0], &r, 1), 1);
-    shim_vmm_piece *p = NULL;
-    size_t n = 0;
-    uint64_t skip;
-    assert_int_equal(shim_handoff_fetch(1, 0, NONCE, &p, &n, &skip), -EPERM);
-    assert_null(p);
+    seen got = {0};
+    shim_handoff_sink sink = {begin, take, &got};
+    assert_int_equal(shim_handoff_fetch(1, 0, NONCE, &sink), -EPERM);
+    assert_int_equal(got.n, 0);
     kill(c, SIGKILL);
     waitpid(c, NULL, 0);
     close(ready[0]);
@@ -135,22 +169,21 @@ static void test_impostor_refused(void **s)
 /* Another user (root's tests only) asks this process for an export with
  * the right nonce. Through shim_handoff_fetch its importer refuses a
  * listener of another user; speaking the wire format itself, it gets no
- * answer: answer() is never called. */
+ * answer: layout() is never called. */
 static void test_other_user_unanswered(void **s)
 {
     (void)s;
     if (geteuid() != 0)
         skip();
-    assert_int_equal(shim_handoff_serve(answer), 0);
+    assert_int_equal(shim_handoff_serve(&source), 0);
     int before = atomic_load(&answered);
     pid_t parent = getpid(), c = fork();
     if (c == 0) {
         if (setgid(65534) || setuid(65534))
             _exit(2);
-        shim_vmm_piece *p;
-        size_t n;
-        uint64_t skip;
-        if (shim_handoff_fetch(parent, 0, NONCE, &p, &n, &skip) != -EPERM)
+        seen got = {0};
+        shim_handoff_sink sink = {begin, take, &got};
+        if (shim_handoff_fetch(parent, 0, NONCE, &sink) != -EPERM)
             _exit(3);
         struct sockaddr_un a = {.sun_family = AF_UNIX};
         int len = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "cupool-ipc-%d",

@@ -345,7 +345,9 @@ static void test_ipc_handles(void **s)
  * the importer maps the block's pieces (handed over by the exporter as
  * file descriptors) at the block's offset; an importer without cupool is
  * refused both. Then a block stitched from two holes, opened at its start
- * and inside its second half, reads and writes the exporter's bytes. */
+ * and inside its second half, reads and writes the exporter's bytes; and
+ * a 1 GiB block with 1024 descriptors allowed (it failed when every piece
+ * travelled at once). */
 static void test_ipc_vmm(void **s)
 {
     (void)s;
@@ -359,6 +361,10 @@ static void test_ipc_vmm(void **s)
                     "CUPOOL_VMM_UNIT=2M", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "ipc stitched ok"));
+    /* 512 pieces under a limit of 1024 descriptors: a batch at a time */
+    r = run("ipc_large", "SIMCUDA_IPC=1", "CUPOOL_VMM=1", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "ipc large ok"));
 }
 
 /* Graph capture modes: cudaMalloc and cudaFree answer, from the capturing

@@ -476,106 +476,144 @@ int shim_vmm_extend(shim_vmm *v, uintptr_t base, size_t size,
 
 /* ---- sharing with other processes ------------------------------------------ */
 
-int shim_vmm_export(shim_vmm *v, uintptr_t addr, size_t size,
-                    shim_vmm_piece **pieces, size_t *n, size_t *skip)
+/* The range holding [addr, addr + size) and the index of the first
+ * granule of the piece holding addr: 0 or -ENOENT. Needs v->lock. */
+static int first_piece(const shim_vmm *v, uintptr_t addr, size_t size,
+                       const vmm_range **out, size_t *first)
 {
-    if (!drv.cuMemExportToShareableHandle)
-        return -ENOTSUP;
-    *pieces = NULL;
-    *n = 0;
-    size_t cap = 0;
-    int err = 0;
-    pthread_mutex_lock(&v->lock);
     long k = find(v, addr);
     const vmm_range *r = k < 0 ? NULL : &v->r[k];
     if (!r || !size || size > r->base + r->size - addr)
-        err = -ENOENT;
-    size_t i = r ? (addr - r->base) / v->gran : 0;
-    while (!err && i > 0 && r->g[i].h && !r->g[i].len)
-        i--; /* back to the first granule of the piece holding addr */
+        return -ENOENT;
+    size_t i = (addr - r->base) / v->gran;
+    while (i > 0 && r->g[i].h && !r->g[i].len)
+        i--; /* back to the piece's first granule */
+    *out = r;
+    *first = i;
+    return 0;
+}
+
+/* Steps from granule *i of r to the next piece of [.., end): false at
+ * end, -ENOENT in *err at a granule given back. */
+static bool next_piece(const shim_vmm *v, const vmm_range *r, uintptr_t end, size_t *i,
+                       const gran **g, int *err)
+{
+    if (r->base + *i * v->gran >= end)
+        return false;
+    *g = &r->g[*i];
+    if (!(*g)->h || !(*g)->len) {
+        *err = -ENOENT; /* given back: a stale block */
+        return false;
+    }
+    *i += (*g)->len;
+    return true;
+}
+
+int shim_vmm_layout(shim_vmm *v, uintptr_t addr, size_t size, size_t *n, size_t *skip,
+                    size_t *span)
+{
+    const vmm_range *r;
+    const gran *g;
+    size_t i;
+    *n = *span = 0;
+    pthread_mutex_lock(&v->lock);
+    int err = first_piece(v, addr, size, &r, &i);
     if (!err)
         *skip = addr - (r->base + i * v->gran);
-    while (!err && r->base + i * v->gran < addr + size) {
-        const gran *g = &r->g[i];
+    while (!err && next_piece(v, r, addr + size, &i, &g, &err)) {
+        (*n)++;
+        *span += g->len * v->gran;
+    }
+    pthread_mutex_unlock(&v->lock);
+    return err;
+}
+
+int shim_vmm_export(shim_vmm *v, uintptr_t addr, size_t size, size_t k,
+                    shim_vmm_piece *p, size_t max, size_t *got)
+{
+    if (!drv.cuMemExportToShareableHandle)
+        return -ENOTSUP;
+    const vmm_range *r;
+    const gran *g;
+    size_t i, at = 0;
+    *got = 0;
+    pthread_mutex_lock(&v->lock);
+    int err = first_piece(v, addr, size, &r, &i);
+    while (!err && *got < max && next_piece(v, r, addr + size, &i, &g, &err)) {
+        if (at++ < k)
+            continue; /* before the first asked for */
         int fd = -1;
-        CUresult e = CUDA_SUCCESS;
-        if (!g->h || !g->len)
-            err = -ENOENT; /* given back: a stale block */
-        else if (!pool_grow((void **)pieces, &cap, *n, sizeof(**pieces)))
-            err = -ENOMEM;
-        else if ((e = drv.cuMemExportToShareableHandle(
-                      &fd, g->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) != CUDA_SUCCESS)
+        CUresult e = drv.cuMemExportToShareableHandle(
+            &fd, g->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (e != CUDA_SUCCESS) {
             err = !atomic_load(&v->exportable) || e == CUDA_ERROR_NOT_SUPPORTED ||
                           e == CUDA_ERROR_INVALID_VALUE ? -ENOTSUP : -EIO;
-        else {
-            (*pieces)[(*n)++] = (shim_vmm_piece){fd, g->len * v->gran};
-            i += g->len;
-        }
-        if (e != CUDA_SUCCESS)
             shim_log(SHIM_LOG_ERROR, "device %d: exporting a piece of the block at "
                      "%#lx failed: %s", v->dev, (unsigned long)addr, errstr(e));
+            break;
+        }
+        p[(*got)++] = (shim_vmm_piece){fd, g->len * v->gran};
     }
     pthread_mutex_unlock(&v->lock);
     if (err) {
-        for (size_t j = 0; j < *n; j++)
-            close((*pieces)[j].fd);
-        free(*pieces);
-        *pieces = NULL;
-        *n = 0;
+        for (size_t j = 0; j < *got; j++)
+            close(p[j].fd);
+        *got = 0;
     }
     return err;
 }
 
-int shim_vmm_import(int dev, const shim_vmm_piece *pieces, size_t n, uintptr_t *base)
+/* CUDA_SUCCESS's counterpart: -ENOMEM, -EINVAL or -EIO. */
+static int import_err(CUresult e)
+{
+    return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM
+           : e == CUDA_ERROR_INVALID_VALUE || e == CUDA_ERROR_INVALID_HANDLE ? -EINVAL
+           : -EIO;
+}
+
+int shim_vmm_import_begin(size_t span, uintptr_t *base)
 {
     pthread_once(&drv_once, drv_resolve);
     if (drv_missing || !drv.cuMemImportFromShareableHandle)
         return -EIO;
-    size_t span = 0, at = 0;
-    for (size_t k = 0; k < n; k++) {
-        if (!pieces[k].len || pieces[k].len > SIZE_MAX - span)
-            return -EINVAL;
-        span += pieces[k].len;
-    }
     CUdeviceptr va = 0;
-    CUresult e = n ? drv.cuMemAddressReserve(&va, span, 0, 0, 0) : CUDA_ERROR_INVALID_VALUE;
-    for (size_t k = 0; e == CUDA_SUCCESS && k < n; k++) {
-        CUmemGenericAllocationHandle h = 0;
-        e = drv.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)pieces[k].fd,
-                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-        if (e != CUDA_SUCCESS)
-            break;
-        e = drv.cuMemMap(va + at, pieces[k].len, 0, h, 0);
-        drv.cuMemRelease(h); /* the mapping keeps the memory */
-        if (e == CUDA_SUCCESS)
-            at += pieces[k].len;
-    }
-    if (e == CUDA_SUCCESS)
-        e = set_access(va, span, 1ull << dev);
-    if (e == CUDA_SUCCESS) {
-        *base = (uintptr_t)va;
-        return 0;
-    }
-    for (size_t k = 0, off = 0; off < at; off += pieces[k++].len)
-        drv.cuMemUnmap(va + off, pieces[k].len);
-    if (va)
-        drv.cuMemAddressFree(va, span);
-    if (e != CUDA_ERROR_OUT_OF_MEMORY)
-        shim_log(SHIM_LOG_ERROR, "device %d: mapping %zu bytes of another process's "
-                 "memory failed: %s", dev, span, errstr(e));
-    return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM
-           : e == CUDA_ERROR_INVALID_VALUE || e == CUDA_ERROR_INVALID_HANDLE ? -EINVAL : -EIO;
+    CUresult e = drv.cuMemAddressReserve(&va, span, 0, 0, 0);
+    *base = (uintptr_t)va;
+    return e == CUDA_SUCCESS ? 0 : import_err(e);
 }
 
-void shim_vmm_unimport(uintptr_t base, const shim_vmm_piece *pieces, size_t n)
+int shim_vmm_import_piece(uintptr_t base, size_t off, const shim_vmm_piece *p)
 {
-    drv.cuCtxSynchronize();
+    CUmemGenericAllocationHandle h = 0;
+    CUresult e = drv.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)p->fd,
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (e == CUDA_SUCCESS) {
+        e = drv.cuMemMap(base + off, p->len, 0, h, 0);
+        drv.cuMemRelease(h); /* the mapping keeps the memory */
+    }
+    if (e != CUDA_SUCCESS)
+        shim_log(SHIM_LOG_ERROR, "mapping %zu bytes of another process's memory "
+                 "failed: %s", p->len, errstr(e));
+    return e == CUDA_SUCCESS ? 0 : import_err(e);
+}
+
+int shim_vmm_import_end(int dev, uintptr_t base, size_t span)
+{
+    CUresult e = set_access(base, span, 1ull << dev);
+    if (e != CUDA_SUCCESS)
+        shim_log(SHIM_LOG_ERROR, "device %d: access to %zu bytes of another process's "
+                 "memory failed: %s", dev, span, errstr(e));
+    return e == CUDA_SUCCESS ? 0 : import_err(e);
+}
+
+void shim_vmm_unimport(uintptr_t base, size_t span, const size_t *lens, size_t n)
+{
     size_t off = 0;
     for (size_t k = 0; k < n; k++) {
-        drv.cuMemUnmap(base + off, pieces[k].len);
-        off += pieces[k].len;
+        drv.cuMemUnmap(base + off, lens[k]);
+        off += lens[k];
     }
-    drv.cuMemAddressFree(base, off);
+    drv.cuMemAddressFree(base, span);
 }
 
 size_t shim_vmm_deferred(shim_vmm *v)

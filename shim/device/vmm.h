@@ -78,25 +78,35 @@ void shim_vmm_unmap(shim_vmm *v, uintptr_t addr, size_t size);
 /* A piece exported: a POSIX file descriptor for it and its length. */
 typedef struct shim_vmm_piece { int fd; size_t len; } shim_vmm_piece;
 
-/* Exports the pieces behind [addr, addr + size) of v's segments, in
- * address order: *pieces (malloc'd: the caller closes each fd and frees
- * the array), *n of them, and *skip, addr's offset in the first. Returns
- * 0; -ENOENT where part of the range is not mapped in v; -ENOTSUP where
- * the driver cannot export v's pieces (they are made exportable when the
- * device supports POSIX file descriptors); -ENOMEM or -EIO. */
-int shim_vmm_export(shim_vmm *v, uintptr_t addr, size_t size,
-                    shim_vmm_piece **pieces, size_t *n, size_t *skip);
+/* The pieces behind [addr, addr + size) of v's segments, in address
+ * order: *n of them, *skip (addr's offset in the first) and *span (their
+ * bytes). Returns 0, or -ENOENT where part of the range is not mapped in
+ * v. */
+int shim_vmm_layout(shim_vmm *v, uintptr_t addr, size_t size, size_t *n, size_t *skip,
+                    size_t *span);
 
-/* Maps n pieces another process exported (their descriptors stay the
- * caller's) one after another at new addresses, readable and writable by
- * device dev, from *base on for the sum of their lengths. Returns 0, -EINVAL (a descriptor the driver refuses), -ENOMEM
- * or -EIO, with nothing held. */
-int shim_vmm_import(int dev, const shim_vmm_piece *pieces, size_t n, uintptr_t *base);
+/* Exports those pieces from the k-th on, at most max, into p as POSIX file
+ * descriptors (the caller closes them): *got of them, fewer than max only
+ * at the end. Returns 0; -ENOENT; -ENOTSUP where the driver cannot export
+ * v's pieces (they are made exportable when the device supports POSIX
+ * file descriptors); -EIO; with nothing held on failure. */
+int shim_vmm_export(shim_vmm *v, uintptr_t addr, size_t size, size_t k,
+                    shim_vmm_piece *p, size_t max, size_t *got);
 
-/* Unmaps what shim_vmm_import mapped at base (the same pieces' lengths),
- * after the current device's work is done: the importer's kernels may
- * still use it, and the driver does not wait. */
-void shim_vmm_unimport(uintptr_t base, const shim_vmm_piece *pieces, size_t n);
+/* Importing pieces another process exported, one after another: the
+ * addresses for span bytes (begin), each piece mapped at its offset (its
+ * descriptor stays the caller's), then read and write access for device
+ * dev to all of it (end). Each returns 0, -EINVAL (a descriptor the driver
+ * refuses), -ENOMEM or -EIO; on failure the caller unimports what it
+ * mapped. */
+int shim_vmm_import_begin(size_t span, uintptr_t *base);
+int shim_vmm_import_piece(uintptr_t base, size_t off, const shim_vmm_piece *p);
+int shim_vmm_import_end(int dev, uintptr_t base, size_t span);
+
+/* Unmaps the n pieces of lengths lens mapped one after another from base
+ * and frees the span addresses. The caller makes sure no work still uses
+ * them (the driver does not wait). */
+void shim_vmm_unimport(uintptr_t base, size_t span, const size_t *lens, size_t n);
 
 /* Keeps [addr, addr + size) to unmap later, at the next shim_vmm_drain
  * (when the device cannot be synchronized now). Returns 0 or -ENOMEM. */

@@ -4,8 +4,9 @@
  * One SOCK_SEQPACKET socket per exporting process, so that each message
  * (a request, an answer, a batch of descriptors with their lengths) is
  * read whole or not at all. The exporter's thread answers one request at
- * a time, each within TIMEOUT_S: an importer that stalls delays the next
- * by that much at most.
+ * a time, each message within TIMEOUT_S and the whole answer within
+ * DEADLINE_S: an importer that stalls delays the next by that much at
+ * most.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "handoff.h"
@@ -27,6 +29,7 @@
 enum {
     BATCH = 32,          /* descriptors a message (SCM_MAX_FD is 253) */
     TIMEOUT_S = 5,       /* for each send and receive, on both sides */
+    DEADLINE_S = 30,     /* for a whole answer */
     MAX_PIECES = 1 << 20 /* 2 TiB in 2 MiB pieces: more is a lie */
 };
 
@@ -39,7 +42,7 @@ typedef struct request {
 typedef struct answer {
     int32_t err; /* 0 or a negative errno */
     uint32_t n;  /* pieces to follow, in batches of BATCH */
-    uint64_t skip;
+    uint64_t skip, span;
 } answer;
 
 /* The socket's name for process pid, in the abstract namespace. */
@@ -158,32 +161,55 @@ static int recv_pieces(int fd, shim_vmm_piece *p, size_t n)
 /* ---- the exporter ----------------------------------------------------------- */
 
 static pthread_mutex_t serve_lock = PTHREAD_MUTEX_INITIALIZER;
-static shim_handoff_fn serve_fn;
+static const shim_handoff_source *serve_src;
 static int listen_fd = -1;
 static pid_t listen_pid; /* the process listen_fd listens for */
 
+/* Sends export l's pieces, a batch at a time, until deadline (seconds of
+ * the monotonic clock). */
+static void send_all_pieces(int c, const shim_handoff_source *src,
+                            const shim_handoff_layout *l, time_t deadline)
+{
+    for (size_t k = 0; k < l->n;) {
+        shim_vmm_piece p[BATCH];
+        size_t got = 0;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int err = now.tv_sec > deadline ? -ETIMEDOUT
+                  : src->pieces(l, k, p, l->n - k < BATCH ? l->n - k : BATCH, &got);
+        if (!err && !got)
+            err = -EPROTO; /* fewer than the layout said: the importer sees
+                              the connection end short */
+        if (!err)
+            err = send_pieces(c, p, got);
+        for (size_t i = 0; i < got; i++)
+            close(p[i].fd);
+        if (err)
+            return;
+        k += got;
+    }
+}
+
 /* Answers one connection: to this user only, and only a request. */
-static void answer_one(int c, shim_handoff_fn fn)
+static void answer_one(int c, const shim_handoff_source *src)
 {
     struct ucred cr;
     request rq;
     if (!peer_of(c, &cr) || cr.uid != geteuid())
         return; /* another user's: no answer at all */
     set_timeouts(c);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
     if (recv_msg(c, &rq, sizeof(rq)) || memcmp(rq.magic, REQUEST_MAGIC, sizeof(rq.magic)))
         return;
-    shim_vmm_piece *p = NULL;
-    size_t n = 0;
-    answer a = {0, 0, 0};
-    a.err = fn(rq.slot, rq.nonce, &p, &n, &a.skip);
-    a.n = a.err ? 0 : (uint32_t)n;
-    if (!a.err && n > MAX_PIECES)
-        a.err = -E2BIG, a.n = 0;
-    if (!send_msg(c, &a, sizeof(a)) && a.n)
-        send_pieces(c, p, n);
-    for (size_t i = 0; i < n; i++)
-        close(p[i].fd);
-    free(p);
+    shim_handoff_layout l = {0};
+    answer a = {src->layout(rq.slot, rq.nonce, &l), 0, 0, 0};
+    if (!a.err && (!l.n || l.n > MAX_PIECES || l.skip >= l.span))
+        a.err = -E2BIG;
+    if (!a.err)
+        a.n = (uint32_t)l.n, a.skip = l.skip, a.span = l.span;
+    if (!send_msg(c, &a, sizeof(a)) && !a.err)
+        send_all_pieces(c, src, &l, start.tv_sec + DEADLINE_S);
 }
 
 static void *serve(void *arg)
@@ -199,9 +225,9 @@ static void *serve(void *arg)
             continue;
         }
         pthread_mutex_lock(&serve_lock);
-        shim_handoff_fn fn = serve_fn;
+        const shim_handoff_source *src = serve_src;
         pthread_mutex_unlock(&serve_lock);
-        answer_one(c, fn);
+        answer_one(c, src);
         close(c);
     }
 }
@@ -237,11 +263,12 @@ static int listen_here(void)
     return err ? err : fd;
 }
 
-int shim_handoff_serve(shim_handoff_fn fn)
+int shim_handoff_serve(const shim_handoff_source *src)
 {
     static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+    pthread_once(&atfork_once, watch_forks); /* before the socket is made */
     pthread_mutex_lock(&serve_lock);
-    serve_fn = fn;
+    serve_src = src;
     if (listen_fd >= 0 && listen_pid == getpid()) {
         pthread_mutex_unlock(&serve_lock);
         return 0;
@@ -264,7 +291,6 @@ int shim_handoff_serve(shim_handoff_fn fn)
         listen_pid = getpid();
     }
     pthread_mutex_unlock(&serve_lock);
-    pthread_once(&atfork_once, watch_forks);
     if (err)
         shim_log(SHIM_LOG_ERROR, "CUDA IPC of memory in VMM segments: cannot listen on "
                  "@cupool-ipc-%d: %s%s", (int)getpid(), strerror(-err),
@@ -297,11 +323,25 @@ static int connect_to(int pid, int *out)
     return err;
 }
 
-int shim_handoff_fetch(int pid, uint32_t slot, uint64_t nonce, shim_vmm_piece **pieces,
-                       size_t *n, uint64_t *skip)
+/* Receives the n pieces of an answer into sink, a batch at a time. */
+static int take_all(int fd, uint32_t n, const shim_handoff_sink *sink)
 {
-    *pieces = NULL;
-    *n = 0;
+    int err = 0;
+    for (size_t k = 0; !err && k < n;) {
+        shim_vmm_piece p[BATCH];
+        size_t got = n - k < BATCH ? n - k : BATCH;
+        if ((err = recv_pieces(fd, p, got)) != 0)
+            break;
+        err = sink->take(sink->ctx, k, p, got);
+        for (size_t i = 0; i < got; i++)
+            close(p[i].fd);
+        k += got;
+    }
+    return err;
+}
+
+int shim_handoff_fetch(int pid, uint32_t slot, uint64_t nonce, const shim_handoff_sink *sink)
+{
     int fd = -1, err = connect_to(pid, &fd);
     if (err)
         return err;
@@ -313,18 +353,13 @@ int shim_handoff_fetch(int pid, uint32_t slot, uint64_t nonce, shim_vmm_piece **
         err = recv_msg(fd, &a, sizeof(a));
     if (!err && a.err)
         err = a.err < 0 && a.err > -4096 ? a.err : -EPROTO;
-    if (!err && (!a.n || a.n > MAX_PIECES))
+    if (!err && (!a.n || a.n > MAX_PIECES || a.skip >= a.span))
         err = -EPROTO;
-    shim_vmm_piece *p = err ? NULL : calloc(a.n, sizeof(*p));
-    if (!err && !p)
-        err = -ENOMEM;
-    if (!err && (err = recv_pieces(fd, p, a.n)) == 0) {
-        *pieces = p;
-        *n = a.n;
-        *skip = a.skip;
-    } else {
-        free(p);
-    }
+    shim_handoff_layout l = {.n = a.n, .skip = a.skip, .span = a.span};
+    if (!err)
+        err = sink->begin(sink->ctx, &l);
+    if (!err)
+        err = take_all(fd, a.n, sink);
     close(fd);
     return err;
 }

@@ -8,8 +8,9 @@
  * importer believes only the process its handle names, of its own user,
  * so a socket another user bound first under that name is refused, never
  * asked. A request names an export (slot and nonce, as cupool's handle
- * does); the answer is the export's pieces, as descriptors (SCM_RIGHTS)
- * with their lengths.
+ * does); the answer is the export's layout, then its pieces, as
+ * descriptors (SCM_RIGHTS) with their lengths, a batch at a time: neither
+ * side holds more than a batch of descriptors, whatever the block's size.
  */
 #ifndef CUPOOL_SHIM_HANDOFF_H
 #define CUPOOL_SHIM_HANDOFF_H
@@ -19,23 +20,41 @@
 
 #include "vmm.h"
 
-/* The exporter's answer to a request for (slot, nonce): 0 with *pieces
- * (malloc'd; the descriptors are closed and the array freed once sent)
- * and *n, and *skip, the block's offset in the first piece; or a negative
- * errno sent back instead. Runs on the handoff thread. */
-typedef int (*shim_handoff_fn)(uint32_t slot, uint64_t nonce, shim_vmm_piece **pieces,
-                               size_t *n, uint64_t *skip);
+/* What an export is: n pieces of span bytes in all, the exported address
+ * skip bytes into the first; and what the exporter keeps to find it again
+ * (mine: never sent). */
+typedef struct shim_handoff_layout {
+    uint64_t n, skip, span;
+    uint64_t mine[4];
+} shim_handoff_layout;
 
-/* Starts answering requests with fn, once per process (a forked child
+/* The exporter's side, run on the handoff thread: the layout of export
+ * (slot, nonce), or a negative errno sent back instead; then pieces k..
+ * of it, at most max (fewer only at the end), as descriptors that are
+ * closed once sent. */
+typedef struct shim_handoff_source {
+    int (*layout)(uint32_t slot, uint64_t nonce, shim_handoff_layout *l);
+    int (*pieces)(const shim_handoff_layout *l, size_t k, shim_vmm_piece *p, size_t max,
+                  size_t *got);
+} shim_handoff_source;
+
+/* Starts answering requests from src, once per process (a forked child
  * starts its own). Returns 0 or a negative errno (logged). */
-int shim_handoff_serve(shim_handoff_fn fn);
+int shim_handoff_serve(const shim_handoff_source *src);
 
-/* Asks process pid for export (slot, nonce): 0 with *pieces (malloc'd;
- * the caller closes the descriptors and frees it), *n and *skip; or a
- * negative errno: the exporter's own answer, -ECONNREFUSED (no process
- * there answers), -EPERM (what answered is not that process of this user),
- * -EPROTO or -ETIMEDOUT. */
-int shim_handoff_fetch(int pid, uint32_t slot, uint64_t nonce, shim_vmm_piece **pieces,
-                       size_t *n, uint64_t *skip);
+/* The importer's side: the layout once (n at least 1, skip below span),
+ * then each batch of pieces as it arrives (k, the first one's index),
+ * whose descriptors are closed after. A negative errno ends the fetch. */
+typedef struct shim_handoff_sink {
+    int (*begin)(void *ctx, const shim_handoff_layout *l);
+    int (*take)(void *ctx, size_t k, const shim_vmm_piece *p, size_t n);
+    void *ctx;
+} shim_handoff_sink;
+
+/* Asks process pid for export (slot, nonce), into sink: 0 once every piece
+ * was taken; or a negative errno: the exporter's own answer, the sink's,
+ * -ECONNREFUSED (no process there answers), -EPERM (what answered is not
+ * that process of this user), -EPROTO or -ETIMEDOUT. */
+int shim_handoff_fetch(int pid, uint32_t slot, uint64_t nonce, const shim_handoff_sink *sink);
 
 #endif

@@ -105,18 +105,6 @@ int shim_ipc_export(const void *handle, uint64_t offset, uint64_t size, int dev,
     return err;
 }
 
-int shim_ipc_exported(uint32_t slot, uint64_t nonce, void *handle, uint64_t *offset,
-                      uint64_t *size, int *dev)
-{
-    int32_t d = -1;
-    pthread_mutex_lock(&page_lock);
-    int err = page ? stats_page_exported(page, slot, nonce, handle, offset, size, &d)
-                   : -ENOENT;
-    pthread_mutex_unlock(&page_lock);
-    *dev = d;
-    return err;
-}
-
 void shim_stats_view(stats_view *v)
 {
     memset(v, 0, offsetof(stats_view, dev));

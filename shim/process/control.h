@@ -25,11 +25,6 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call);
 int shim_ipc_export(const void *handle, uint64_t offset, uint64_t size, int dev,
                     uint32_t *slot, uint64_t *nonce);
 
-/* Reads back this process's export at slot (stats_page_exported): 0,
- * -ESTALE, -EINVAL, or -ENOENT if this process has no page. */
-int shim_ipc_exported(uint32_t slot, uint64_t nonce, void *handle, uint64_t *offset,
-                      uint64_t *size, int *dev);
-
 /* Fills *v with this process's current statistics. */
 void shim_stats_view(stats_view *v);
 
