@@ -24,7 +24,7 @@
 
 #include "handoff.h"
 
-enum { PIECES = 70, NONCE = 0x5eed };
+enum { PIECES = 70, NONCE = 0x5eed, TOKEN = 0x70c3 };
 
 static atomic_int answered; /* calls of layout() */
 
@@ -89,11 +89,13 @@ static int take(void *ctx, size_t k, const shim_vmm_piece *p, size_t n)
 static void test_round_trip(void **state)
 {
     (void)state;
-    assert_int_equal(shim_handoff_serve(&source), 0);
-    assert_int_equal(shim_handoff_serve(&source), 0); /* once is enough */
+    uint64_t token = 0, again = 1;
+    assert_int_equal(shim_handoff_serve(&source, &token), 0);
+    assert_int_equal(shim_handoff_serve(&source, &again), 0); /* once is enough */
+    assert_int_equal(again, token);
     seen s = {0};
     shim_handoff_sink sink = {begin, take, &s};
-    assert_int_equal(shim_handoff_fetch(getpid(), 12, NONCE, &sink), 0);
+    assert_int_equal(shim_handoff_fetch(getpid(), token, 12, NONCE, &sink), 0);
     assert_int_equal(s.l.n, PIECES);
     assert_int_equal(s.l.skip, 12);
     assert_int_equal(s.n, PIECES);
@@ -105,10 +107,13 @@ static void test_round_trip(void **state)
     /* The exporter's refusal comes back as it was. */
     seen none = {0};
     sink.ctx = &none;
-    assert_int_equal(shim_handoff_fetch(getpid(), 12, NONCE + 1, &sink), -ESTALE);
+    assert_int_equal(shim_handoff_fetch(getpid(), token, 12, NONCE + 1, &sink), -ESTALE);
     assert_int_equal(none.n, 0);
-    /* Nobody listens in pid 1's name. */
-    assert_int_equal(shim_handoff_fetch(1, 0, NONCE, &sink), -ECONNREFUSED);
+    /* Nobody listens in pid 1's name, nor in this process's with another
+     * token. */
+    assert_int_equal(shim_handoff_fetch(1, token, 0, NONCE, &sink), -ECONNREFUSED);
+    assert_int_equal(shim_handoff_fetch(getpid(), token ^ 1, 12, NONCE, &sink),
+                     -ECONNREFUSED);
 }
 
 /* The wire format as handoff.c writes it, for the impostor below. */
@@ -126,7 +131,8 @@ static void test_impostor_refused(void **s)
     pid_t c = fork();
     if (c == 0) {
         struct sockaddr_un a = {.sun_family = AF_UNIX};
-        int len = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "cupool-ipc-1");
+        int len = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1,
+                           "cupool-ipc-1-%016llx", (unsigned long long)TOKEN);
         int l = socket(AF_UNIX, SOCK_SEQPACKET, 0);
         if (bind(l, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + 1 +
                                                (socklen_t)len) || listen(l, 1))
@@ -158,7 +164,7 @@ static void test_impostor_refused(void **s)
     assert_int_equal(read(ready[0], &r, 1), 1);
     seen got = {0};
     shim_handoff_sink sink = {begin, take, &got};
-    assert_int_equal(shim_handoff_fetch(1, 0, NONCE, &sink), -EPERM);
+    assert_int_equal(shim_handoff_fetch(1, TOKEN, 0, NONCE, &sink), -EPERM);
     assert_int_equal(got.n, 0);
     kill(c, SIGKILL);
     waitpid(c, NULL, 0);
@@ -175,7 +181,8 @@ static void test_other_user_unanswered(void **s)
     (void)s;
     if (geteuid() != 0)
         skip();
-    assert_int_equal(shim_handoff_serve(&source), 0);
+    uint64_t token;
+    assert_int_equal(shim_handoff_serve(&source, &token), 0);
     int before = atomic_load(&answered);
     pid_t parent = getpid(), c = fork();
     if (c == 0) {
@@ -183,11 +190,11 @@ static void test_other_user_unanswered(void **s)
             _exit(2);
         seen got = {0};
         shim_handoff_sink sink = {begin, take, &got};
-        if (shim_handoff_fetch(parent, 0, NONCE, &sink) != -EPERM)
+        if (shim_handoff_fetch(parent, token, 0, NONCE, &sink) != -EPERM)
             _exit(3);
         struct sockaddr_un a = {.sun_family = AF_UNIX};
-        int len = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "cupool-ipc-%d",
-                           (int)parent);
+        int len = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "cupool-ipc-%d-%016llx",
+                           (int)parent, (unsigned long long)token);
         int k = socket(AF_UNIX, SOCK_SEQPACKET, 0);
         if (connect(k, (struct sockaddr *)&a,
                     offsetof(struct sockaddr_un, sun_path) + 1 + (socklen_t)len))

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -45,12 +46,14 @@ typedef struct answer {
     uint64_t skip, span;
 } answer;
 
-/* The socket's name for process pid, in the abstract namespace. */
-static socklen_t name_of(int pid, struct sockaddr_un *a)
+/* The socket's name for process pid with token, in the abstract
+ * namespace. */
+static socklen_t name_of(int pid, uint64_t token, struct sockaddr_un *a)
 {
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
-    int len = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "cupool-ipc-%d", pid);
+    int len = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "cupool-ipc-%d-%016llx",
+                       pid, (unsigned long long)token);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
 }
 
@@ -163,7 +166,8 @@ static int recv_pieces(int fd, shim_vmm_piece *p, size_t n)
 static pthread_mutex_t serve_lock = PTHREAD_MUTEX_INITIALIZER;
 static const shim_handoff_source *serve_src;
 static int listen_fd = -1;
-static pid_t listen_pid; /* the process listen_fd listens for */
+static pid_t listen_pid;     /* the process listen_fd listens for */
+static uint64_t listen_token; /* the random part of its name */
 
 /* Sends export l's pieces, a batch at a time, until deadline (seconds of
  * the monotonic clock). */
@@ -249,12 +253,14 @@ static void watch_forks(void)
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
-/* Binds and listens on this process's name: the descriptor, or a negative
- * errno. */
-static int listen_here(void)
+/* Binds and listens on a name of this process's with a fresh random
+ * token: the descriptor, or a negative errno. */
+static int listen_here(uint64_t *token)
 {
+    if (getrandom(token, sizeof(*token), 0) != (ssize_t)sizeof(*token))
+        return -EAGAIN;
     struct sockaddr_un a;
-    socklen_t len = name_of(getpid(), &a);
+    socklen_t len = name_of(getpid(), *token, &a);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     int err = fd < 0 ? -errno
               : bind(fd, (struct sockaddr *)&a, len) || listen(fd, 16) ? -errno : 0;
@@ -263,17 +269,19 @@ static int listen_here(void)
     return err ? err : fd;
 }
 
-int shim_handoff_serve(const shim_handoff_source *src)
+int shim_handoff_serve(const shim_handoff_source *src, uint64_t *token)
 {
     static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
     pthread_once(&atfork_once, watch_forks); /* before the socket is made */
     pthread_mutex_lock(&serve_lock);
     serve_src = src;
     if (listen_fd >= 0 && listen_pid == getpid()) {
+        *token = listen_token;
         pthread_mutex_unlock(&serve_lock);
         return 0;
     }
-    int fd = listen_here(), err = fd < 0 ? fd : 0;
+    uint64_t name = 0;
+    int fd = listen_here(&name), err = fd < 0 ? fd : 0;
     pthread_t t;
     pthread_attr_t at;
     sigset_t all, old;
@@ -289,23 +297,22 @@ int shim_handoff_serve(const shim_handoff_source *src)
     if (!err) {
         listen_fd = fd;
         listen_pid = getpid();
+        *token = listen_token = name;
     }
     pthread_mutex_unlock(&serve_lock);
     if (err)
         shim_log(SHIM_LOG_ERROR, "CUDA IPC of memory in VMM segments: cannot listen on "
-                 "@cupool-ipc-%d: %s%s", (int)getpid(), strerror(-err),
-                 err == -EADDRINUSE ? " (another process took the name): such blocks "
-                 "cannot be shared" : "");
+                 "a socket: %s; such blocks cannot be shared", strerror(-err));
     return err;
 }
 
 /* ---- the importer ----------------------------------------------------------- */
 
 /* Connects to pid's socket and checks that pid of this user listens. */
-static int connect_to(int pid, int *out)
+static int connect_to(int pid, uint64_t token, int *out)
 {
     struct sockaddr_un a;
-    socklen_t len = name_of(pid, &a);
+    socklen_t len = name_of(pid, token, &a);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
@@ -340,9 +347,10 @@ static int take_all(int fd, uint32_t n, const shim_handoff_sink *sink)
     return err;
 }
 
-int shim_handoff_fetch(int pid, uint32_t slot, uint64_t nonce, const shim_handoff_sink *sink)
+int shim_handoff_fetch(int pid, uint64_t token, uint32_t slot, uint64_t nonce,
+                       const shim_handoff_sink *sink)
 {
-    int fd = -1, err = connect_to(pid, &fd);
+    int fd = -1, err = connect_to(pid, token, &fd);
     if (err)
         return err;
     request rq = {.slot = slot, .nonce = nonce};

@@ -3,11 +3,12 @@
  * same user: how CUDA IPC of memory in VMM segments travels (ipc.c).
  *
  * The exporter listens on a Unix socket in the abstract namespace named
- * after its pid. Each side checks the other's credentials as the kernel
- * reports them (SO_PEERCRED): the exporter answers only its own user; the
- * importer believes only the process its handle names, of its own user,
- * so a socket another user bound first under that name is refused, never
- * asked. A request names an export (slot and nonce, as cupool's handle
+ * after its pid and a random token, which its handles carry: no other
+ * user can take the name before it binds. Each side checks the other's
+ * credentials as the kernel reports them (SO_PEERCRED): the exporter
+ * answers only its own user; the importer believes only the process its
+ * handle names, of its own user, so a socket anyone else bound under that
+ * name is refused, never asked. A request names an export (slot and nonce, as cupool's handle
  * does); the answer is the export's layout, then its pieces, as
  * descriptors (SCM_RIGHTS) with their lengths, a batch at a time: neither
  * side holds more than a batch of descriptors, whatever the block's size.
@@ -39,8 +40,9 @@ typedef struct shim_handoff_source {
 } shim_handoff_source;
 
 /* Starts answering requests from src, once per process (a forked child
- * starts its own). Returns 0 or a negative errno (logged). */
-int shim_handoff_serve(const shim_handoff_source *src);
+ * starts its own), and stores the socket's token for handles in *token.
+ * Returns 0 or a negative errno (logged). */
+int shim_handoff_serve(const shim_handoff_source *src, uint64_t *token);
 
 /* The importer's side: the layout once (n at least 1, skip below span),
  * then each batch of pieces as it arrives (k, the first one's index),
@@ -51,10 +53,12 @@ typedef struct shim_handoff_sink {
     void *ctx;
 } shim_handoff_sink;
 
-/* Asks process pid for export (slot, nonce), into sink: 0 once every piece
+/* Asks process pid, at its socket of token, for export (slot, nonce),
+ * into sink: 0 once every piece
  * was taken; or a negative errno: the exporter's own answer, the sink's,
  * -ECONNREFUSED (no process there answers), -EPERM (what answered is not
  * that process of this user), -EPROTO or -ETIMEDOUT. */
-int shim_handoff_fetch(int pid, uint32_t slot, uint64_t nonce, const shim_handoff_sink *sink);
+int shim_handoff_fetch(int pid, uint64_t token, uint32_t slot, uint64_t nonce,
+                       const shim_handoff_sink *sink);
 
 #endif

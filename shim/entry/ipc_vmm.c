@@ -4,8 +4,8 @@
  * The exporter keeps its exports in its own memory (EXPORTS slots, each
  * with a random nonce), never on the live page, which other processes of
  * the user may write: only what this process exported is handed over. The
- * handle names the exporter's pid, the slot and the nonce; the importer
- * asks the exporter over its socket (handoff.h), which checks the slot's
+ * handle names the exporter's pid, its socket's token, the slot and the
+ * nonce; the importer asks the exporter over its socket (handoff.h), which checks the slot's
  * nonce and that the block is still live, then sends the block's pieces a
  * batch at a time. The importer maps each batch as it comes.
  */
@@ -35,6 +35,7 @@ typedef struct vmm_handle {
     uint32_t slot;
     uint64_t nonce;
     uint64_t offset; /* the address's in its block */
+    uint64_t token;  /* of the exporter's socket */
 } vmm_handle;
 
 _Static_assert(sizeof(vmm_handle) <= 64, "cupool's handle fits in CUDA's");
@@ -156,9 +157,10 @@ static const shim_handoff_source source = {layout, pieces};
 int shim_ipc_vmm_get(int dev, uintptr_t ptr, void *h)
 {
     export e = {.dev = dev};
+    uint64_t token = 0;
     int err = shim_device_block_of(dev, ptr, &e.start, &e.size);
     if (!err)
-        err = shim_handoff_serve(&source);
+        err = shim_handoff_serve(&source, &token);
     if (err) {
         shim_log(SHIM_LOG_ERROR, "IPC handle for %#lx: %s; refused", (unsigned long)ptr,
                  err == -EALREADY ? "the block is free" : "this process cannot hand "
@@ -166,7 +168,7 @@ int shim_ipc_vmm_get(int dev, uintptr_t ptr, void *h)
         return cudaErrorInvalidValue;
     }
     e.offset = ptr - e.start;
-    vmm_handle c = {.pid = (int32_t)getpid(), .offset = e.offset};
+    vmm_handle c = {.pid = (int32_t)getpid(), .offset = e.offset, .token = token};
     memcpy(c.magic, VMM_MAGIC, sizeof(c.magic));
     record(&e, &c.slot, &c.nonce);
     memset(h, 0, 64);
@@ -260,7 +262,7 @@ static int fetch(const vmm_handle *c, void (*ready)(void), mapping *m)
         return -ENODEV;
     import im = {0};
     shim_handoff_sink sink = {begin, take, &im};
-    int err = shim_handoff_fetch(c->pid, c->slot, c->nonce, &sink);
+    int err = shim_handoff_fetch(c->pid, c->token, c->slot, c->nonce, &sink);
     if (!err && im.off != im.span)
         err = -EPROTO;
     if (!err)
