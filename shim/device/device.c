@@ -413,26 +413,27 @@ int shim_device_free(int guess, uintptr_t addr)
     return err;
 }
 
-int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *size)
+/* ask (pool_segment_of or pool_block_of) of the shard that owns addr. */
+static int ask_shards(int dev, uintptr_t addr, uintptr_t *at, size_t *size,
+                      int (*ask)(pool *, uintptr_t, uintptr_t *, size_t *))
 {
     int err = -ENOENT;
     for (size_t s = 0; err == -ENOENT && s < shim_cfg.shards; s++) {
         pool *p = shim_device_shard_if_any(dev, (int)s);
         if (p)
-            err = pool_segment_of(p, addr, base, size);
+            err = ask(p, addr, at, size);
     }
     return err;
 }
 
+int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *size)
+{
+    return ask_shards(dev, addr, base, size, pool_segment_of);
+}
+
 int shim_device_block_of(int dev, uintptr_t addr, uintptr_t *start, size_t *size)
 {
-    int err = -ENOENT;
-    for (size_t s = 0; err == -ENOENT && s < shim_cfg.shards; s++) {
-        pool *p = shim_device_shard_if_any(dev, (int)s);
-        if (p)
-            err = pool_block_of(p, addr, start, size);
-    }
-    return err;
+    return ask_shards(dev, addr, start, size, pool_block_of);
 }
 
 void shim_device_peer_access(int owner, int peer)
