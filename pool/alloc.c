@@ -192,7 +192,7 @@ static int alloc_locked(pool *p, size_t size, uintptr_t *addr)
     pool_gauge_add(&p->st.requested, &p->st.requested_peak, size);
     pool_gauge_add(&p->st.allocated, &p->st.allocated_peak, b->size);
     pool_cached_update(p);
-    p->st.allocs++;
+    b->born = ++p->st.allocs;
     *addr = b->addr;
     if (p->be.observe)
         p->be.observe(p->be.ctx, POOL_EV_ALLOC, 0, b->addr, size);

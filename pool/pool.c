@@ -84,7 +84,8 @@ const char *pool_strerror(int err)
 
 /* The segment and the live block holding addr: 0, -EALREADY (a free
  * block) or -ENOENT. Needs p->lock. */
-static int holding(const pool *p, uintptr_t addr, pool_span *seg, pool_span *block)
+static int holding(const pool *p, uintptr_t addr, pool_span *seg, pool_span *block,
+                   uint64_t *born)
 {
     long i = pool_segment_find(p, addr);
     if (i < 0)
@@ -94,6 +95,7 @@ static int holding(const pool *p, uintptr_t addr, pool_span *seg, pool_span *blo
         b = b->next;
     *seg = (pool_span){p->segs[i]->base, p->segs[i]->size};
     *block = (pool_span){b->addr, b->size};
+    *born = b->born;
     return b->free || b->lent ? -EALREADY : 0;
 }
 
@@ -101,7 +103,8 @@ static int holding(const pool *p, uintptr_t addr, pool_span *seg, pool_span *blo
 static int diagnose(const pool *p, uintptr_t addr)
 {
     pool_span seg, block;
-    int err = holding(p, addr, &seg, &block);
+    uint64_t born;
+    int err = holding(p, addr, &seg, &block, &born);
     return err ? err : -EINVAL; /* inside a live block: a part was freed */
 }
 
@@ -164,22 +167,21 @@ int pool_block_size(pool *p, uintptr_t addr, size_t *size)
 int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size)
 {
     pool_span seg, block;
+    uint64_t born;
     pthread_mutex_lock(&p->lock);
-    int err = holding(p, addr, &seg, &block);
+    int err = holding(p, addr, &seg, &block, &born);
     pthread_mutex_unlock(&p->lock);
     if (err != -ENOENT)
         *base = seg.addr, *size = seg.size;
     return err;
 }
 
-int pool_block_of(pool *p, uintptr_t addr, uintptr_t *start, size_t *size)
+int pool_block_of(pool *p, uintptr_t addr, pool_span *block, uint64_t *born)
 {
-    pool_span seg, block;
+    pool_span seg;
     pthread_mutex_lock(&p->lock);
-    int err = holding(p, addr, &seg, &block);
+    int err = holding(p, addr, &seg, block, born);
     pthread_mutex_unlock(&p->lock);
-    if (!err)
-        *start = block.addr, *size = block.size;
     return err;
 }
 

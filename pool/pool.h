@@ -338,8 +338,10 @@ int pool_block_size(pool *p, uintptr_t addr, size_t *size);
 int pool_segment_of(pool *p, uintptr_t addr, uintptr_t *base, size_t *size);
 
 /* If addr is inside a live block, stores the block's start and rounded
- * size and returns 0; else -ENOENT/-EALREADY as pool_segment_of. */
-int pool_block_of(pool *p, uintptr_t addr, uintptr_t *start, size_t *size);
+ * size, and which of the pool's allocations it is (a number no later
+ * allocation of the same place has), and returns 0; else -ENOENT or
+ * -EALREADY as pool_segment_of. */
+int pool_block_of(pool *p, uintptr_t addr, pool_span *block, uint64_t *born);
 
 /* Unstitches every stitched segment with nothing allocated (fencing first
  * if any block is dirty), releases every fully free segment to the backend,

@@ -48,6 +48,8 @@ typedef struct pool_block {
                                   (neither free nor live), or NULL */
     struct pool_block *prev;   /* address neighbours inside seg */
     struct pool_block *next;
+    uint64_t born;             /* the pool's allocation count when handed
+                                  out: which allocation a live block is */
 } pool_block;
 
 struct pool_segment {

@@ -1500,9 +1500,20 @@ static int ipc(void)
     CHECK(importer("forged", &ha, &hb, NULL) == 0);
     printf("ipc ok: blocks shared at their offsets, closed, opened again\n");
     OK(cudaFree(b));
-    /* In VMM segments the exporter hands over only a block still live. */
+    /* In VMM segments the exporter hands over only a block still live, and
+     * only the allocation exported: not a new block at the same place. */
     hb.reserved[16] ^= 0x5a;
     CHECK(!vmm_blocks() || importer("forged", &ha, &hb, NULL) == 0);
+    char *b2;
+    OK(cudaDeviceSynchronize()); /* b's old work done: its place is free */
+    OK(cudaMalloc((void **)&b2, 4096));
+    cudaIpcMemHandle_t hb2;
+    OK(cudaIpcGetMemHandle(&hb2, b2));
+    bool same_handle = !memcmp(&hb2, &hb, sizeof(hb));
+    printf("again: same place %d, same handle %d\n", b2 == b, same_handle);
+    CHECK(!vmm_blocks() || !same_handle);
+    CHECK(!vmm_blocks() || importer("forged", &ha, &hb, NULL) == 0);
+    OK(cudaFree(b2));
     OK(cudaFree(a));
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -27,6 +28,7 @@
 enum { PIECES = 70, NONCE = 0x5eed, TOKEN = 0x70c3 };
 
 static atomic_int answered; /* calls of layout() */
+static size_t npieces = PIECES; /* what layout() says */
 
 /* PIECES memfds, piece i of 4096 * (1 + i % 3) bytes filled with byte i,
  * skip = the slot; -ESTALE for any other nonce, as an export replaced
@@ -36,9 +38,9 @@ static int layout(uint32_t slot, uint64_t nonce, shim_handoff_layout *l)
     atomic_fetch_add(&answered, 1);
     if (nonce != NONCE)
         return -ESTALE;
-    *l = (shim_handoff_layout){PIECES, slot, 0, {0}};
-    for (int i = 0; i < PIECES; i++)
-        l->span += 4096 * (1 + (size_t)i % 3);
+    *l = (shim_handoff_layout){npieces, slot, 0, {0}};
+    for (size_t i = 0; i < npieces; i++)
+        l->span += 4096 * (1 + i % 3);
     return 0;
 }
 
@@ -212,9 +214,57 @@ static void test_other_user_unanswered(void **s)
     assert_int_equal(atomic_load(&answered), before);
 }
 
+/* A slow importer (20 ms a batch, as mapping takes): without the
+ * exporter waiting, batches would pile up in the socket. */
+static int count(void *ctx, size_t k, const shim_vmm_piece *p, size_t n)
+{
+    (void)k, (void)p;
+    *(size_t *)ctx += n;
+    usleep(20000);
+    return 0;
+}
+
+static int nothing(void *ctx, const shim_handoff_layout *l)
+{
+    (void)ctx, (void)l;
+    return 0;
+}
+
+/* 600 pieces for a user (not root, whose descriptors in flight are not
+ * limited) allowed 100 open descriptors: they arrive, as the exporter
+ * sends a batch only once the one before was taken (without that, the
+ * kernel refuses the sends: ETOOMANYREFS). */
+static void test_many_pieces_under_a_limit(void **s)
+{
+    (void)s;
+    if (geteuid() != 0)
+        skip();
+    pid_t c = fork();
+    if (c == 0) {
+        struct rlimit rl = {100, 100}; /* both ends: 2 batches and a few */
+        if (setgid(65534) || setuid(65534) || setrlimit(RLIMIT_NOFILE, &rl))
+            _exit(2);
+        npieces = 600;
+        uint64_t token;
+        if (shim_handoff_serve(&source, &token))
+            _exit(3);
+        size_t got = 0;
+        shim_handoff_sink sink = {nothing, count, &got};
+        int err = shim_handoff_fetch(getpid(), token, 0, NONCE, &sink);
+        _exit(err ? 4 : got == 600 ? 0 : 5);
+    }
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        /* first: it forks a child that starts a thread, which ThreadSanitizer
+         * allows only while this process has no thread of its own yet */
+        cmocka_unit_test(test_many_pieces_under_a_limit),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_impostor_refused),
         cmocka_unit_test(test_other_user_unanswered),

@@ -847,16 +847,26 @@ static void test_owns_and_segment_of(void **state)
     assert_int_equal(size, 2 * MIB);
     assert_int_equal(pool_segment_of(fx->p, a + MIB, &base, &size), -EALREADY);
     assert_int_equal(pool_segment_of(fx->p, 42, &base, &size), -ENOENT);
-    /* The block holding an address, from any byte of it. */
+    /* The block holding an address, from any byte of it, and which
+     * allocation it is: another one at the same place is another. */
     uintptr_t b = a + 8 * KIB;
-    assert_int_equal(pool_block_of(fx->p, b + 511, &base, &size), 0);
-    assert_int_equal(base, b);
-    assert_int_equal(size, 512);
-    assert_int_equal(pool_block_of(fx->p, a + 4096, &base, &size), 0);
-    assert_int_equal(base, a);
-    assert_int_equal(size, 8 * KIB);
-    assert_int_equal(pool_block_of(fx->p, a + MIB, &base, &size), -EALREADY);
-    assert_int_equal(pool_block_of(fx->p, 42, &base, &size), -ENOENT);
+    pool_span blk;
+    uint64_t born, born_a, born_b;
+    assert_int_equal(pool_block_of(fx->p, b + 511, &blk, &born_b), 0);
+    assert_int_equal(blk.addr, b);
+    assert_int_equal(blk.size, 512);
+    assert_int_equal(pool_block_of(fx->p, a + 4096, &blk, &born_a), 0);
+    assert_int_equal(blk.addr, a);
+    assert_int_equal(blk.size, 8 * KIB);
+    assert_true(born_a != born_b);
+    assert_int_equal(pool_block_of(fx->p, a + MIB, &blk, &born), -EALREADY);
+    assert_int_equal(pool_block_of(fx->p, 42, &blk, &born), -ENOENT);
+    assert_int_equal(pool_free(fx->p, a), 0);
+    uintptr_t c = xalloc(fx, 8 * KIB); /* wherever it lands (test_shim's
+                                          ipc shows the same place) */
+    uint64_t born_c;
+    assert_int_equal(pool_block_of(fx->p, c, &blk, &born_c), 0);
+    assert_true(born_c != born_a && born_c != born_b);
 }
 
 /* A placement-only pool (no fence) with the given fit policy. */

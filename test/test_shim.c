@@ -352,9 +352,12 @@ static void test_ipc_handles(void **s)
 static void test_ipc_vmm(void **s)
 {
     (void)s;
-    result *r = run("ipc", "SIMCUDA_IPC=1", "CUPOOL_VMM=1", NULL);
+    result *r = run("ipc", "SIMCUDA_IPC=1", "CUPOOL_VMM=1", "CUPOOL_FENCE_INTERVAL=1", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "ipc ok: blocks shared at their offsets"));
+    /* A new block where a freed one was has a handle of its own; the old
+     * handle is refused, not opened on the new block. */
+    assert_non_null(strstr(r->out, "again: same place 1, same handle 0"));
     r = run("ipc_stitched", "SIMCUDA_IPC=1", "CUPOOL_STITCH=1",
                     "CUPOOL_VMM_UNIT=2M", NULL);
     assert_int_equal(r->status, 0);

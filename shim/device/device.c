@@ -413,27 +413,27 @@ int shim_device_free(int guess, uintptr_t addr)
     return err;
 }
 
-/* ask (pool_segment_of or pool_block_of) of the shard that owns addr. */
-static int ask_shards(int dev, uintptr_t addr, uintptr_t *at, size_t *size,
-                      int (*ask)(pool *, uintptr_t, uintptr_t *, size_t *))
+/* The shard of device dev whose segments hold addr, or NULL. */
+static pool *shard_holding(int dev, uintptr_t addr)
 {
-    int err = -ENOENT;
-    for (size_t s = 0; err == -ENOENT && s < shim_cfg.shards; s++) {
+    for (size_t s = 0; s < shim_cfg.shards; s++) {
         pool *p = shim_device_shard_if_any(dev, (int)s);
-        if (p)
-            err = ask(p, addr, at, size);
+        if (p && pool_owns(p, addr))
+            return p;
     }
-    return err;
+    return NULL;
 }
 
 int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *size)
 {
-    return ask_shards(dev, addr, base, size, pool_segment_of);
+    pool *p = shard_holding(dev, addr);
+    return p ? pool_segment_of(p, addr, base, size) : -ENOENT;
 }
 
-int shim_device_block_of(int dev, uintptr_t addr, uintptr_t *start, size_t *size)
+int shim_device_block_of(int dev, uintptr_t addr, pool_span *block, uint64_t *born)
 {
-    return ask_shards(dev, addr, start, size, pool_block_of);
+    pool *p = shard_holding(dev, addr);
+    return p ? pool_block_of(p, addr, block, born) : -ENOENT;
 }
 
 void shim_device_peer_access(int owner, int peer)

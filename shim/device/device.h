@@ -38,7 +38,7 @@ bool shim_device_owns(void *ptr);
 int shim_device_segment_of(int dev, uintptr_t addr, uintptr_t *base, size_t *size);
 
 /* pool_block_of over the device's shards. */
-int shim_device_block_of(int dev, uintptr_t addr, uintptr_t *start, size_t *size);
+int shim_device_block_of(int dev, uintptr_t addr, pool_span *block, uint64_t *born);
 
 /* The program enabled peer access: device peer may now reach device
  * owner's memory. Owner's VMM segments (CUPOOL_VMM, CUPOOL_STITCH) grant

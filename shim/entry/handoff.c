@@ -188,6 +188,11 @@ static void send_all_pieces(int c, const shim_handoff_source *src,
             err = send_pieces(c, p, got);
         for (size_t i = 0; i < got; i++)
             close(p[i].fd);
+        /* The importer took them: descriptors in flight count against this
+         * user's limit, so one batch at a time. */
+        char ack;
+        if (!err && k + got < l->n)
+            err = recv_msg(c, &ack, sizeof(ack));
         if (err)
             return;
         k += got;
@@ -319,7 +324,7 @@ static int connect_to(int pid, uint64_t token, int *out)
     set_timeouts(fd);
     struct ucred cr;
     int err = 0;
-    while (connect(fd, (struct sockaddr *)&a, len) != 0 && !err)
+    while (!err && connect(fd, (struct sockaddr *)&a, len) != 0)
         err = errno == EINTR ? 0 : errno == EAGAIN ? -ETIMEDOUT : -ECONNREFUSED;
     if (!err && (!peer_of(fd, &cr) || cr.pid != pid || cr.uid != geteuid()))
         err = -EPERM;
@@ -343,6 +348,8 @@ static int take_all(int fd, uint32_t n, const shim_handoff_sink *sink)
         for (size_t i = 0; i < got; i++)
             close(p[i].fd);
         k += got;
+        if (!err && k < n)
+            err = send_msg(fd, "k", 1); /* taken: the next batch */
     }
     return err;
 }

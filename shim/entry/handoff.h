@@ -10,8 +10,10 @@
  * handle names, of its own user, so a socket anyone else bound under that
  * name is refused, never asked. A request names an export (slot and nonce, as cupool's handle
  * does); the answer is the export's layout, then its pieces, as
- * descriptors (SCM_RIGHTS) with their lengths, a batch at a time: neither
- * side holds more than a batch of descriptors, whatever the block's size.
+ * descriptors (SCM_RIGHTS) with their lengths, a batch at a time, each
+ * sent once the importer says it took the one before: no more than a batch
+ * is held or in flight (where descriptors count against the user's limit),
+ * whatever the block's size.
  */
 #ifndef CUPOOL_SHIM_HANDOFF_H
 #define CUPOOL_SHIM_HANDOFF_H

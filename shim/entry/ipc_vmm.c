@@ -48,6 +48,7 @@ typedef struct export {
     uint64_t nonce; /* 0: a free slot */
     uintptr_t start;
     size_t size;
+    uint64_t born;  /* which allocation the block is (pool_block_of) */
     uint64_t offset;
     int dev;
 } export;
@@ -76,7 +77,7 @@ static void record(const export *e, uint32_t *slot, uint64_t *nonce)
     for (int i = 0; i < EXPORTS && at < 0; i++) {
         const export *x = &exports[i];
         if (x->nonce && x->start == e->start && x->size == e->size &&
-            x->offset == e->offset && x->dev == e->dev)
+            x->born == e->born && x->offset == e->offset && x->dev == e->dev)
             at = i;
         else if (!x->nonce && spare < 0)
             spare = i;
@@ -116,9 +117,19 @@ static void leave_device(int dev, CUcontext back)
         shim_drv.cuDevicePrimaryCtxRelease_v2(d);
 }
 
+/* Whether the block at start is still the allocation exported (freed
+ * since, its pieces may hold other blocks now). */
+static bool still_live(int dev, uintptr_t start, size_t size, uint64_t born)
+{
+    pool_span b;
+    uint64_t now;
+    return !shim_device_block_of(dev, start, &b, &now) && b.addr == start &&
+           b.size == size && now == born;
+}
+
 /* The handoff's source: the layout of export (slot, nonce) while its
- * block is live (freed since, its pieces may hold other blocks now);
- * mine holds the device, the block's start and size. */
+ * block is live; mine holds the device, the block's start, size and
+ * allocation. */
 static int layout(uint32_t slot, uint64_t nonce, shim_handoff_layout *l)
 {
     export e = {0};
@@ -128,18 +139,18 @@ static int layout(uint32_t slot, uint64_t nonce, shim_handoff_layout *l)
     pthread_mutex_unlock(&exports_lock);
     if (!e.nonce)
         return -ESTALE;
-    uintptr_t live;
-    size_t live_size, n, skip, span;
-    if (shim_device_block_of(e.dev, e.start, &live, &live_size) || live != e.start ||
-        live_size != e.size)
+    if (!still_live(e.dev, e.start, e.size, e.born))
         return -ENOENT;
+    size_t n, skip, span;
     int err = shim_vmm_layout(shim_devices[e.dev].vmm, e.start, e.size, &n, &skip, &span);
     if (!err)
         *l = (shim_handoff_layout){n, skip + e.offset, span,
-                                   {(uint64_t)e.dev, e.start, e.size, 0}};
+                                   {(uint64_t)e.dev, e.start, e.size, e.born}};
     return err;
 }
 
+/* Pieces k.. of export l, checked live again after: a block freed (and
+ * its place given to another) while they were exported is not sent. */
 static int pieces(const shim_handoff_layout *l, size_t k, shim_vmm_piece *p, size_t max,
                   size_t *got)
 {
@@ -149,6 +160,12 @@ static int pieces(const shim_handoff_layout *l, size_t k, shim_vmm_piece *p, siz
         return -EIO;
     int err = shim_vmm_export(shim_devices[dev].vmm, l->mine[1], l->mine[2], k, p, max, got);
     leave_device(dev, back);
+    if (!err && !still_live(dev, l->mine[1], l->mine[2], l->mine[3])) {
+        for (size_t i = 0; i < *got; i++)
+            close(p[i].fd);
+        *got = 0;
+        err = -ENOENT;
+    }
     return err;
 }
 
@@ -158,7 +175,10 @@ int shim_ipc_vmm_get(int dev, uintptr_t ptr, void *h)
 {
     export e = {.dev = dev};
     uint64_t token = 0;
-    int err = shim_device_block_of(dev, ptr, &e.start, &e.size);
+    pool_span b;
+    int err = shim_device_block_of(dev, ptr, &b, &e.born);
+    e.start = b.addr;
+    e.size = b.size;
     if (!err)
         err = shim_handoff_serve(&source, &token);
     if (err) {
