@@ -146,8 +146,12 @@ static int recv_pieces(int fd, shim_vmm_piece *p, size_t n)
                     close(one); /* more than announced */
             }
         }
+        int64_t said;
+        memcpy(&said, lens, sizeof(said));
         if (s < 0)
             err = errno == EAGAIN ? -ETIMEDOUT : -errno;
+        else if (s == (ssize_t)sizeof(said) && !got && said < 0 && said > -4096)
+            err = (int)said; /* the exporter's error, in place of a batch */
         else if (s != (ssize_t)(k * sizeof(*lens)) || got != k ||
                  (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
             err = -EPROTO;
@@ -182,10 +186,13 @@ static void send_all_pieces(int c, const shim_handoff_source *src,
         int err = now.tv_sec > deadline ? -ETIMEDOUT
                   : src->pieces(l, k, p, l->n - k < BATCH ? l->n - k : BATCH, &got);
         if (!err && !got)
-            err = -EPROTO; /* fewer than the layout said: the importer sees
-                              the connection end short */
-        if (!err)
-            err = send_pieces(c, p, got);
+            err = -EPROTO; /* fewer than the layout said */
+        if (err) { /* said in place of the batch */
+            int64_t said = err;
+            send_msg(c, &said, sizeof(said));
+            return;
+        }
+        err = send_pieces(c, p, got);
         for (size_t i = 0; i < got; i++)
             close(p[i].fd);
         /* The importer took them: descriptors in flight count against this
@@ -335,14 +342,20 @@ static int connect_to(int pid, uint64_t token, int *out)
     return err;
 }
 
-/* Receives the n pieces of an answer into sink, a batch at a time. */
+/* Receives the n pieces of an answer into sink, a batch at a time, within
+ * the exporter's deadline (and a message's time more). */
 static int take_all(int fd, uint32_t n, const shim_handoff_sink *sink)
 {
     int err = 0;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
     for (size_t k = 0; !err && k < n;) {
         shim_vmm_piece p[BATCH];
         size_t got = n - k < BATCH ? n - k : BATCH;
-        if ((err = recv_pieces(fd, p, got)) != 0)
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > start.tv_sec + DEADLINE_S + TIMEOUT_S)
+            err = -ETIMEDOUT;
+        if (err || (err = recv_pieces(fd, p, got)) != 0)
             break;
         err = sink->take(sink->ctx, k, p, got);
         for (size_t i = 0; i < got; i++)
