@@ -321,6 +321,14 @@ void stats_page_answer(stats_page *p, stats_request r, uint64_t ticket)
     atomic_store_explicit(&p->d->served[r], ticket, memory_order_release);
 }
 
+uint64_t stats_nonce(void)
+{
+    uint64_t n = 0;
+    if (getrandom(&n, sizeof(n), 0) != (ssize_t)sizeof(n))
+        n = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&n;
+    return n | 1; /* never 0, which means free */
+}
+
 int stats_page_export(stats_page *p, const void *handle, uint64_t offset, uint64_t size,
                       int32_t device, uint32_t *slot, uint64_t *nonce)
 {
@@ -338,10 +346,7 @@ int stats_page_export(stats_page *p, const void *handle, uint64_t offset, uint64
             return 0;
         }
     }
-    uint64_t n = 0;
-    if (getrandom(&n, sizeof(n), 0) != (ssize_t)sizeof(n))
-        n = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&n;
-    n |= 1; /* never 0, which means free */
+    uint64_t n = stats_nonce();
     static unsigned next;
     int at = -1;
     for (int i = 0; i < STATS_IPC_EXPORTS && at < 0; i++)

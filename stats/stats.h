@@ -286,6 +286,9 @@ void stats_page_forget(stats_page *p);
 #define STATS_IPC_HANDLE 64
 #define STATS_IPC_EXPORTS 256
 
+/* A random nonce for an export slot, never 0 (which marks a free slot). */
+uint64_t stats_nonce(void);
+
 /* Records an export on p: 0 and the slot and nonce to hand out. */
 int stats_page_export(stats_page *p, const void *handle, uint64_t offset, uint64_t size,
                       int32_t device, uint32_t *slot, uint64_t *nonce);

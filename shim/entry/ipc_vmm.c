@@ -13,8 +13,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -25,6 +23,7 @@
 #include "handoff.h"
 #include "ipc_vmm.h"
 #include "log.h"
+#include "stats.h"
 #include "vmm.h"
 
 #define VMM_MAGIC "cupoolV\001"
@@ -58,14 +57,6 @@ static export exports[EXPORTS];
 static unsigned next_slot; /* the slot to replace when none is free */
 static pthread_mutex_t exports_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t fresh_nonce(void)
-{
-    uint64_t n = 0;
-    if (getrandom(&n, sizeof(n), 0) != (ssize_t)sizeof(n))
-        n = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&n;
-    return n | 1; /* never 0, which means free */
-}
-
 /* The slot and nonce of export e: those it had if exported before (so
  * that every handle of it stays good, as CUDA's do); else a free slot's,
  * else the next in turn (an importer of the export replaced gets a clear
@@ -85,7 +76,7 @@ static void record(const export *e, uint32_t *slot, uint64_t *nonce)
     if (at < 0) {
         at = spare >= 0 ? spare : (int)(next_slot++ % EXPORTS);
         exports[at] = *e;
-        exports[at].nonce = fresh_nonce();
+        exports[at].nonce = stats_nonce();
     }
     *slot = (uint32_t)at;
     *nonce = exports[at].nonce;
