@@ -2220,6 +2220,12 @@ int main(int argc, char **argv)
 {
     prog_argc = argc;
     prog_argv = argv;
+    /* RT_SETENV=NAME=VALUE: set once cupool has loaded, before the first
+     * CUDA call, as a Python program sets os.environ. */
+    static char set[256];
+    const char *sv = getenv("RT_SETENV");
+    if (sv && strlen(sv) < sizeof(set) && strchr(sv, '='))
+        putenv(strcpy(set, sv));
     for (size_t i = 0; argc > 1 && i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
         if (!strcmp(argv[1], scenarios[i].name))
             return scenarios[i].run();

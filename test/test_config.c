@@ -158,8 +158,33 @@ static void test_defaults(void **state)
     memset(&def, 0, sizeof(def)); /* padding too: load zeroes c first */
     pool_config_default(&def);
     assert_memory_equal(&c.pool, &def, sizeof(def));
-    assert_int_equal(c.cupti, SHIM_CUPTI_AUTO);
+    assert_int_equal(c.cupti, SHIM_AUTO);
     assert_string_equal(c.cupti_lib, "");
+    assert_int_equal(c.stitch, SHIM_AUTO);
+}
+
+/* CUPOOL_STITCH: auto (the default) stitches exactly when PyTorch's caching
+ * allocator is off, which PyTorch decides by its variable being set at all
+ * ("0" too); 1 and 0 whatever PyTorch does. */
+static void test_stitch_switch(void **state)
+{
+    (void)state;
+    shim_config c;
+    static const char *const none[] = {NULL};
+    static const char *const torch_off[] = {"PYTORCH_NO_CUDA_MEMORY_CACHING=0", NULL};
+    static const char *const on[] = {"CUPOOL_STITCH=on", NULL};
+    static const char *const off_torch[] = {"CUPOOL_STITCH=0",
+                                            "PYTORCH_NO_CUDA_MEMORY_CACHING=1", NULL};
+    assert_int_equal(load(none, &c), 0);
+    assert_false(shim_stitch_wanted(&c, fake_getenv));
+    assert_int_equal(load(torch_off, &c), 0);
+    assert_true(shim_stitch_wanted(&c, fake_getenv));
+    assert_int_equal(load(on, &c), 0);
+    assert_int_equal(c.stitch, SHIM_ON);
+    assert_true(shim_stitch_wanted(&c, fake_getenv));
+    assert_int_equal(load(off_torch, &c), 0);
+    assert_int_equal(c.stitch, SHIM_OFF);
+    assert_false(shim_stitch_wanted(&c, fake_getenv));
 }
 
 static void test_valid_values(void **state)
@@ -193,7 +218,7 @@ static void test_valid_values(void **state)
     assert_int_equal(c.log, SHIM_LOG_DEBUG);
     assert_int_equal(c.pool.max_split, 64 * MIB);
     assert_int_equal(c.pool.fence_interval, 1);
-    assert_int_equal(c.cupti, SHIM_CUPTI_ON);
+    assert_int_equal(c.cupti, SHIM_ON);
     assert_string_equal(c.cupti_lib, "/opt/cuda/lib64/libcupti.so");
 }
 
@@ -256,24 +281,24 @@ static void test_cross_checks(void **state)
     assert_int_equal(c.pool.mid_max, 0);
     static const char *const cupti_none[] = {"CUPOOL_CUPTI=1", "CUPOOL_FENCE=none", NULL};
     assert_int_equal(load(cupti_none, &c), 1);
-    assert_int_equal(c.cupti, SHIM_CUPTI_OFF);
+    assert_int_equal(c.cupti, SHIM_OFF);
     assert_non_null(warning_with("CUPOOL_CUPTI=1 has no fence to skip under CUPOOL_FENCE=none"));
     /* auto (the default) quietly stays off there. */
     static const char *const auto_none[] = {"CUPOOL_FENCE=none", NULL};
     assert_int_equal(load(auto_none, &c), 0);
-    assert_int_equal(c.cupti, SHIM_CUPTI_OFF);
+    assert_int_equal(c.cupti, SHIM_OFF);
     static const char *const cupti_sync[] = {"CUPOOL_CUPTI=1", "CUPOOL_FENCE=sync", NULL};
     assert_int_equal(load(cupti_sync, &c), 0);
-    assert_int_equal(c.cupti, SHIM_CUPTI_ON);
+    assert_int_equal(c.cupti, SHIM_ON);
     static const char *const cupti_off[] = {"CUPOOL_CUPTI=off", NULL};
     assert_int_equal(load(cupti_off, &c), 0);
-    assert_int_equal(c.cupti, SHIM_CUPTI_OFF);
+    assert_int_equal(c.cupti, SHIM_OFF);
     static const char *const cupti_auto[] = {"CUPOOL_CUPTI=AUTO", NULL};
     assert_int_equal(load(cupti_auto, &c), 0);
-    assert_int_equal(c.cupti, SHIM_CUPTI_AUTO);
+    assert_int_equal(c.cupti, SHIM_AUTO);
     static const char *const cupti_bad[] = {"CUPOOL_CUPTI=sometimes", NULL};
     assert_int_equal(load(cupti_bad, &c), 1);
-    assert_int_equal(c.cupti, SHIM_CUPTI_AUTO);
+    assert_int_equal(c.cupti, SHIM_AUTO);
     assert_non_null(warning_with("CUPOOL_CUPTI=sometimes is invalid (expected auto, or 1, 0"));
     /* The slack is the poll fence's: a percentage, 0 up, 1000 at most. */
     static const char *const poll[] = {"CUPOOL_FENCE=poll", "CUPOOL_FENCE_SLACK=100", NULL};
@@ -346,6 +371,7 @@ int main(void)
         cmocka_unit_test(test_caps),
         cmocka_unit_test(test_bools_and_signals),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_stitch_switch),
         cmocka_unit_test(test_readme_lists_every_option),
         cmocka_unit_test(test_valid_values),
         cmocka_unit_test(test_invalid_values_warn_and_keep_default),

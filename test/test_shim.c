@@ -551,6 +551,31 @@ static void test_stitch(void **s)
     assert_non_null(strstr(r->out, "stitched: 8 mappings, 0 bytes more in use, 8 unmapped"));
 }
 
+/* CUPOOL_STITCH=auto, the default: stitching while PyTorch's caching
+ * allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING set, whatever its
+ * value), also when the program sets it after cupool loaded (before its
+ * first allocation, as PyTorch reads it); not otherwise, nor when
+ * CUPOOL_STITCH=0 says so. */
+static void test_stitch_auto(void **s)
+{
+    (void)s;
+    const char *set = "PYTORCH_NO_CUDA_MEMORY_CACHING=0";
+    result *r = run("stitch", set, "RT_HOLE_MIB=16", "RT_UNIT_MIB=16", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "stitched: 2 mappings, 0 bytes more in use, 0 unmapped"));
+    r = run("stitch", "RT_SETENV=PYTORCH_NO_CUDA_MEMORY_CACHING=1", "RT_HOLE_MIB=16",
+            "RT_UNIT_MIB=16", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "stitched: 2 mappings, 0 bytes more in use, 0 unmapped"));
+    r = run_expecting(1, "stitch", "RT_HOLE_MIB=16", "RT_UNIT_MIB=16", NULL);
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->out, "stitched: 0 mappings"));
+    r = run_expecting(1, "stitch", set, "CUPOOL_STITCH=0", "RT_HOLE_MIB=16",
+                      "RT_UNIT_MIB=16", NULL);
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->out, "stitched: 0 mappings"));
+}
+
 /* CUPOOL_CUPTI: fences that reach CUDA only after work was submitted; and
  * without CUPTI, a message and every fence, as without the option. */
 static void test_cupti(void **s)
@@ -2374,6 +2399,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_vmm_peer),
         cmocka_unit_test(test_vmm),
         cmocka_unit_test(test_stitch),
+        cmocka_unit_test(test_stitch_auto),
         cmocka_unit_test(test_zero_bytes),
         cmocka_unit_test(test_ipc_handles),
         cmocka_unit_test(test_ipc_vmm),

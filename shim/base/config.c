@@ -21,7 +21,7 @@
 
 enum opt_kind {
     OPT_BOOL, OPT_FORMAT, OPT_COUNT, OPT_PERCENT, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
-    OPT_PATH, OPT_LOG, OPT_CUPTI
+    OPT_PATH, OPT_LOG, OPT_SWITCH
 };
 
 typedef struct option {
@@ -58,18 +58,22 @@ static const option options[] = {
     {"CUPOOL_VMM", OPT_BOOL, F(vmm), "0",
      "1 builds segments from the driver's virtual memory calls, 2 MiB "
      "granules the pool can give back from inside a segment (under the cap, "
-     "on a flush); no IPC export of pooled blocks, no peer access"},
-    {"CUPOOL_STITCH", OPT_BOOL, F(stitch), "0",
+     "on a flush); blocks in them are shared with other processes under "
+     "cupool only"},
+    {"CUPOOL_STITCH", OPT_SWITCH, F(stitch), "auto",
      "1 (with VMM segments, which it turns on) serves a large request that "
      "no free block fits by mapping free units (CUPOOL_VMM_UNIT), and fresh "
-     "ones for the rest, into one new range, rather than growing by all of it"},
+     "ones for the rest, into one new range, rather than growing by all of it; "
+     "auto = on when PyTorch's caching allocator is off "
+     "(PYTORCH_NO_CUDA_MEMORY_CACHING set, as cupool run --torch does), so "
+     "that cupool serves every tensor"},
     {"CUPOOL_VMM_UNIT", OPT_SIZE, F(vmm_unit), "0",
      "VMM segments are built of physical allocations this large (a "
      "power-of-two multiple of the device's granularity); the pool gives "
      "back and stitches whole ones. 0 = the granularity (2 MiB), or 16M "
      "under CUPOOL_STITCH without a cap (a stitch costs one mapping per "
      "unit)"},
-    {"CUPOOL_CUPTI", OPT_CUPTI, F(cupti), "auto",
+    {"CUPOOL_CUPTI", OPT_SWITCH, F(cupti), "auto",
      "1 counts, through CUPTI, the driver calls that may give the GPU work, "
      "and skips a fence when none came since the last one; with poll, leaves "
      "idle streams and NCCL's streams out of fences while their work touches "
@@ -157,7 +161,7 @@ static const char *expected(enum opt_kind kind)
     case OPT_SIGNAL: return "none, HUP, USR1, USR2, WINCH or RTMIN+N";
     case OPT_PATH: return "a path shorter than 512 bytes";
     case OPT_LOG: return "off, error, warn, info or debug";
-    case OPT_CUPTI: return "auto, or 1, 0, true, false, on, off, yes or no";
+    case OPT_SWITCH: return "auto, or 1, 0, true, false, on, off, yes or no";
     }
     return "";
 }
@@ -318,12 +322,12 @@ static int parse_option(const option *o, const char *s, shim_config *c)
         if ((err = parse_name(s, log_names, &i)) == 0)
             *(shim_log_level *)field = (shim_log_level)i;
         return err;
-    case OPT_CUPTI: {
+    case OPT_SWITCH: {
         bool on;
         if (!strcasecmp(s, "auto"))
-            return *(shim_cupti_mode *)field = SHIM_CUPTI_AUTO, 0;
+            return *(shim_switch *)field = SHIM_AUTO, 0;
         if ((err = shim_parse_bool(s, &on)) == 0)
-            *(shim_cupti_mode *)field = on ? SHIM_CUPTI_ON : SHIM_CUPTI_OFF;
+            *(shim_switch *)field = on ? SHIM_ON : SHIM_OFF;
         return err;
     }
     case OPT_SIGNAL:
@@ -475,14 +479,14 @@ static int check_fence_options(shim_config *c, shim_warn_fn warn)
         c->pool.fence_slack = 0;
         bad++;
     }
-    if (c->cupti != SHIM_CUPTI_OFF && c->fence == SHIM_FENCE_NONE) {
+    if (c->cupti != SHIM_OFF && c->fence == SHIM_FENCE_NONE) {
         /* It would take CUPTI from the profilers for nothing. */
-        if (c->cupti == SHIM_CUPTI_ON) {
+        if (c->cupti == SHIM_ON) {
             warn("CUPOOL_CUPTI=1 has no fence to skip under CUPOOL_FENCE=none; "
                  "leaving CUPTI alone");
             bad++;
         }
-        c->cupti = SHIM_CUPTI_OFF;
+        c->cupti = SHIM_OFF;
     }
     return bad;
 }
@@ -645,6 +649,13 @@ int shim_config_unknown(char *const *env, shim_warn_fn warn)
     return bad;
 }
 
+bool shim_stitch_wanted(const shim_config *c, shim_getenv_fn get)
+{
+    /* PyTorch's own test: the variable set, whatever its value. */
+    return c->stitch == SHIM_ON ||
+           (c->stitch == SHIM_AUTO && get("PYTORCH_NO_CUDA_MEMORY_CACHING"));
+}
+
 shim_log_level shim_config_log_level(shim_getenv_fn get)
 {
     shim_config c;
@@ -668,6 +679,6 @@ int shim_option_is_flag(const char *name)
 {
     for (int i = 0; i < NOPTIONS; i++)
         if (!strcmp(options[i].name, name))
-            return options[i].kind == OPT_BOOL || options[i].kind == OPT_CUPTI;
+            return options[i].kind == OPT_BOOL || options[i].kind == OPT_SWITCH;
     return -1;
 }

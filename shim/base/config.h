@@ -23,11 +23,13 @@ typedef enum shim_fence_mode {
     SHIM_FENCE_BARRIER, SHIM_FENCE_SYNC, SHIM_FENCE_NONE, SHIM_FENCE_POLL
 } shim_fence_mode;
 
-/* CUPOOL_CUPTI: never, from the first pool on, or once fences come often
- * after the program's first NCCL call (cupti.h). */
-typedef enum shim_cupti_mode {
-    SHIM_CUPTI_OFF, SHIM_CUPTI_ON, SHIM_CUPTI_AUTO
-} shim_cupti_mode;
+/* An option that is off, on, or decided by what the program does:
+ * CUPOOL_CUPTI (auto: once fences come often after the program's first NCCL
+ * call, cupti.h), CUPOOL_STITCH (auto: when PyTorch's caching allocator is
+ * off, so that cupool serves every tensor; shim_stitch_wanted). */
+typedef enum shim_switch {
+    SHIM_OFF, SHIM_ON, SHIM_AUTO
+} shim_switch;
 
 /* A cap: none, a byte count, or a percentage of the device's memory. */
 typedef struct shim_cap {
@@ -63,9 +65,9 @@ typedef struct shim_config {
     size_t shards;                  /* pools per device, 1..SHIM_SHARDS_MAX */
     bool vmm;                       /* segments from the driver's virtual
                                        memory calls, trimmable */
-    bool stitch;                    /* and stitching (turns vmm on) */
+    shim_switch stitch;             /* and stitching (turns vmm on) */
     size_t vmm_unit;                /* VMM pieces; 0 = by the mode */
-    shim_cupti_mode cupti;          /* skip fences when CUPTI saw no GPU
+    shim_switch cupti;              /* skip fences when CUPTI saw no GPU
                                        work since the last one */
     char cupti_lib[SHIM_PATH_MAX];  /* "" = search for libcupti */
     shim_log_level log;
@@ -95,6 +97,13 @@ shim_log_level shim_config_log_level(shim_getenv_fn get);
 uint64_t shim_cap_bytes(const shim_cap *cap, uint64_t total);
 
 /* Parsers, exposed for the tests. Each returns 0 or -EINVAL. */
+/* Whether the program's devices stitch (CUPOOL_STITCH): on, or auto while
+ * PyTorch's caching allocator is off. Asked at each device's first pool,
+ * not at load: a Python program may turn PyTorch's cache off (in
+ * os.environ) after cupool loaded, and PyTorch reads it at its first
+ * allocation too. */
+bool shim_stitch_wanted(const shim_config *c, shim_getenv_fn get);
+
 int shim_parse_cap(const char *s, shim_cap *out);
 int shim_parse_bool(const char *s, bool *out);
 int shim_parse_signal(const char *s, int *out);

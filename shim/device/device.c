@@ -253,37 +253,44 @@ static void device_first(shim_device *d)
         atomic_store(&d->ctx, c);
 }
 
+static const char *env_of(const char *name) { return getenv(name); }
+
 /* CUPOOL_VMM or CUPOOL_STITCH: the device's VMM segments, tried once. */
 static void vmm_setup(shim_device *d, const pool_config *pc, uint64_t cap)
 {
-    if (!(shim_cfg.vmm || shim_cfg.stitch) || d->vmm_tried)
+    if (d->vmm_tried)
         return;
     d->vmm_tried = true;
+    bool stitch = shim_stitch_wanted(&shim_cfg, env_of);
+    if (!shim_cfg.vmm && !stitch)
+        return;
     /* Stitching without a cap: large units, a fraction of the mappings.
      * Under a cap: the granule, so that trims and stitches reach every
      * free granule (memory is what runs out there). */
     size_t unit = shim_cfg.vmm_unit ? shim_cfg.vmm_unit
-                  : shim_cfg.stitch && !cap ? POOL_STITCH_UNIT : 0;
+                  : stitch && !cap ? POOL_STITCH_UNIT : 0;
     shim_vmm *v = shim_vmm_open(d->id, unit);
     size_t u = v ? shim_vmm_granule(v) : 0;
-    if (v && (pc->small_segment % u || pc->large_round % u || pc->mid_segment % u))
+    if (v && (pc->small_segment % u || pc->large_round % u || pc->mid_segment % u)) {
         shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: CUPOOL_SMALL_SEGMENT, "
                  "CUPOOL_MID_SEGMENT and CUPOOL_LARGE_ROUND must be multiples of the device's "
                  "granularity (%zu bytes); using cudaMalloc'd segments", u);
-    else
+    } else {
         d->vmm = v;
+        d->stitch = v && stitch;
+    }
 }
 
 /* The backend of shard sh's pool: what the options and the device ask. */
 static pool_backend backend_of(shim_device *d, shim_shard *sh, bool tracing)
 {
-    bool poll = shim_cfg.fence == SHIM_FENCE_POLL, stitch = d->vmm && shim_cfg.stitch;
+    bool poll = shim_cfg.fence == SHIM_FENCE_POLL, stitch = d->stitch;
     return (pool_backend){
         .reserve = be_reserve, .release = be_release,
         .fence = shim_cfg.fence == SHIM_FENCE_NONE ? NULL : shim_fence_full,
         .fence_begin = poll ? shim_fence_begin : NULL,
         .fence_poll = poll ? shim_fence_poll : NULL,
-        .observe = tracing || (poll && shim_cfg.cupti != SHIM_CUPTI_OFF) ? be_observe : NULL,
+        .observe = tracing || (poll && shim_cfg.cupti != SHIM_OFF) ? be_observe : NULL,
         .trim = d->vmm ? be_trim : NULL,
         .trim_unit = d->vmm ? shim_vmm_unit(d->vmm) : 0,
         .stitch = stitch ? be_stitch : NULL,
@@ -304,9 +311,9 @@ static void say_ready(const shim_device *d, uint64_t cap)
              : poll ? "poll"
              : shim_cfg.fence == SHIM_FENCE_SYNC  ? "sync" : "none",
              shim_work_watching() ? " (skipped while CUPTI sees no new work)"
-             : poll && shim_cfg.cupti == SHIM_CUPTI_AUTO ? " (CUPTI once fences come after NCCL's)"
+             : poll && shim_cfg.cupti == SHIM_AUTO ? " (CUPTI once fences come after NCCL's)"
                                                           : "",
-             shim_cfg.shards, d->vmm && shim_cfg.stitch ? "stitched VMM"
+             shim_cfg.shards, d->stitch ? "stitched VMM"
              : d->vmm ? "VMM" : shim_device_cuda(d) == &shim_cuda_driver ? "cuMemAlloc'd"
                                                                            : "cudaMalloc'd");
 }

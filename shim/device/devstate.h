@@ -94,6 +94,7 @@ typedef struct shim_device {
                                      before the last fence that was issued */
     shim_vmm *vmm;             /* CUPOOL_VMM segments, or NULL */
     bool vmm_tried;
+    bool stitch;               /* vmm is set and stitches (CUPOOL_STITCH) */
     atomic_int api;            /* SHIM_API_*: how the shim calls CUDA */
     _Atomic(CUcontext) ctx;    /* the context its pools serve, once known */
     _Atomic uint64_t passed;   /* bytes allocated through calls passed on

@@ -129,7 +129,7 @@ static void start_locked(void)
         return;
     }
     /* Under auto a missing or taken CUPTI is worth a word only when asked. */
-    shim_log_level why_level = shim_cfg.cupti == SHIM_CUPTI_AUTO ? SHIM_LOG_INFO
+    shim_log_level why_level = shim_cfg.cupti == SHIM_AUTO ? SHIM_LOG_INFO
                                                                    : SHIM_LOG_WARN;
     char tried[SHIM_PATH_MAX + 64];
     void *h = open_cupti(tried, sizeof(tried));
@@ -179,7 +179,7 @@ static void start_locked(void)
     shim_count(SHIM_cupti_starts);
     shim_log(SHIM_LOG_INFO, "CUPOOL_CUPTI: watching GPU work through CUPTI%s "
              "(a profiler that asks for CUPTI gets it)",
-             shim_cfg.cupti == SHIM_CUPTI_AUTO ? " (fences came often after the program's "
+             shim_cfg.cupti == SHIM_AUTO ? " (fences came often after the program's "
                                                  "first NCCL call)" : "");
 }
 
@@ -192,7 +192,7 @@ static void start(void)
 
 bool shim_work_watch(void)
 {
-    if (shim_cfg.cupti == SHIM_CUPTI_ON)
+    if (shim_cfg.cupti == SHIM_ON)
         pthread_once(&once, start);
     return atomic_load(&watching);
 }
@@ -204,7 +204,7 @@ static atomic_uint fences_since_nccl;
 
 void shim_work_fence_due(void)
 {
-    if (shim_cfg.cupti != SHIM_CUPTI_AUTO ||
+    if (shim_cfg.cupti != SHIM_AUTO ||
         !atomic_load_explicit(&nccl_seen, memory_order_relaxed) ||
         atomic_load_explicit(&fences_since_nccl, memory_order_relaxed) >= SHIM_WORK_AUTO_FENCES)
         return;
