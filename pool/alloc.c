@@ -175,6 +175,10 @@ static int alloc_locked(pool *p, size_t size, uintptr_t *addr)
     err = pool_block_find(p, kind, rounded, &b);
     if (!err && !b)
         err = block_grow(p, kind, rounded, &b);
+    /* The split's node: finding or growing b may have used the ones
+     * reserved above (a stitch's carves, a trim's cuts). */
+    if (!err)
+        err = pool_nodes_reserve(p, 1);
     if (err) {
         if (err == -EDQUOT || err == -ENOMEM)
             p->st.failures++;

@@ -86,12 +86,15 @@ size_t pool_release_idle(pool *p, size_t keep)
 }
 
 /* Reserves a new segment of size bytes and kind, indexes its one free
- * block and stores that block in *out. Needs one spare node. Returns 0,
- * -EDQUOT, -ENOMEM (the device), -ENOBUFS (host memory) or a backend
- * error. */
+ * block and stores that block in *out. Returns 0, -EDQUOT, -ENOMEM (the
+ * device), -ENOBUFS (host memory) or a backend error. */
 int pool_segment_grow(pool *p, enum pool_kind kind, size_t size,
                       pool_block **out)
 {
+    /* Its own node: a caller's reservation may have gone to a trim or a
+     * stitch before. */
+    if (pool_nodes_reserve(p, 1) != 0)
+        return -ENOBUFS;
     if (pool_budget_take(p->budget, size) != 0) {
         if (p->be.observe)
             p->be.observe(p->be.ctx, POOL_EV_CAP, -EDQUOT, 0, size);

@@ -197,6 +197,8 @@ static pool_block *stitch_install(pool *p, pool_segment *s, pool_part *c,
 
 /* Maps units from the front of c (nc of them, freed), with a fresh
  * segment for what they lack, into one new stitched segment of want bytes.
+ * Nodes: two a part (its carve's head and tail), the fresh segment's block
+ * and the stitched segment's.
  * Returns 0 with its block in *out, 1 if the backend could not, or a
  * negative errno (host memory, or the fresh segment's: the cap, the
  * device). */
@@ -208,7 +210,7 @@ static int stitch_new(pool *p, pool_part *c, long nc, size_t want,
     pool_span *sp = malloc(np * sizeof(*sp));
     pool_segment *s = calloc(1, sizeof(*s));
     pool_block **parts = malloc(np * sizeof(*parts));
-    int err = !sp || !s || !parts ? -ENOBUFS : pool_nodes_reserve(p, (int)(2 * np + 1));
+    int err = !sp || !s || !parts ? -ENOBUFS : pool_nodes_reserve(p, (int)(2 * np + 2));
     pool_block *fb = NULL;
     if (!err && fresh)
         err = pool_segment_grow(p, POOL_LARGE, fresh, &fb);

@@ -1437,6 +1437,50 @@ static void test_stitch_from_holes(void **state)
     assert_int_equal(fx->sim.bad_stitches, 0);
 }
 
+/* A stitch that carves each part out of the middle of a free block uses
+ * two nodes a part and one for the stitched segment: if the spare nodes
+ * were exactly as many, the request's own split found none left (a crash
+ * on the GPU with 8 MiB units). Every count of spare nodes before the
+ * request is tried: j small blocks before it move the count through a
+ * whole slab. */
+static void test_stitch_spare_nodes(void **state)
+{
+    fixture *fx = *state;
+    for (int j = 0; j < 300; j++) {
+        sim_backend_init(&fx->sim, 0, &fx->be);
+        sim_backend_enable_trim(&fx->sim, &fx->be, 8 * MIB);
+        sim_backend_enable_stitch(&fx->sim, &fx->be);
+        test_config(&fx->cfg);
+        assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+        for (int k = 0; k < j; k++)
+            (void)xalloc(fx, 512);
+        /* One 48 MiB segment: live [0, 4), [18, 28) and [42, 48); the
+         * 14 MiB holes [4, 18) and [28, 42) each hold one whole unit. */
+        xfree(fx, xalloc(fx, 48 * MIB));
+        uintptr_t a = xalloc(fx, 4 * MIB), b = xalloc(fx, 14 * MIB);
+        uintptr_t c = xalloc(fx, 10 * MIB), d = xalloc(fx, 14 * MIB);
+        uintptr_t e = xalloc(fx, 6 * MIB);
+        assert_int_equal(c, a + 18 * MIB);
+        assert_int_equal(e, a + 42 * MIB);
+        xfree(fx, b);
+        xfree(fx, d);
+        uint64_t seg_reserves = stats(fx).seg_reserves;
+        /* No hole fits 14.5 MiB: [8, 16) and [32, 40) are stitched, and
+         * the request is split off the 16 MiB. */
+        uintptr_t f = xalloc(fx, 14 * MIB + 512 * KIB);
+        assert_int_equal(stats(fx).stitches, 1);
+        assert_int_equal(stats(fx).seg_reserves, seg_reserves);
+        assert_true(f < a || f >= a + 48 * MIB);
+        uintptr_t g = xalloc(fx, 1 * MIB + 512 * KIB);
+        assert_int_equal(g, f + 14 * MIB + 512 * KIB);
+        xfree(fx, g);
+        xfree(fx, f);
+        assert_true(pool_flush(fx->p) > 0);
+        fx_close(fx);
+        fx->p = NULL;
+    }
+}
+
 /* An idle stitched segment at least half as large as a request it does
  * not fit grows in place from free units: only they are mapped, at its
  * end, and it keeps its address. Where its range has no room left, it is
@@ -1600,6 +1644,7 @@ int main(void)
         T(test_async_fence_slack),
         cmocka_unit_test(test_async_needs_all_three),
         T(test_stitch_from_holes),
+        T(test_stitch_spare_nodes),
         T(test_stitch_refused_and_capped),
         T(test_stitch_extends),
         cmocka_unit_test(test_stitch_needs_unit_and_both),
