@@ -65,10 +65,12 @@
 /* The stitch unit (trim_unit) CUPOOL_STITCH and 'cupool replay --stitch'
  * use without a cap unless told otherwise. A stitch costs the driver one
  * mapping per unit (about 17 us on an H100, whatever its size), so a unit
- * of 16 MiB stitches at an eighth of 2 MiB granules' cost; holes smaller
- * than a unit stay unused, which under a cap costs headroom, so there the
- * granule (2 MiB) is the unit (docs/BENCHMARKS.md, "Stitching"). */
-#define POOL_STITCH_UNIT ((size_t)16 << 20)
+ * of 8 MiB stitches at a quarter of 2 MiB granules' cost; holes smaller
+ * than a unit stay unused (16 MiB units left GPT-2 and DDP holding 1-2%
+ * more than PyTorch's expandable segments; 8 MiB ones hold no more, at the
+ * same step time). Under a cap, where that costs headroom, the granule
+ * (2 MiB) is the unit (docs/BENCHMARKS.md, "Stitching"). */
+#define POOL_STITCH_UNIT ((size_t)8 << 20)
 
 /* Backend: how the pool reaches the device. Called with the pool's lock held;
  * a backend must not call back into the same pool. */

@@ -516,8 +516,8 @@ static void test_vmm_peer(void **s)
 /* CUPOOL_STITCH: the holes' pieces mapped again serve a request with
  * nothing new in use; an unstitched range is unmapped only after the
  * device was waited for. Under a cap the pieces are 2 MiB granules: two
- * 8 MiB holes are 8 mappings; without one they are 16 MiB: two 16 MiB
- * holes are 2. Under CUPOOL_VMM alone the same 16 MiB come from a trim and
+ * 8 MiB holes are 8 mappings; without one they are 8 MiB: two 16 MiB
+ * holes are 4. Under CUPOOL_VMM alone the same 16 MiB come from a trim and
  * a new segment (the driver sees granules unmapped). */
 static void test_stitch(void **s)
 {
@@ -530,10 +530,10 @@ static void test_stitch(void **s)
     assert_non_null(strstr(r->out, "stitched: 8 mappings, 0 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "restitched: 4194304 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "flushed: 0 bytes mapped, 0 in use, 0 unsynced unmaps"));
-    r = run("stitch", "CUPOOL_STITCH=1", "RT_HOLE_MIB=16", "RT_UNIT_MIB=16", NULL);
+    r = run("stitch", "CUPOOL_STITCH=1", "RT_HOLE_MIB=16", "RT_UNIT_MIB=8", NULL);
     assert_int_equal(r->status, 0);
-    assert_non_null(strstr(r->out, "stitched: 2 mappings, 0 bytes more in use, 0 unmapped"));
-    assert_non_null(strstr(r->out, "restitched: 16777216 bytes more in use, 0 unmapped"));
+    assert_non_null(strstr(r->out, "stitched: 4 mappings, 0 bytes more in use, 0 unmapped"));
+    assert_non_null(strstr(r->out, "restitched: 8388608 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "flushed: 0 bytes mapped, 0 in use, 0 unsynced unmaps"));
     r = run("stitch_extend", "CUPOOL_STITCH=1", "CUPOOL_VMM_UNIT=2M", NULL);
     assert_int_equal(r->status, 0);
@@ -560,18 +560,18 @@ static void test_stitch_auto(void **s)
 {
     (void)s;
     const char *set = "PYTORCH_NO_CUDA_MEMORY_CACHING=0";
-    result *r = run("stitch", set, "RT_HOLE_MIB=16", "RT_UNIT_MIB=16", NULL);
+    result *r = run("stitch", set, "RT_HOLE_MIB=16", "RT_UNIT_MIB=8", NULL);
     assert_int_equal(r->status, 0);
-    assert_non_null(strstr(r->out, "stitched: 2 mappings, 0 bytes more in use, 0 unmapped"));
+    assert_non_null(strstr(r->out, "stitched: 4 mappings, 0 bytes more in use, 0 unmapped"));
     r = run("stitch", "RT_SETENV=PYTORCH_NO_CUDA_MEMORY_CACHING=1", "RT_HOLE_MIB=16",
-            "RT_UNIT_MIB=16", NULL);
+            "RT_UNIT_MIB=8", NULL);
     assert_int_equal(r->status, 0);
-    assert_non_null(strstr(r->out, "stitched: 2 mappings, 0 bytes more in use, 0 unmapped"));
-    r = run_expecting(1, "stitch", "RT_HOLE_MIB=16", "RT_UNIT_MIB=16", NULL);
+    assert_non_null(strstr(r->out, "stitched: 4 mappings, 0 bytes more in use, 0 unmapped"));
+    r = run_expecting(1, "stitch", "RT_HOLE_MIB=16", "RT_UNIT_MIB=8", NULL);
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->out, "stitched: 0 mappings"));
     r = run_expecting(1, "stitch", set, "CUPOOL_STITCH=0", "RT_HOLE_MIB=16",
-                      "RT_UNIT_MIB=16", NULL);
+                      "RT_UNIT_MIB=8", NULL);
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->out, "stitched: 0 mappings"));
 }

@@ -374,8 +374,8 @@ static void test_replay_stitch(void **s)
     assert_true(stitched.peak_reserved <= plain.peak_allocated / 100 * 105);
     assert_int_equal(coarse.ooms, 0);
     assert_true(coarse.peak_reserved <= plain.peak_allocated / 100 * 105);
-    /* Mappings: each 16 MiB unit is one, each 2 MiB granule one. */
-    assert_true(coarse.stitched_bytes / POOL_STITCH_UNIT * 10 <
+    /* Mappings: each 8 MiB unit is one, each 2 MiB granule one. */
+    assert_true(coarse.stitched_bytes / POOL_STITCH_UNIT * 2 <
                 stitched.stitched_bytes / (2 * MIB));
 }
 

@@ -54,7 +54,7 @@ static const struct { const char *cmd, *text; } helps[] = {
                "  --trim UNIT          the device can take back UNIT-sized parts of\n"
                "                       segments (a power of two, 512 or more), as CUPOOL_VMM\n"
                "  --stitch             the device can map free units (--trim's, else as\n"
-               "                       CUPOOL_STITCH: 16 MiB, 2 MiB under --max-reserved)\n"
+               "                       CUPOOL_STITCH: 8 MiB, 2 MiB under --max-reserved)\n"
                "                       into one new range for a request no free block\n"
                "                       fits, as CUPOOL_STITCH\n"
                "  --mid-max SIZE       large requests up to SIZE share mid segments, as\n"

@@ -70,7 +70,7 @@ static const option options[] = {
     {"CUPOOL_VMM_UNIT", OPT_SIZE, F(vmm_unit), "0",
      "VMM segments are built of physical allocations this large (a "
      "power-of-two multiple of the device's granularity); the pool gives "
-     "back and stitches whole ones. 0 = the granularity (2 MiB), or 16M "
+     "back and stitches whole ones. 0 = the granularity (2 MiB), or 8M "
      "under CUPOOL_STITCH without a cap (a stitch costs one mapping per "
      "unit)"},
     {"CUPOOL_CUPTI", OPT_SWITCH, F(cupti), "auto",
