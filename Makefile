@@ -210,12 +210,15 @@ $(TEST_BINS) $(BUILD)/test_shim: | cmocka-check
 $(BUILD)/cupool-trace: | deps
 
 # Every test program, each one's output shown, then one line counting every
-# test they ran: "N passed, N failed, N skipped".
+# test they ran: "N passed, N failed, N skipped". The preloaded programs
+# (test_shim, three builds) take one core; everything else runs beside
+# them on the other.
 test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
-	@scripts/run-tests $(foreach t,$(TEST_BINS),"timeout 600 $(t)") \
+	@scripts/run-tests \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
+	    -- $(foreach t,$(TEST_BINS),"timeout 600 $(t)") \
 	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
 	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \

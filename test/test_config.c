@@ -164,14 +164,16 @@ static void test_defaults(void **state)
 }
 
 /* CUPOOL_STITCH: auto (the default) stitches exactly when PyTorch's caching
- * allocator is off, which PyTorch decides by its variable being set at all
- * ("0" too); 1 and 0 whatever PyTorch does. */
+ * allocator is off, which PyTorch decides by its variable being "1" ("0"
+ * or anything else leaves its cache on); 1 and 0 whatever PyTorch does. */
 static void test_stitch_switch(void **state)
 {
     (void)state;
     shim_config c;
     static const char *const none[] = {NULL};
-    static const char *const torch_off[] = {"PYTORCH_NO_CUDA_MEMORY_CACHING=0", NULL};
+    static const char *const torch_off[] = {"PYTORCH_NO_CUDA_MEMORY_CACHING=1", NULL};
+    static const char *const torch_on[] = {"PYTORCH_NO_CUDA_MEMORY_CACHING=0", NULL};
+    static const char *const torch_bad[] = {"PYTORCH_NO_CUDA_MEMORY_CACHING=yes", NULL};
     static const char *const on[] = {"CUPOOL_STITCH=on", NULL};
     static const char *const off_torch[] = {"CUPOOL_STITCH=0",
                                             "PYTORCH_NO_CUDA_MEMORY_CACHING=1", NULL};
@@ -179,6 +181,10 @@ static void test_stitch_switch(void **state)
     assert_false(shim_stitch_wanted(&c, fake_getenv));
     assert_int_equal(load(torch_off, &c), 0);
     assert_true(shim_stitch_wanted(&c, fake_getenv));
+    assert_int_equal(load(torch_on, &c), 0);
+    assert_false(shim_stitch_wanted(&c, fake_getenv));
+    assert_int_equal(load(torch_bad, &c), 0);
+    assert_false(shim_stitch_wanted(&c, fake_getenv));
     assert_int_equal(load(on, &c), 0);
     assert_int_equal(c.stitch, SHIM_ON);
     assert_true(shim_stitch_wanted(&c, fake_getenv));

@@ -1481,6 +1481,44 @@ static void test_stitch_spare_nodes(void **state)
     }
 }
 
+/* The same for trims: under a cap, a request the cap refuses is served
+ * after cutting the free units out of two holes, each cut keeping a head
+ * and a tail (a node each); the new segment then needs a node of its own,
+ * which the request's reservation no longer held at one count of spares. */
+static void test_trim_spare_nodes(void **state)
+{
+    fixture *fx = *state;
+    for (int j = 1; j < 300; j++) { /* a small segment: 2 MiB */
+        sim_backend_init(&fx->sim, 0, &fx->be);
+        sim_backend_enable_trim(&fx->sim, &fx->be, 2 * MIB);
+        test_config(&fx->cfg);
+        fx->cfg.max_reserved = 60 * MIB;
+        assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+        for (int k = 0; k < j; k++)
+            (void)xalloc(fx, 512);
+        /* One 48 MiB segment: live [0, 3), [17, 27) and [41, 48); the
+         * holes [3, 17) and [27, 41) hold [4, 16) and [28, 40) whole. */
+        xfree(fx, xalloc(fx, 48 * MIB));
+        uintptr_t a = xalloc(fx, 3 * MIB), b = xalloc(fx, 14 * MIB);
+        uintptr_t c = xalloc(fx, 10 * MIB), d = xalloc(fx, 14 * MIB);
+        uintptr_t e = xalloc(fx, 7 * MIB);
+        assert_int_equal(c, a + 17 * MIB);
+        assert_int_equal(e, a + 41 * MIB);
+        xfree(fx, b);
+        xfree(fx, d);
+        /* 50 MiB reserved; 24 more pass the 60 MiB cap by 14, more than
+         * one hole's 12 MiB of units: both are cut. */
+        assert_int_equal(stats(fx).reserved, 50 * MIB);
+        uintptr_t f = xalloc(fx, 24 * MIB);
+        assert_true(f < a || f >= a + 48 * MIB);
+        assert_int_equal(fx->sim.trims, 2);
+        assert_true(stats(fx).reserved <= 60 * MIB);
+        xfree(fx, f);
+        fx_close(fx);
+        fx->p = NULL;
+    }
+}
+
 /* An idle stitched segment at least half as large as a request it does
  * not fit grows in place from free units: only they are mapped, at its
  * end, and it keeps its address. Where its range has no room left, it is
@@ -1645,6 +1683,7 @@ int main(void)
         cmocka_unit_test(test_async_needs_all_three),
         T(test_stitch_from_holes),
         T(test_stitch_spare_nodes),
+        T(test_trim_spare_nodes),
         T(test_stitch_refused_and_capped),
         T(test_stitch_extends),
         cmocka_unit_test(test_stitch_needs_unit_and_both),

@@ -79,7 +79,8 @@ typedef struct child {
 } child;
 
 /* Spawns argv (argv[0] searched in PATH when it has no '/') with this
- * process's environment less CUPOOL_* and LD_PRELOAD, plus preload (the
+ * process's environment less CUPOOL_*, LD_PRELOAD and PyTorch's
+ * PYTORCH_NO_CUDA_MEMORY_CACHING (it turns stitching on), plus preload (the
  * LD_PRELOAD=... string), then extra (NULL terminated), then the run's page
  * directory unless extra names one; stdout and stderr go to temporary
  * files for finish(). Signals this process ignores start at their default
@@ -94,7 +95,8 @@ static void child_spawn(child *c, char *const argv[], const char *preload,
     char *env[256];
     int n = 0;
     for (char **e = environ; *e && n < 200; e++)
-        if (strncmp(*e, "CUPOOL_", 7) && strncmp(*e, "LD_PRELOAD=", 11))
+        if (strncmp(*e, "CUPOOL_", 7) && strncmp(*e, "LD_PRELOAD=", 11) &&
+            strncmp(*e, "PYTORCH_NO_CUDA_MEMORY_CACHING=", 31))
             env[n++] = *e;
     env[n++] = (char *)preload;
     bool own_pages = false;
@@ -552,14 +554,14 @@ static void test_stitch(void **s)
 }
 
 /* CUPOOL_STITCH=auto, the default: stitching while PyTorch's caching
- * allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING set, whatever its
- * value), also when the program sets it after cupool loaded (before its
- * first allocation, as PyTorch reads it); not otherwise, nor when
- * CUPOOL_STITCH=0 says so. */
+ * allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), also when the
+ * program sets it after cupool loaded (before its first allocation, as
+ * PyTorch reads it); not otherwise ("0" leaves PyTorch's cache on), nor
+ * when CUPOOL_STITCH=0 says so. */
 static void test_stitch_auto(void **s)
 {
     (void)s;
-    const char *set = "PYTORCH_NO_CUDA_MEMORY_CACHING=0";
+    const char *set = "PYTORCH_NO_CUDA_MEMORY_CACHING=1";
     result *r = run("stitch", set, "RT_HOLE_MIB=16", "RT_UNIT_MIB=8", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "stitched: 4 mappings, 0 bytes more in use, 0 unmapped"));
@@ -568,6 +570,10 @@ static void test_stitch_auto(void **s)
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "stitched: 4 mappings, 0 bytes more in use, 0 unmapped"));
     r = run_expecting(1, "stitch", "RT_HOLE_MIB=16", "RT_UNIT_MIB=8", NULL);
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->out, "stitched: 0 mappings"));
+    r = run_expecting(1, "stitch", "PYTORCH_NO_CUDA_MEMORY_CACHING=0", "RT_HOLE_MIB=16",
+                      "RT_UNIT_MIB=8", NULL);
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->out, "stitched: 0 mappings"));
     r = run_expecting(1, "stitch", set, "CUPOOL_STITCH=0", "RT_HOLE_MIB=16",

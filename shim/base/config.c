@@ -65,7 +65,7 @@ static const option options[] = {
      "no free block fits by mapping free units (CUPOOL_VMM_UNIT), and fresh "
      "ones for the rest, into one new range, rather than growing by all of it; "
      "auto = on when PyTorch's caching allocator is off "
-     "(PYTORCH_NO_CUDA_MEMORY_CACHING set, as cupool run --torch does), so "
+     "(PYTORCH_NO_CUDA_MEMORY_CACHING=1, as cupool run --torch sets), so "
      "that cupool serves every tensor"},
     {"CUPOOL_VMM_UNIT", OPT_SIZE, F(vmm_unit), "0",
      "VMM segments are built of physical allocations this large (a "
@@ -651,9 +651,10 @@ int shim_config_unknown(char *const *env, shim_warn_fn warn)
 
 bool shim_stitch_wanted(const shim_config *c, shim_getenv_fn get)
 {
-    /* PyTorch's own test: the variable set, whatever its value. */
-    return c->stitch == SHIM_ON ||
-           (c->stitch == SHIM_AUTO && get("PYTORCH_NO_CUDA_MEMORY_CACHING"));
+    /* PyTorch's own test (c10::utils::check_env): "1" turns its cache off;
+     * "0" and anything else leave it on. */
+    const char *v = c->stitch == SHIM_AUTO ? get("PYTORCH_NO_CUDA_MEMORY_CACHING") : NULL;
+    return c->stitch == SHIM_ON || (v && !strcmp(v, "1"));
 }
 
 shim_log_level shim_config_log_level(shim_getenv_fn get)

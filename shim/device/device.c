@@ -253,7 +253,9 @@ static void device_first(shim_device *d)
         atomic_store(&d->ctx, c);
 }
 
-static const char *env_of(const char *name) { return getenv(name); }
+/* The program's environment, as the options read it: a privileged program
+ * keeps the defaults. */
+static const char *env_of(const char *name) { return secure_getenv(name); }
 
 /* CUPOOL_VMM or CUPOOL_STITCH: the device's VMM segments, tried once. */
 static void vmm_setup(shim_device *d, const pool_config *pc, uint64_t cap)
