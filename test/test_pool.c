@@ -1437,6 +1437,36 @@ static void test_stitch_from_holes(void **state)
     assert_int_equal(fx->sim.bad_stitches, 0);
 }
 
+/* For the spare-node tests: a pool whose backend trims unit-sized parts
+ * (and stitches them, if stitch), under cap, holding j 512-byte blocks
+ * (each split takes a node: j moves the count of spare nodes), then one
+ * 48 MiB segment with the live blocks of sizes live[0], hole, live[1],
+ * hole, live[2] (holes of 14 MiB) from its start, the holes freed.
+ * Returns the segment's base. */
+static uintptr_t open_holes(fixture *fx, size_t unit, bool stitch, size_t cap,
+                            int j, const size_t live[3])
+{
+    sim_backend_init(&fx->sim, 0, &fx->be);
+    sim_backend_enable_trim(&fx->sim, &fx->be, unit);
+    if (stitch)
+        sim_backend_enable_stitch(&fx->sim, &fx->be);
+    test_config(&fx->cfg);
+    fx->cfg.max_reserved = cap;
+    assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
+    for (int k = 0; k < j; k++)
+        (void)xalloc(fx, 512);
+    xfree(fx, xalloc(fx, 48 * MIB));
+    uintptr_t a = xalloc(fx, live[0]), b = xalloc(fx, 14 * MIB);
+    uintptr_t c = xalloc(fx, live[1]), d = xalloc(fx, 14 * MIB);
+    uintptr_t e = xalloc(fx, live[2]);
+    assert_int_equal(c, a + live[0] + 14 * MIB);
+    assert_int_equal(e, c + live[1] + 14 * MIB);
+    assert_int_equal(e + live[2], a + 48 * MIB);
+    xfree(fx, b);
+    xfree(fx, d);
+    return a;
+}
+
 /* A stitch that carves each part out of the middle of a free block uses
  * two nodes a part and one for the stitched segment: if the spare nodes
  * were exactly as many, the request's own split found none left (a crash
@@ -1446,24 +1476,11 @@ static void test_stitch_from_holes(void **state)
 static void test_stitch_spare_nodes(void **state)
 {
     fixture *fx = *state;
+    /* Live [0, 4), [18, 28) and [42, 48); the 14 MiB holes [4, 18) and
+     * [28, 42) each hold one whole 8 MiB unit. */
+    static const size_t live[3] = {4 * MIB, 10 * MIB, 6 * MIB};
     for (int j = 0; j < 300; j++) {
-        sim_backend_init(&fx->sim, 0, &fx->be);
-        sim_backend_enable_trim(&fx->sim, &fx->be, 8 * MIB);
-        sim_backend_enable_stitch(&fx->sim, &fx->be);
-        test_config(&fx->cfg);
-        assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
-        for (int k = 0; k < j; k++)
-            (void)xalloc(fx, 512);
-        /* One 48 MiB segment: live [0, 4), [18, 28) and [42, 48); the
-         * 14 MiB holes [4, 18) and [28, 42) each hold one whole unit. */
-        xfree(fx, xalloc(fx, 48 * MIB));
-        uintptr_t a = xalloc(fx, 4 * MIB), b = xalloc(fx, 14 * MIB);
-        uintptr_t c = xalloc(fx, 10 * MIB), d = xalloc(fx, 14 * MIB);
-        uintptr_t e = xalloc(fx, 6 * MIB);
-        assert_int_equal(c, a + 18 * MIB);
-        assert_int_equal(e, a + 42 * MIB);
-        xfree(fx, b);
-        xfree(fx, d);
+        uintptr_t a = open_holes(fx, 8 * MIB, true, 0, j, live);
         uint64_t seg_reserves = stats(fx).seg_reserves;
         /* No hole fits 14.5 MiB: [8, 16) and [32, 40) are stitched, and
          * the request is split off the 16 MiB. */
@@ -1488,24 +1505,11 @@ static void test_stitch_spare_nodes(void **state)
 static void test_trim_spare_nodes(void **state)
 {
     fixture *fx = *state;
+    /* Live [0, 3), [17, 27) and [41, 48); the holes [3, 17) and [27, 41)
+     * hold the 2 MiB units of [4, 16) and [28, 40). */
+    static const size_t live[3] = {3 * MIB, 10 * MIB, 7 * MIB};
     for (int j = 1; j < 300; j++) { /* a small segment: 2 MiB */
-        sim_backend_init(&fx->sim, 0, &fx->be);
-        sim_backend_enable_trim(&fx->sim, &fx->be, 2 * MIB);
-        test_config(&fx->cfg);
-        fx->cfg.max_reserved = 60 * MIB;
-        assert_int_equal(pool_create(&fx->cfg, &fx->be, &fx->p), 0);
-        for (int k = 0; k < j; k++)
-            (void)xalloc(fx, 512);
-        /* One 48 MiB segment: live [0, 3), [17, 27) and [41, 48); the
-         * holes [3, 17) and [27, 41) hold [4, 16) and [28, 40) whole. */
-        xfree(fx, xalloc(fx, 48 * MIB));
-        uintptr_t a = xalloc(fx, 3 * MIB), b = xalloc(fx, 14 * MIB);
-        uintptr_t c = xalloc(fx, 10 * MIB), d = xalloc(fx, 14 * MIB);
-        uintptr_t e = xalloc(fx, 7 * MIB);
-        assert_int_equal(c, a + 17 * MIB);
-        assert_int_equal(e, a + 41 * MIB);
-        xfree(fx, b);
-        xfree(fx, d);
+        uintptr_t a = open_holes(fx, 2 * MIB, false, 60 * MIB, j, live);
         /* 50 MiB reserved; 24 more pass the 60 MiB cap by 14, more than
          * one hole's 12 MiB of units: both are cut. */
         assert_int_equal(stats(fx).reserved, 50 * MIB);
