@@ -31,6 +31,16 @@ int shim_device_api(int dev)
     return a;
 }
 
+void shim_device_fence_counts(int dev, shim_fence_counts *out)
+{
+    const shim_device *d = &shim_devices[dev];
+    *out = (shim_fence_counts){.syncs = atomic_load(&d->syncs),
+                               .skipped = atomic_load(&d->fences_skipped),
+                               .orders = atomic_load(&d->fence_orders),
+                               .waits = atomic_load(&d->fence_waits),
+                               .streams_left = atomic_load(&d->fence_streams_left)};
+}
+
 int shim_device_mem_info(int dev, size_t *free_b, size_t *total)
 {
     *free_b = *total = 0;

@@ -135,4 +135,33 @@ int shim_device_mem_info(int dev, size_t *free_b, size_t *total);
 /* Releases the idle segments of every shard of dev; returns the bytes. */
 uint64_t shim_device_flush(int dev);
 
+/* What dev's fences did, beyond its pools' statistics (read for the
+ * statistics views, each count atomically on its own). */
+typedef struct shim_fence_counts {
+    uint64_t syncs, skipped, orders, waits, streams_left;
+} shim_fence_counts;
+void shim_device_fence_counts(int dev, shim_fence_counts *out);
+
+/* The context dev's pools serve, or NULL before its first pool (and after
+ * its context went). */
+static inline CUcontext shim_device_ctx(int dev)
+{
+    return atomic_load(&shim_devices[dev].ctx);
+}
+
+/* dev's VMM segments (CUPOOL_VMM, CUPOOL_STITCH), or NULL: set once, at
+ * its first pool. */
+static inline shim_vmm *shim_device_vmm(int dev)
+{
+    return shim_devices[dev].vmm;
+}
+
+/* Makes c the context dev's pools serve if none is recorded (its pools
+ * outlived a reset of their context): true if c is it now. */
+static inline bool shim_device_ctx_adopt(int dev, CUcontext c)
+{
+    CUcontext none = NULL;
+    return atomic_compare_exchange_strong(&shim_devices[dev].ctx, &none, c) || none == c;
+}
+
 #endif

@@ -72,9 +72,9 @@ static int served_device(void)
     int dev = context_device(&c);
     if (dev < 0)
         return -1;
-    CUcontext own = atomic_load(&shim_devices[dev].ctx);
+    CUcontext own = shim_device_ctx(dev);
     if (!own && shim_device_shard_if_any(dev, 0))
-        atomic_compare_exchange_strong(&shim_devices[dev].ctx, &own, c); /* after a reset */
+        own = shim_device_ctx_adopt(dev, c) ? c : shim_device_ctx(dev); /* after a reset */
     return !own || own == c ? dev : -1;
 }
 
@@ -403,7 +403,7 @@ CUresult shim_hook_cuCtxDestroy_v2(CUcontext ctx)
     if (r != CUDA_SUCCESS || shim_inside || !shim_active())
         return r;
     for (int i = 0; i < SHIM_MAX_DEVICES; i++)
-        if (ctx && atomic_load(&shim_devices[i].ctx) == ctx)
+        if (ctx && shim_device_ctx(i) == ctx)
             context_gone(i);
     return r;
 }
@@ -416,7 +416,7 @@ CUresult shim_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev)
     CUcontext own = NULL;
     bool primary = false;
     if (!shim_inside && shim_active() && dev >= 0 && dev < SHIM_MAX_DEVICES &&
-        shim_drv_resolve() == 0 && (own = atomic_load(&shim_devices[dev].ctx))) {
+        shim_drv_resolve() == 0 && (own = shim_device_ctx(dev))) {
         unsigned int flags = 0;
         int active = 0;
         CUcontext pc = NULL;

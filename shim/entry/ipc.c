@@ -101,7 +101,7 @@ int shim_ipc_get(const shim_ipc_api *api, void *h, void *ptr)
         if (!shim_device_shard_if_any(i, 0) ||
             shim_device_segment_of(i, (uintptr_t)ptr, &base, &size) == -ENOENT)
             continue;
-        if (shim_devices[i].vmm)
+        if (shim_device_vmm(i))
             return shim_ipc_vmm_get(i, (uintptr_t)ptr, h);
         if (base == (uintptr_t)ptr)
             return real_get(api, h, ptr);

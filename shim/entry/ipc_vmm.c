@@ -133,7 +133,7 @@ static int layout(uint32_t slot, uint64_t nonce, shim_handoff_layout *l)
     if (!still_live(e.dev, e.start, e.size, e.born))
         return -ENOENT;
     size_t n, skip, span;
-    int err = shim_vmm_layout(shim_devices[e.dev].vmm, e.start, e.size, &n, &skip, &span);
+    int err = shim_vmm_layout(shim_device_vmm(e.dev), e.start, e.size, &n, &skip, &span);
     if (!err)
         *l = (shim_handoff_layout){n, skip + e.offset, span,
                                    {(uint64_t)e.dev, e.start, e.size, e.born}};
@@ -149,7 +149,7 @@ static int pieces(const shim_handoff_layout *l, size_t k, shim_vmm_piece *p, siz
     CUcontext back;
     if (!enter_device(dev, &back))
         return -EIO;
-    int err = shim_vmm_export(shim_devices[dev].vmm, l->mine[1], l->mine[2], k, p, max, got);
+    int err = shim_vmm_export(shim_device_vmm(dev), l->mine[1], l->mine[2], k, p, max, got);
     leave_device(dev, back);
     if (!err && !still_live(dev, l->mine[1], l->mine[2], l->mine[3])) {
         for (size_t i = 0; i < *got; i++)

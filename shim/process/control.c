@@ -123,11 +123,13 @@ void shim_stats_view(stats_view *v)
         shim_cap_view cv;
         shim_cap_view_of(i, &cv);
         d->cap = cv.limit;
-        d->syncs = atomic_load(&shim_devices[i].syncs);
-        d->fences_skipped = atomic_load(&shim_devices[i].fences_skipped);
-        d->fence_orders = atomic_load(&shim_devices[i].fence_orders);
-        d->fence_waits = atomic_load(&shim_devices[i].fence_waits);
-        d->fence_streams_left = atomic_load(&shim_devices[i].fence_streams_left);
+        shim_fence_counts fc;
+        shim_device_fence_counts(i, &fc);
+        d->syncs = fc.syncs;
+        d->fences_skipped = fc.skipped;
+        d->fence_orders = fc.orders;
+        d->fence_waits = fc.waits;
+        d->fence_streams_left = fc.streams_left;
         d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
         d->passed = cv.passed;
         d->passed_peak = cv.passed_peak;
