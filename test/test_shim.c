@@ -561,25 +561,25 @@ static void test_stitch(void **s)
 static void test_stitch_auto(void **s)
 {
     (void)s;
-    const char *set = "PYTORCH_NO_CUDA_MEMORY_CACHING=1";
-    result *r = run("stitch", set, "RT_HOLE_MIB=16", "RT_UNIT_MIB=8", NULL);
-    assert_int_equal(r->status, 0);
-    assert_non_null(strstr(r->out, "stitched: 4 mappings, 0 bytes more in use, 0 unmapped"));
-    r = run("stitch", "RT_SETENV=PYTORCH_NO_CUDA_MEMORY_CACHING=1", "RT_HOLE_MIB=16",
-            "RT_UNIT_MIB=8", NULL);
-    assert_int_equal(r->status, 0);
-    assert_non_null(strstr(r->out, "stitched: 4 mappings, 0 bytes more in use, 0 unmapped"));
-    r = run_expecting(1, "stitch", "RT_HOLE_MIB=16", "RT_UNIT_MIB=8", NULL);
-    assert_int_equal(r->status, 1);
-    assert_non_null(strstr(r->out, "stitched: 0 mappings"));
-    r = run_expecting(1, "stitch", "PYTORCH_NO_CUDA_MEMORY_CACHING=0", "RT_HOLE_MIB=16",
-                      "RT_UNIT_MIB=8", NULL);
-    assert_int_equal(r->status, 1);
-    assert_non_null(strstr(r->out, "stitched: 0 mappings"));
-    r = run_expecting(1, "stitch", set, "CUPOOL_STITCH=0", "RT_HOLE_MIB=16",
-                      "RT_UNIT_MIB=8", NULL);
-    assert_int_equal(r->status, 1);
-    assert_non_null(strstr(r->out, "stitched: 0 mappings"));
+    static const char on[] = "stitched: 4 mappings, 0 bytes more in use, 0 unmapped",
+                      off[] = "stitched: 0 mappings";
+    static const struct {
+        const char *env[2]; /* NULL-terminated early where fewer */
+        int status;
+        const char *want;
+    } cases[] = {
+        {{"PYTORCH_NO_CUDA_MEMORY_CACHING=1"}, 0, on},
+        {{"RT_SETENV=PYTORCH_NO_CUDA_MEMORY_CACHING=1"}, 0, on},
+        {{NULL}, 1, off},
+        {{"PYTORCH_NO_CUDA_MEMORY_CACHING=0"}, 1, off},
+        {{"PYTORCH_NO_CUDA_MEMORY_CACHING=1", "CUPOOL_STITCH=0"}, 1, off},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        result *r = run_expecting(cases[i].status, "stitch", "RT_HOLE_MIB=16", "RT_UNIT_MIB=8",
+                                  cases[i].env[0], cases[i].env[1], NULL);
+        assert_int_equal(r->status, cases[i].status);
+        assert_non_null(strstr(r->out, cases[i].want));
+    }
 }
 
 /* CUPOOL_CUPTI: fences that reach CUDA only after work was submitted; and
