@@ -157,11 +157,11 @@ static inline shim_vmm *shim_device_vmm(int dev)
 }
 
 /* Makes c the context dev's pools serve if none is recorded (its pools
- * outlived a reset of their context): true if c is it now. */
-static inline bool shim_device_ctx_adopt(int dev, CUcontext c)
+ * outlived a reset of their context); returns the one recorded now. */
+static inline CUcontext shim_device_ctx_adopt(int dev, CUcontext c)
 {
-    CUcontext none = NULL;
-    return atomic_compare_exchange_strong(&shim_devices[dev].ctx, &none, c) || none == c;
+    CUcontext had = NULL;
+    return atomic_compare_exchange_strong(&shim_devices[dev].ctx, &had, c) ? c : had;
 }
 
 #endif

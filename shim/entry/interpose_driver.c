@@ -74,7 +74,7 @@ static int served_device(void)
         return -1;
     CUcontext own = shim_device_ctx(dev);
     if (!own && shim_device_shard_if_any(dev, 0))
-        own = shim_device_ctx_adopt(dev, c) ? c : shim_device_ctx(dev); /* after a reset */
+        own = shim_device_ctx_adopt(dev, c); /* after a reset */
     return !own || own == c ? dev : -1;
 }
 
