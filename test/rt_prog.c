@@ -1822,8 +1822,9 @@ static int flushed_all(void)
     for (int i = 0; i < 200 && (sim(0).vmm_mapped || sim(0).used); i++)
         sleep_ms(10);
     simcuda_stats after = sim(0);
-    printf("flushed: %llu bytes mapped, %llu in use, %lu unsynced unmaps\n",
-           after.vmm_mapped, after.used, after.unsynced_unmaps);
+    printf("flushed: %llu bytes mapped, %llu in use, %lu unsynced unmaps, "
+           "%lu device syncs\n", after.vmm_mapped, after.used, after.unsynced_unmaps,
+           after.syncs);
     CHECK(after.vmm_mapped == 0 && after.used == 0 && after.unsynced_unmaps == 0);
 #endif
     return 0;

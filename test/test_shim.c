@@ -532,6 +532,15 @@ static void test_stitch(void **s)
     assert_non_null(strstr(r->out, "stitched: 8 mappings, 0 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "restitched: 4194304 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "flushed: 0 bytes mapped, 0 in use, 0 unsynced unmaps"));
+    /* Every device synchronization the driver saw was one to unmap (the
+     * fence polls): vmm_syncs counts them all. */
+    const char *at = strstr(r->out, "unsynced unmaps, ");
+    assert_non_null(at);
+    unsigned long syncs = strtoul(at + strlen("unsynced unmaps, "), NULL, 10);
+    char want[64];
+    snprintf(want, sizeof(want), "\"syncs\":0,\"vmm_syncs\":%lu,", syncs);
+    assert_true(syncs > 0);
+    assert_non_null(strstr(r->err, want));
     r = run("stitch", "CUPOOL_STITCH=1", "RT_HOLE_MIB=16", "RT_UNIT_MIB=8", NULL);
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "stitched: 4 mappings, 0 bytes more in use, 0 unmapped"));

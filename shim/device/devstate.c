@@ -35,6 +35,7 @@ void shim_device_fence_counts(int dev, shim_fence_counts *out)
 {
     const shim_device *d = &shim_devices[dev];
     *out = (shim_fence_counts){.syncs = atomic_load(&d->syncs),
+                               .vmm_syncs = atomic_load(&d->vmm_syncs),
                                .skipped = atomic_load(&d->fences_skipped),
                                .orders = atomic_load(&d->fence_orders),
                                .waits = atomic_load(&d->fence_waits),

@@ -88,6 +88,7 @@ typedef struct shim_device {
                                   wait, rather than by completion */
     atomic_ulong fence_waits;  /* streams made to wait by fences */
     atomic_ulong syncs;        /* device synchronizations by the fence */
+    atomic_ulong vmm_syncs;    /* and before unmapping VMM memory */
     atomic_ulong fences_skipped; /* fences that needed no CUDA call */
     atomic_ulong fence_streams_left; /* comm streams poll fences left out */
     _Atomic uint64_t fenced_work; /* CUPOOL_CUPTI: the work count read
@@ -138,7 +139,7 @@ uint64_t shim_device_flush(int dev);
 /* What dev's fences did, beyond its pools' statistics (read for the
  * statistics views, each count atomically on its own). */
 typedef struct shim_fence_counts {
-    uint64_t syncs, skipped, orders, waits, streams_left;
+    uint64_t syncs, vmm_syncs, skipped, orders, waits, streams_left;
 } shim_fence_counts;
 void shim_device_fence_counts(int dev, shim_fence_counts *out);
 

@@ -126,6 +126,7 @@ void shim_stats_view(stats_view *v)
         shim_fence_counts fc;
         shim_device_fence_counts(i, &fc);
         d->syncs = fc.syncs;
+        d->vmm_syncs = fc.vmm_syncs;
         d->fences_skipped = fc.skipped;
         d->fence_orders = fc.orders;
         d->fence_waits = fc.waits;
