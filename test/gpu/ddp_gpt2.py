@@ -5,7 +5,11 @@ step, the same on every rank), AdamW, STEPS steps (default 40). Run with
 torchrun, one rank per GPU. Rank 0 prints one JSON line: median step time
 (steps after the first 5), the losses (deterministic kernels: they must
 match bit for bit between allocators), peak memory (PyTorch's; cupool's when
-CUPOOL_STATS_FILE is set) and what the device gained."""
+CUPOOL_STATS_FILE is set) and what the device gained. With STEP_STATS=PATH
+each rank also writes PATH.RANK: every step's time and what cupool did in
+it (stitches, device synchronizations to unmap, segments reserved and
+released, fences), its statistics read between steps outside the timed
+part, the ranks brought together again after the read."""
 import json
 import os
 import random
@@ -16,11 +20,23 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from cupool_self import device_baseline, with_own_stats
+from cupool_self import device_baseline, own_stats, with_own_stats
 
 TOKENS = int(os.environ.get("TOKENS", "8192"))
 STEPS = int(os.environ.get("STEPS", "40"))
 LAYERS = int(os.environ.get("LAYERS", "6"))
+STEP_STATS = os.environ.get("STEP_STATS")
+COUNTS = ("stitches", "vmm_syncs", "driver_allocs", "driver_frees", "fences",
+          "fence_waits", "fence_orders", "syncs")
+
+
+def counts():
+    """cupool's counts for this rank's device, or None when not under it."""
+    s = own_stats()
+    if not s:
+        return None
+    dev = next(d for d in s["devices"] if d["device"] == torch.cuda.current_device())
+    return [dev.get(k, 0) for k in COUNTS]
 
 
 def main():
@@ -36,11 +52,16 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rng = random.Random(1)
     gen = torch.Generator(device="cpu").manual_seed(2 + rank)
-    times, losses = [], []
+    times, losses, steps = [], [], []
     for _ in range(STEPS):
         length = rng.randint(64, 1024)
         ids = torch.randint(0, 50257, (max(1, TOKENS // length), length), generator=gen).cuda()
         torch.cuda.synchronize()
+        c0 = None
+        if STEP_STATS:  # each rank reads at its own pace: start together
+            c0 = counts()
+            dist.barrier()
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
         opt.zero_grad(set_to_none=True)
@@ -49,6 +70,13 @@ def main():
         losses.append(loss.item())
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        if STEP_STATS:
+            c1 = counts()
+            steps.append([round(1e3 * times[-1], 3), length] +
+                         ([b - a for a, b in zip(c0, c1)] if c0 else []))
+    if STEP_STATS:
+        with open(f"{STEP_STATS}.{rank}", "w") as f:
+            json.dump({"rank": rank, "columns": ["ms", "length", *COUNTS], "steps": steps}, f)
     if rank == 0:
         t = sorted(times[5:])
         out = {"median_ms": round(1e3 * t[len(t) // 2], 3), "steps": STEPS,
