@@ -210,15 +210,16 @@ $(TEST_BINS) $(BUILD)/test_shim: | cmocka-check
 $(BUILD)/cupool-trace: | deps
 
 # Every test program, each one's output shown, then one line counting every
-# test they ran: "N passed, N failed, N skipped". The preloaded programs
-# (test_shim, three builds) take one core; everything else runs beside
-# them on the other.
+# test they ran: "N passed, N failed, N skipped". The longest, test_shim
+# under TSan, takes one core; everything else runs beside it on the other
+# (each test_shim run keeps its pages, groups and simulated devices in a
+# directory of its own).
 test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
 	@scripts/run-tests \
-	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
-	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
-	    -- $(foreach t,$(TEST_BINS),"timeout 600 $(t)") \
+	    -- "timeout 600 $(BUILD)/test_shim $(BUILD)" \
+	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
+	    $(foreach t,$(TEST_BINS),"timeout 600 $(t)") \
 	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
 	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
