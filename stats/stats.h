@@ -79,8 +79,9 @@
       "streams rather than grow, and barriers when it could not grow "        \
       "(CUPOOL_FENCE=poll)")                                                  \
     X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
-    X(vmm_syncs, COUNT, COUNTER, "device synchronizations before unmapping "  \
-      "VMM memory work may still use (CUPOOL_VMM, CUPOOL_STITCH)")           \
+    X(vmm_syncs, COUNT, COUNTER, "device synchronizations done so that VMM "  \
+      "memory queued work may still use could be unmapped (CUPOOL_VMM, "     \
+      "CUPOOL_STITCH)")                                                       \
     X(fence_orders, COUNT, COUNTER, "poll fences done by making one or more non-" \
       "blocking streams wait for the legacy stream's work, not by completion " \
       "(CUPOOL_FENCE=poll)")                                                  \

@@ -532,8 +532,9 @@ static void test_stitch(void **s)
     assert_non_null(strstr(r->out, "stitched: 8 mappings, 0 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "restitched: 4194304 bytes more in use, 0 unmapped"));
     assert_non_null(strstr(r->out, "flushed: 0 bytes mapped, 0 in use, 0 unsynced unmaps"));
-    /* Every device synchronization the driver saw was one to unmap (the
-     * fence polls): vmm_syncs counts them all. */
+    /* The default poll fence never synchronizes ("syncs":0): every device
+     * synchronization the driver saw was one to unmap, and vmm_syncs
+     * counts them all. */
     const char *at = strstr(r->out, "unsynced unmaps, ");
     assert_non_null(at);
     unsigned long syncs = strtoul(at + strlen("unsynced unmaps, "), NULL, 10);

@@ -81,9 +81,9 @@ static bool vmm_settle(shim_device *d)
 {
     if (shim_captures_counted())
         return false;
-    atomic_fetch_add_explicit(&d->vmm_syncs, 1, memory_order_relaxed);
     if (shim_device_cuda(d)->sync() != 0)
         return false;
+    atomic_fetch_add_explicit(&d->vmm_syncs, 1, memory_order_relaxed);
     shim_vmm_drain(d->vmm);
     return true;
 }

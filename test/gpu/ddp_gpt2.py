@@ -35,8 +35,8 @@ def counts():
     s = own_stats()
     if not s:
         return None
-    dev = next(d for d in s["devices"] if d["device"] == torch.cuda.current_device())
-    return [dev.get(k, 0) for k in COUNTS]
+    dev = next((d for d in s["devices"] if d["device"] == torch.cuda.current_device()), None)
+    return [dev.get(k, 0) for k in COUNTS] if dev else None
 
 
 def main():
@@ -73,7 +73,7 @@ def main():
         if STEP_STATS:
             c1 = counts()
             steps.append([round(1e3 * times[-1], 3), length] +
-                         ([b - a for a, b in zip(c0, c1)] if c0 else []))
+                         ([b - a for a, b in zip(c0, c1)] if c0 and c1 else []))
     if STEP_STATS:
         with open(f"{STEP_STATS}.{rank}", "w") as f:
             json.dump({"rank": rank, "columns": ["ms", "length", *COUNTS], "steps": steps}, f)
