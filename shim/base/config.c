@@ -649,6 +649,8 @@ int shim_config_unknown(char *const *env, shim_warn_fn warn)
     return bad;
 }
 
+const char *shim_env(const char *name) { return secure_getenv(name); }
+
 bool shim_stitch_wanted(const shim_config *c, shim_getenv_fn get)
 {
     /* PyTorch's own test (c10::utils::check_env): "1" turns its cache off;

@@ -77,6 +77,13 @@ typedef struct shim_config {
 
 /* Looks up a variable (getenv in the shim, a table in the tests). */
 typedef const char *(*shim_getenv_fn)(const char *name);
+
+/* The program's environment as the options read it: the variable, except
+ * under secure execution (a setuid or setgid program, or one with file
+ * capabilities, into which the library was linked or put by
+ * /etc/ld.so.preload): there the environment is another user's, and every
+ * option keeps its default (NULL). */
+const char *shim_env(const char *name);
 /* Receives one complete warning line, without "cupool: " and newline. */
 typedef void (*shim_warn_fn)(const char *line);
 

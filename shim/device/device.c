@@ -254,17 +254,13 @@ static void device_first(shim_device *d)
         atomic_store(&d->ctx, c);
 }
 
-/* The program's environment, as the options read it: a privileged program
- * keeps the defaults. */
-static const char *env_of(const char *name) { return secure_getenv(name); }
-
 /* CUPOOL_VMM or CUPOOL_STITCH: the device's VMM segments, tried once. */
 static void vmm_setup(shim_device *d, const pool_config *pc, uint64_t cap)
 {
     if (d->vmm_tried)
         return;
     d->vmm_tried = true;
-    bool stitch = shim_stitch_wanted(&shim_cfg, env_of);
+    bool stitch = shim_stitch_wanted(&shim_cfg, shim_env);
     if (!shim_cfg.vmm && !stitch)
         return;
     /* Stitching without a cap: large units, a fraction of the mappings.

@@ -581,12 +581,6 @@ __attribute__((destructor)) static void shim_fini(void)
     shim_group_leave();
 }
 
-/* Options come from the environment, except under secure execution (a
- * setuid or setgid program, or one with file capabilities, into which the
- * library was linked or put by /etc/ld.so.preload): there the environment
- * is another user's, and every option keeps its default. */
-static const char *env(const char *name) { return secure_getenv(name); }
-
 /* Whether any CUPOOL_* variable is set. */
 static bool any_option_set(void)
 {
@@ -600,8 +594,8 @@ static bool any_option_set(void)
 __attribute__((constructor(101))) static void shim_init(void)
 {
     shim_devices_init();
-    shim_log_set_level(shim_config_log_level(env));
-    shim_config_load(&shim_cfg, env, config_warning);
+    shim_log_set_level(shim_config_log_level(shim_env));
+    shim_config_load(&shim_cfg, shim_env, config_warning);
     shim_log_set_level(shim_cfg.log);
     if (getauxval(AT_SECURE) && any_option_set())
         shim_log(SHIM_LOG_WARN, "a privileged program (setuid, setgid or "
