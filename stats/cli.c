@@ -522,9 +522,9 @@ static void print_flush(int pid, const stats_view *before, const stats_view *aft
         printf("%d: %s of free segments is not returned yet (a capture open, or a "
                "release deferred)\n", pid, stats_fmt_bytes(idle, h, sizeof(h)));
     if (b->framework_late > a->framework_late)
-        printf("%d: its main thread reached no safe point in time (busy in a long "
-               "call): the framework's cache was not released, and will not be "
-               "later by this request\n", pid);
+        printf("%d: its framework's release is late (its Python lock held in a long "
+               "call, or a graph capture under way): it runs as soon as it can, and "
+               "the program's log says what it returned\n", pid);
     if (b->framework_unable > a->framework_unable)
         printf("%d: JAX holds its own memory, which cannot be given back from "
                "outside\n", pid);

@@ -119,8 +119,13 @@
       "back in those flushes (returned to the driver with cupool's)")        \
     X(framework_torch, BYTES, COUNTER, "of those, torch.cuda.empty_cache's")  \
     X(framework_cupy, BYTES, COUNTER, "of those, CuPy's memory pool's")       \
-    X(framework_late, COUNT, COUNTER, "framework releases withdrawn: the "    \
-      "main thread reached no safe point in time (a long C call)")            \
+    X(framework_late, COUNT, COUNTER, "flushes whose framework release "     \
+      "came late: the program's Python lock (GIL) held in a long call, or a " \
+      "graph capture under way; each runs when it can, and counts then")     \
+    X(flushes_landed, COUNT, COUNTER, "late flushes that ran after their "   \
+      "asker stopped waiting (counted in flushed when they did)")             \
+    X(framework_deferred, COUNT, COUNTER, "flushes that waited for the "     \
+      "program's CUDA graph captures to end before they ran")                 \
     X(framework_unable, COUNT, COUNTER, "flushes of a program using JAX, "    \
       "whose memory cannot be given back from outside")                       \
     X(group_reclaims, COUNT, COUNTER, "times this process, refused by its "   \

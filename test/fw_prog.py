@@ -4,8 +4,22 @@ test/fw on its path). It touches $READY when its memory is in place and
 runs until SIGTERM, then prints what the stand-in saw.
 
   torch    imports torch, initializes it, caches 18 MiB (6 blocks of 3 MiB)
-           in its cache and holds 1 MiB
-  blocked  the same, then sleeps 4 s in one C call right after $READY
+           in its cache and holds 1 MiB; its main thread polls (sleeps of
+           10 ms)
+  sleep, select, poll, socket, lock, event, queue, join, input, asyncio
+           the same, its main thread then blocked until SIGTERM in one
+           call that lets go of the interpreter's lock: time.sleep,
+           select.select and select.poll on a silent pipe, recv on a
+           silent socket, acquiring a held lock, waiting on an Event, get
+           on an empty Queue, joining a thread that waits, input() on a
+           silent pipe, an asyncio loop waiting on a socket
+  loop     the same, its main thread in pure Python that never sleeps
+  gilheld  the same, its main thread then 3 s in one C call that keeps
+           the interpreter's lock (a ctypes.PyDLL call), then polling
+  capture  the same, and a thread that holds a CUDA graph capture open
+           (global mode) for 1.5 s from $READY on, then ends it: prints
+           the capture's end code and whether every empty_cache ran after
+           the capture ended
   none     never imports torch; 12 MiB in cupool's own cache
   fork     as torch, and a forked child that runs Python for 3 s
   ending   caches 60 MiB (20 blocks of 3 MiB) and ends; while its
@@ -18,6 +32,7 @@ import sys
 import threading
 import time
 
+from blocking import MODES as BLOCKING_MODES, block
 from sim_stats import driver_used
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fw"))
@@ -44,6 +59,27 @@ class EndSlowly:
         self.sleep(2)
 
 
+class Stop(Exception):
+    """SIGTERM: ends a blocked main thread's call."""
+
+
+def stop_now(signum, frame):
+    raise Stop()
+
+
+def hold_capture(rt, result):
+    """Holds a global-mode capture open for 1.5 s on a stream of its own."""
+    s = ctypes.c_void_p()
+    assert rt.cudaStreamCreate(ctypes.byref(s)) == 0
+    assert rt.cudaStreamBeginCapture(s, 0) == 0  # cudaStreamCaptureModeGlobal
+    time.sleep(1.5)
+    g = ctypes.c_void_p()
+    result.append(rt.cudaStreamEndCapture(s, ctypes.byref(g)))
+    result.append(time.monotonic())
+
+
+
+
 def main(mode):
     sim = ctypes.CDLL(os.environ["SIM_LIB"])
     if mode == "ending":
@@ -54,7 +90,10 @@ def main(mode):
         end_slowly = EndSlowly()
         return
     stop = []
-    signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
+    if mode in BLOCKING_MODES:
+        signal.signal(signal.SIGTERM, stop_now)
+    else:
+        signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
     child = None
     if mode == "none":
         rt = ctypes.CDLL(None)
@@ -74,15 +113,26 @@ def main(mode):
                 print(f"child empty_cache calls: {len(torch.cuda.empty_cache_calls)}")
                 sys.stdout.flush()
                 os._exit(0)
+    captured = []
+    if mode == "capture":
+        threading.Thread(target=hold_capture, args=(ctypes.CDLL(None), captured)).start()
     open(os.environ["READY"], "w").close()
-    if mode == "blocked":
-        time.sleep(4)  # one C call: no safe point in it
-        run_python(1)
+    if mode == "gilheld":
+        ctypes.PyDLL(None).sleep(3)  # keeps the interpreter's lock throughout
+    if mode in BLOCKING_MODES:
+        try:
+            block(mode)
+        except Stop:
+            stop.append(signal.SIGTERM)
     deadline = time.time() + 20
     while not stop and time.time() < deadline:
         time.sleep(0.01)
     if child:
         os.waitpid(child, 0)
+    if captured:
+        at = sys.modules["torch"].cuda.empty_cache_at
+        print(f"capture ended: {captured[0]}, every release after it: "
+              f"{all(t > captured[1] for t in at)} ({len(at)})")
     if "torch" in sys.modules:
         calls = sys.modules["torch"].cuda.empty_cache_calls
         print(f"empty_cache calls: {len(calls)}, in the main thread: {sum(calls)}, "

@@ -52,10 +52,12 @@ uint64_t shim_unix_ns(void);
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t shim_mono_ns(void);
 
-/* The helper thread's doorbell: a pipe whose bytes are a signal number or
- * SHIM_WAKE_DRAIN. Written by signal handlers (async-signal-safe) and by
- * shim_helper_wake; read by the helper. */
-enum { SHIM_WAKE_DRAIN = 0 };
+/* The helper thread's doorbell: a pipe whose bytes are a signal number,
+ * SHIM_WAKE_DRAIN or SHIM_WAKE_LANDED (a flush its asker stopped waiting
+ * for has run: framework.h). Written by signal handlers
+ * (async-signal-safe), by shim_helper_wake and by the flush worker; read
+ * by the helper. */
+enum { SHIM_WAKE_DRAIN = 0, SHIM_WAKE_LANDED = 255 };
 /* Makes the pipe (close-on-exec, writes non-blocking). 0 or -errno. */
 int shim_doorbell_open(void);
 /* Its read and write ends; -1 while there is none. */

@@ -9,14 +9,55 @@
 #include "log.h"
 #include "process.h"
 
-/* Captures begun and not ended (shim_capture_begin). */
+/* Captures begun and not ended (shim_capture_begin). Changed under
+ * gate_lock, read without it. */
 static atomic_int captures;
+
+/* The gate a flush closes while no capture is open, so that none begins
+ * while it runs (shim_capture_gate_close). */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static bool gate_closed;
 
 bool shim_captures_counted(void) { return atomic_load(&captures) != 0; }
 
+bool shim_capture_gate_wait(void)
+{
+    bool waited = false;
+    pthread_mutex_lock(&gate_lock);
+    while (atomic_load(&captures) != 0 || gate_closed) {
+        waited |= atomic_load(&captures) != 0;
+        pthread_cond_wait(&gate_cond, &gate_lock);
+    }
+    pthread_mutex_unlock(&gate_lock);
+    return waited;
+}
+
+bool shim_capture_gate_close(void)
+{
+    pthread_mutex_lock(&gate_lock);
+    bool ok = atomic_load(&captures) == 0 && !gate_closed;
+    if (ok)
+        gate_closed = true;
+    pthread_mutex_unlock(&gate_lock);
+    return ok;
+}
+
+void shim_capture_gate_open(void)
+{
+    pthread_mutex_lock(&gate_lock);
+    gate_closed = false;
+    pthread_cond_broadcast(&gate_cond);
+    pthread_mutex_unlock(&gate_lock);
+}
+
 void shim_capture_begin(void)
 {
+    pthread_mutex_lock(&gate_lock);
+    while (gate_closed)
+        pthread_cond_wait(&gate_cond, &gate_lock);
     atomic_fetch_add(&captures, 1);
+    pthread_mutex_unlock(&gate_lock);
     /* A fence that read no capture holds its device's lock until its CUDA
      * calls are in: wait for any such fence before the capture begins. */
     for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
@@ -29,7 +70,10 @@ void shim_capture_begin(void)
 
 void shim_capture_end(void)
 {
-    atomic_fetch_sub(&captures, 1);
+    pthread_mutex_lock(&gate_lock);
+    if (atomic_fetch_sub(&captures, 1) == 1)
+        pthread_cond_broadcast(&gate_cond); /* a flush waits for none */
+    pthread_mutex_unlock(&gate_lock);
 }
 
 /* ---- capture modes ------------------------------------------------------------

@@ -43,6 +43,20 @@ bool shim_capture_refuses(const char *call, bool driver);
  * thread's capture in global mode (cudaThreadExchangeStreamCaptureMode). */
 bool shim_capture_forbids(int thread_mode);
 
+/* The flush's gate. With PyTorch's default (global) capture mode, a
+ * cudaFree or a synchronization from another thread invalidates a capture
+ * under way: a flush runs only while none is, and none begins while it
+ * runs. shim_capture_gate_wait returns once no capture is open and the
+ * gate is open (it may take as long as the program's captures), true if a capture was open; shim_capture_gate_close
+ * closes the gate if none is open now (false: one is, or the gate is
+ * closed already), after which a capture's begin waits in
+ * shim_capture_begin until shim_capture_gate_open. The caller of close
+ * must not wait for anything a capturing thread holds (the GIL included)
+ * until it opens the gate again. */
+bool shim_capture_gate_wait(void);
+bool shim_capture_gate_close(void);
+void shim_capture_gate_open(void);
+
 /* Whether a capture is counted now, read in full order: for the fence,
  * which reads it under a device's lock (see shim_capture_begin). */
 bool shim_captures_counted(void);

@@ -6,21 +6,27 @@
  * it globally), never linked and never with Python's headers: the few
  * calls are declared here with PyObject as an opaque pointer.
  *
- * One request at a time (the helper thread serves flushes in turn). Its
- * state goes IDLE -> PENDING (asked) -> RUNNING (the main thread took it)
- * -> DONE, or PENDING -> WITHDRAWN when the wait ends first: a pending
- * call that runs after that finds the request withdrawn and does nothing,
- * as does one that runs in a forked child (another pid).
+ * One worker thread, started at the first request, runs one job at a
+ * time: a flush, or a reading of PyTorch's figures. The helper asks
+ * (asked++) and waits for done to reach its number, or gives up: the job
+ * then runs anyway, and the worker rings the helper's doorbell when it
+ * has. The worker may die with the interpreter (a thread that asks for
+ * the GIL while it finalizes is ended by CPython) or wait forever for a
+ * lock held in a long call: nothing of cupool's is held meanwhile, and
+ * later flushes return cupool's own cache themselves (control.c).
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "capture.h"
+#include "device.h"
 #include "symbols.h"
 #include "framework.h"
 #include "process.h"
@@ -30,7 +36,8 @@ typedef void pyobj;
 static struct {
     int (*IsInitialized)(void);
     int (*IsFinalizing)(void);  /* Py_IsFinalizing (3.13), _Py_IsFinalizing */
-    int (*AddPendingCall)(int (*)(void *), void *);
+    int (*GILState_Ensure)(void);
+    void (*GILState_Release)(int);
     pyobj *(*Dict_New)(void);
     pyobj *(*Eval_GetBuiltins)(void);
     int (*Dict_SetItemString)(pyobj *, const char *, pyobj *);
@@ -43,24 +50,35 @@ static struct {
 
 enum { PY_FILE_INPUT = 257 }; /* Py_file_input */
 
-/* The release, run with the GIL in the main thread. Each framework in its
- * own try: one that raises leaves the others and the program unharmed.
- * Only modules the program imported are touched (sys.modules), and torch
- * only once the program initialized CUDA through it. */
+/* The release, run with the GIL. Each framework in its own try: one that
+ * raises leaves the others and the program unharmed. Only modules the
+ * program imported are touched (sys.modules), and torch only once the
+ * program initialized CUDA through it; empty_cache runs with each device
+ * PyTorch holds memory on current in this thread (expandable segments
+ * unmap on the current device), never one it does not use. The first %s
+ * is want (see framework.h). */
 #define TORCH_CUDA                                                            \
     "import sys\n"                                                            \
     "t = sys.modules.get('torch')\n"                                          \
     "cuda = getattr(t, 'cuda', None) if t is not None else None\n"
 
 static const char release_code[] =
+    "want = %llu\n"
     TORCH_CUDA
+    "def worth(unused, held):\n"
+    "    return want == 0 or (unused > 0 and unused >= min(want, held // 2))\n"
     "try:\n"
     "    if cuda is not None and cuda.is_initialized():\n"
     "        torch_seen = 1\n"
-    "        devs = range(cuda.device_count())\n"
+    "        devs = [d for d in range(cuda.device_count()) if cuda.memory_reserved(d)]\n"
     "        before = sum(cuda.memory_reserved(d) for d in devs)\n"
-    "        cuda.empty_cache()\n"
-    "        cuda.ipc_collect()\n"
+    "        if worth(before - sum(cuda.memory_allocated(d) for d in devs), before):\n"
+    "            for d in devs:\n"
+    "                with cuda.device(d):\n"
+    "                    cuda.empty_cache()\n"
+    "            cuda.ipc_collect()\n"
+    "        else:\n"
+    "            skipped = 1\n"
     "        torch = max(0, before - sum(cuda.memory_reserved(d) for d in devs))\n"
     "except Exception:\n"
     "    failed = 1\n"
@@ -70,8 +88,9 @@ static const char release_code[] =
     "        cupy_seen = 1\n"
     "        pool = c.get_default_memory_pool()\n"
     "        before = pool.total_bytes()\n"
-    "        pool.free_all_blocks()\n"
-    "        c.get_default_pinned_memory_pool().free_all_blocks()\n"
+    "        if worth(before - pool.used_bytes(), before):\n"
+    "            pool.free_all_blocks()\n"
+    "            c.get_default_pinned_memory_pool().free_all_blocks()\n"
     "        cupy = max(0, before - pool.total_bytes())\n"
     "except Exception:\n"
     "    failed = 1\n"
@@ -92,31 +111,37 @@ static const char view_code[] =
     "except Exception:\n"
     "    failed = 1\n";
 
-enum { IDLE, PENDING, RUNNING, DONE, WITHDRAWN };
-
-/* What the main thread ran and read: a release (with the view after it)
- * or the view alone. */
+/* What a job ran and read: a flush (with the view after it) or the view
+ * alone. */
 typedef struct reading {
     shim_framework_result r;
     shim_framework_view v;
 } reading;
 
+enum job { JOB_VIEW = 1, JOB_FLUSH = 2 };
+
+/* The worker's state; everything under lock. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;  /* the worker's */
 static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
-static atomic_int state = IDLE;
-static bool releasing;               /* the request's kind; helper's */
-static pid_t asker;                  /* the process that asked */
-static reading out;                  /* written by the main thread while
-                                        RUNNING, read after DONE */
-static uint64_t asked_ns;            /* when the request went out */
-static shim_framework_view last;     /* the newest view; guarded by lock */
+static pid_t worker_pid;          /* the process whose worker runs */
+static uint64_t asked, taken, done; /* job numbers: asked, run, finished */
+static int job_kind;              /* of job `asked` (JOB_*) */
+static uint64_t job_want;         /* its want */
+static uint64_t job_asked_ns;     /* when it was asked */
+static shim_framework_wait waiting; /* what the running job waits for */
+static uint64_t abandoned;        /* the newest job whose asker gave up */
+static reading out;               /* job `done`'s */
+static bool landed;               /* out is a late flush's, not collected */
+static shim_framework_view last;  /* the newest view */
 
 #define RESOLVE(field, name) (*(void **)&py.field = shim_dlsym(RTLD_DEFAULT, name))
 
 static void py_resolve_once(void)
 {
     RESOLVE(IsInitialized, "Py_IsInitialized");
-    RESOLVE(AddPendingCall, "Py_AddPendingCall");
+    RESOLVE(GILState_Ensure, "PyGILState_Ensure");
+    RESOLVE(GILState_Release, "PyGILState_Release");
     RESOLVE(Dict_New, "PyDict_New");
     RESOLVE(Eval_GetBuiltins, "PyEval_GetBuiltins");
     RESOLVE(Dict_SetItemString, "PyDict_SetItemString");
@@ -134,7 +159,7 @@ static bool py_resolve(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, py_resolve_once);
-    return py.AddPendingCall && py.IsInitialized && py.Run_StringFlags &&
+    return py.GILState_Ensure && py.GILState_Release && py.IsInitialized && py.Run_StringFlags &&
            py.Dict_New && py.Eval_GetBuiltins && py.Dict_SetItemString &&
            py.Dict_GetItemString && py.Long_AsLongLong && py.DecRef && py.Err_Clear;
 }
@@ -179,9 +204,11 @@ static pyobj *py_run(const char *code, shim_framework_result *r)
 }
 
 /* The release's figures into r. GIL held. */
-static void py_release(shim_framework_result *r)
+static void py_release(shim_framework_result *r, uint64_t want)
 {
-    pyobj *g = py_run(release_code, r);
+    char code[sizeof(release_code) + 32];
+    snprintf(code, sizeof(code), release_code, (unsigned long long)want);
+    pyobj *g = py_run(code, r);
     if (!g)
         return;
     r->torch = py_get(g, "torch");
@@ -189,6 +216,7 @@ static void py_release(shim_framework_result *r)
     r->torch_seen = py_get(g, "torch_seen");
     r->cupy_seen = py_get(g, "cupy_seen");
     r->jax_seen = py_get(g, "jax_seen");
+    r->skipped = py_get(g, "skipped");
     py.DecRef(g);
 }
 
@@ -214,123 +242,228 @@ static void py_view(shim_framework_view *v, shim_framework_result *r)
     py.DecRef(g);
 }
 
-/* The pending call: in the main thread, with the GIL, between bytecodes.
- * Always 0 with no exception set: the program's code goes on as if
- * nothing ran. */
-static int pending_call(void *arg)
+
+/* ---- the worker ---------------------------------------------------------------- */
+
+static void waiting_set(shim_framework_wait w)
+{
+    pthread_mutex_lock(&lock);
+    waiting = w;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Whether cupool's own cache is worth returning for want (framework.h). */
+static bool own_worth(uint64_t want)
+{
+    uint64_t cached = 0, reserved = 0;
+    for (int i = 0; i < SHIM_MAX_DEVICES; i++) {
+        pool_stats ps;
+        if (shim_device_stats(i, &ps))
+            cached += ps.cached, reserved += ps.reserved;
+    }
+    return cached > 0 && (!want || cached >= (want < reserved / 2 ? want : reserved / 2));
+}
+
+/* Takes the GIL (when python) with no capture open and the gate closed;
+ * returns the GIL state to give back. */
+static int gate_and_gil(bool python, shim_framework_result *r)
+{
+    for (;;) {
+        waiting_set(SHIM_FW_WAIT_CAPTURE);
+        r->deferred |= shim_capture_gate_wait();
+        waiting_set(SHIM_FW_WAIT_GIL);
+        int gil = python ? py.GILState_Ensure() : 0;
+        /* Closed only with the GIL held: a capturing thread that holds
+         * it cannot be waiting at the gate meanwhile. */
+        if (shim_capture_gate_close()) {
+            waiting_set(SHIM_FW_WAIT_NONE);
+            return gil;
+        }
+        if (python)
+            py.GILState_Release(gil);
+    }
+}
+
+static void run_flush(reading *x, uint64_t want)
+{
+    bool python = shim_cfg.framework_flush && py_resolve() && py_running();
+    x->r.status = !shim_cfg.framework_flush ? SHIM_FW_OFF
+                  : python ? SHIM_FW_DONE : SHIM_FW_NO_PYTHON;
+    int gil = gate_and_gil(python, &x->r);
+    if (python) {
+        if (py_running()) {
+            py_release(&x->r, want);
+            py_view(&x->v, &x->r);
+        } else {
+            x->r.status = SHIM_FW_NO_PYTHON;
+        }
+        py.GILState_Release(gil);
+    }
+    if (x->r.torch + x->r.cupy > 0 || own_worth(want))
+        x->r.own = shim_device_flush_all();
+    else
+        x->r.skipped = want != 0;
+    shim_capture_gate_open();
+}
+
+static void run_view(reading *x)
+{
+    x->r.status = SHIM_FW_DONE;
+    if (!py_resolve() || !py_running()) {
+        x->r.status = SHIM_FW_NO_PYTHON;
+        return;
+    }
+    waiting_set(SHIM_FW_WAIT_GIL);
+    int gil = py.GILState_Ensure();
+    waiting_set(SHIM_FW_WAIT_NONE);
+    if (py_running())
+        py_view(&x->v, &x->r);
+    py.GILState_Release(gil);
+}
+
+static void *worker(void *arg)
 {
     (void)arg;
-    int want = PENDING;
-    if (getpid() != asker || !atomic_compare_exchange_strong(&state, &want, RUNNING))
-        return 0; /* withdrawn, served, or a forked child's copy */
-    reading x = {.r = {.status = SHIM_FW_DONE}};
-    if (!py_running())
-        x.r.status = SHIM_FW_NO_PYTHON;
-    else if (releasing)
-        py_release(&x.r), py_view(&x.v, &x.r);
-    else
-        py_view(&x.v, &x.r);
+    sigset_t all; /* the program's signals are for its own threads */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_mutex_lock(&lock);
-    out = x;
-    atomic_store(&state, DONE);
-    pthread_cond_broadcast(&done_cond);
-    pthread_mutex_unlock(&lock);
-    return 0;
-}
-
-/* Asks the main thread to run a release (or the view alone): 0, or the
- * status that says why not. The state must be IDLE. */
-static int ask(bool release)
-{
-    if (!shim_cfg.framework_flush)
-        return SHIM_FW_OFF;
-    if (!py_resolve() || !py_running())
-        return SHIM_FW_NO_PYTHON;
-    asker = getpid();
-    releasing = release;
-    asked_ns = shim_mono_ns();
-    atomic_store(&state, PENDING);
-    if (py.AddPendingCall(pending_call, NULL) != 0) {
-        atomic_store(&state, IDLE);
-        return SHIM_FW_REFUSED;
+    for (;;) {
+        while (taken == asked)
+            pthread_cond_wait(&wake, &lock);
+        uint64_t n = taken = asked, want = job_want, t0 = job_asked_ns;
+        int kind = job_kind;
+        pthread_mutex_unlock(&lock);
+        reading x;
+        memset(&x, 0, sizeof(x));
+        if (kind == JOB_FLUSH)
+            run_flush(&x, want);
+        else
+            run_view(&x);
+        x.r.took_ns = shim_mono_ns() - t0;
+        pthread_mutex_lock(&lock);
+        out = x;
+        done = n;
+        if (x.v.taken_ns)
+            last = x.v;
+        bool ring = kind == JOB_FLUSH && abandoned == n;
+        landed |= ring;
+        pthread_cond_broadcast(&done_cond);
+        if (ring) {
+            unsigned char b = SHIM_WAKE_LANDED;
+            ssize_t w = write(shim_doorbell_wr(), &b, 1); /* full: woken already */
+            (void)w;
+        }
     }
-    return 0;
+    return NULL;
 }
 
-/* Takes a finished request's reading: its view becomes the newest. Needs
- * lock and state DONE. */
-static void collect_locked(shim_framework_result *r)
+/* 0 if a == 0 or b == 0, else the smaller: two wants merged. */
+static uint64_t want_merge(uint64_t a, uint64_t b) { return !a || !b ? 0 : a < b ? a : b; }
+
+/* Asks for a job of kind (with want), joining one queued or running that
+ * does as much: the number of the job to wait for, or 0 if the worker
+ * cannot start. Needs lock. */
+static uint64_t submit_locked(int kind, uint64_t want)
 {
-    if (r)
-        *r = out.r;
-    if (out.v.taken_ns)
-        last = out.v;
-    atomic_store(&state, IDLE);
+    if (worker_pid != getpid()) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        int err = pthread_create(&t, &a, worker, NULL);
+        pthread_attr_destroy(&a);
+        if (err)
+            return 0;
+        worker_pid = getpid();
+        asked = taken = done = abandoned = 0;
+        landed = false;
+    }
+    if (asked > taken) { /* queued: widen it */
+        job_want = job_kind == JOB_FLUSH && kind == JOB_FLUSH ? want_merge(job_want, want)
+                   : kind == JOB_FLUSH ? want : job_want;
+        job_kind = kind > job_kind ? kind : job_kind;
+        return asked;
+    }
+    if (done < taken && (kind == JOB_VIEW || (job_kind == JOB_FLUSH && (!job_want || want))))
+        return taken; /* running, and does as much */
+    asked++;
+    job_kind = kind;
+    job_want = want;
+    job_asked_ns = shim_mono_ns();
+    pthread_cond_signal(&wake);
+    return asked;
 }
 
-/* Ends the request in flight, if any, within wait_ms: DONE is collected;
- * PENDING past the wait is withdrawn (SHIM_FW_LATE); RUNNING is waited
- * for to its end. Returns the request's status (SHIM_FW_DONE when none was
- * in flight), with its figures in *r. */
-static shim_framework_status settle(int wait_ms, shim_framework_result *r)
+/* Waits for job n at most wait_ms: true once done (out is its or a later
+ * one's). Needs lock. */
+static bool wait_locked(uint64_t n, int wait_ms)
 {
-    if (atomic_load(&state) == IDLE)
-        return SHIM_FW_DONE;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += wait_ms / 1000;
     until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L)
         until.tv_sec++, until.tv_nsec -= 1000000000L;
-    pthread_mutex_lock(&lock);
-    while (atomic_load(&state) != DONE) {
-        int e = pthread_cond_timedwait(&done_cond, &lock, &until);
-        int want = PENDING;
-        if (e == ETIMEDOUT && atomic_compare_exchange_strong(&state, &want, WITHDRAWN)) {
-            atomic_store(&state, IDLE);
-            pthread_mutex_unlock(&lock);
-            return SHIM_FW_LATE;
-        }
-        if (e == ETIMEDOUT) /* running: it ends soon, wait on */
-            until.tv_sec += 1;
-    }
-    collect_locked(r);
-    pthread_mutex_unlock(&lock);
-    return r ? r->status : SHIM_FW_DONE;
+    while (done < n)
+        if (pthread_cond_timedwait(&done_cond, &lock, &until) == ETIMEDOUT)
+            break;
+    return done >= n;
 }
 
-void shim_framework_release(shim_framework_result *r)
+void shim_framework_flush(uint64_t want, shim_framework_result *r)
 {
     memset(r, 0, sizeof(*r));
-    /* A view asked for earlier: its answer first (it is quick), or gone. */
-    settle(SHIM_FRAMEWORK_WAIT_MS, NULL);
-    int why = ask(true);
-    if (why) {
-        r->status = (shim_framework_status)why;
+    pthread_mutex_lock(&lock);
+    uint64_t n = submit_locked(JOB_FLUSH, want);
+    if (!n) {
+        pthread_mutex_unlock(&lock);
+        r->status = SHIM_FW_LATE; /* no worker: the caller flushes its own */
         return;
     }
-    r->status = settle(SHIM_FRAMEWORK_WAIT_MS, r);
+    if (wait_locked(n, SHIM_FRAMEWORK_WAIT_MS)) {
+        *r = out.r;
+        landed = false; /* counted here */
+    } else {
+        r->status = SHIM_FW_LATE;
+        r->waiting = waiting;
+        abandoned = n > abandoned ? n : abandoned;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+bool shim_framework_landed(shim_framework_result *r)
+{
+    pthread_mutex_lock(&lock);
+    bool was = landed;
+    if (was)
+        *r = out.r;
+    landed = false;
+    pthread_mutex_unlock(&lock);
+    return was;
 }
 
 void shim_framework_view_now(void)
 {
-    settle(SHIM_FRAMEWORK_WAIT_MS, NULL);
-    if (ask(false) == 0)
-        settle(SHIM_FRAMEWORK_WAIT_MS, NULL);
+    if (!shim_cfg.framework_flush || !py_resolve() || !py_running())
+        return;
+    pthread_mutex_lock(&lock);
+    uint64_t n = submit_locked(JOB_VIEW, 0);
+    if (n)
+        wait_locked(n, SHIM_FRAMEWORK_WAIT_MS);
+    pthread_mutex_unlock(&lock);
 }
 
 bool shim_framework_view_ask(void)
 {
-    int s = atomic_load(&state);
-    if (s == DONE || (s == PENDING && shim_mono_ns() - asked_ns >
-                      (uint64_t)SHIM_FRAMEWORK_WAIT_MS * 1000000u))
-        settle(0, NULL); /* collect, or withdraw what waited too long */
-    if (atomic_load(&state) != IDLE)
-        return true;
+    if (!shim_cfg.framework_flush || !py_resolve() || !py_running())
+        return false;
     pthread_mutex_lock(&lock);
-    uint64_t age = shim_unix_ns() - last.taken_ns;
+    bool coming = worker_pid == getpid() && done < asked;
+    if (!coming && shim_unix_ns() - last.taken_ns >= 1000000000u)
+        coming = submit_locked(JOB_VIEW, 0) != 0;
     pthread_mutex_unlock(&lock);
-    return age >= 1000000000u && ask(false) == 0;
+    return coming;
 }
 
 void shim_framework_view_get(shim_framework_view *v)

@@ -1,20 +1,34 @@
 /*
- * framework.h - the frameworks' own caches in a flush.
+ * framework.h - a flush, run by its own worker thread: the frameworks'
+ * caches first, then cupool's.
  *
  * A Python program's framework (PyTorch's caching allocator, CuPy's memory
  * pool) keeps the memory its tensors freed: cupool sees those bytes as
  * allocated and cannot give them back. When the process runs a CPython
- * interpreter (found with dlsym, never linked), a flush first asks the
- * interpreter, through Py_AddPendingCall, to release those caches in the
- * program's main thread at its next safe point, as CPython runs its own
- * signal handlers: torch.cuda.empty_cache() and ipc_collect() when the
- * program imported torch and initialized CUDA through it; CuPy's default
- * memory and pinned pools' free_all_blocks() when it imported cupy. Nothing
- * is imported, no device is initialized; nothing runs while the
- * interpreter is not initialized or is finalizing, or in a forked child.
- * The wait is bounded: a main thread blocked in a long C call is answered
- * "late", and its request is withdrawn, so it never runs later by
- * surprise.
+ * interpreter (found with dlsym, never linked), the worker takes the
+ * interpreter's lock (PyGILState_Ensure, as any thread of the program
+ * may) and asks the frameworks the program imported to release their
+ * caches: torch.cuda.empty_cache() on each device PyTorch holds memory on,
+ * and ipc_collect(), once the program initialized CUDA through it; CuPy's
+ * default memory and pinned pools' free_all_blocks(). Then it returns
+ * cupool's own cached segments to the driver. Nothing is imported, no
+ * device is initialized; nothing runs while the interpreter is not
+ * initialized or is finalizing, or in a forked child.
+ *
+ * The main thread has no part in it: a program sleeping, waiting on a
+ * socket, a lock, an event or its input holds no lock, and is flushed at
+ * once. A program running Python gives the lock up within its switch
+ * interval (5 ms by default), in every CPython version. One holding it in
+ * a long C call is waited for: the asker waits SHIM_FRAMEWORK_WAIT_MS,
+ * then is answered "late", and the flush runs when the lock comes free
+ * and is counted then (SHIM_WAKE_LANDED).
+ *
+ * A flush never runs during a CUDA graph capture: with CUDA's default
+ * (global) capture mode, a cudaFree or a synchronization from another
+ * thread would invalidate it. The worker waits until no capture is open,
+ * closes capture.h's gate so that none begins, runs the flush, and opens
+ * the gate again: a flush asked during a capture lands the moment the
+ * last capture ends.
  */
 #ifndef CUPOOL_SHIM_FRAMEWORK_H
 #define CUPOOL_SHIM_FRAMEWORK_H
@@ -27,13 +41,24 @@
 typedef enum shim_framework_status {
     SHIM_FW_OFF,      /* CUPOOL_FRAMEWORK_FLUSH=0 */
     SHIM_FW_NO_PYTHON,/* no interpreter, or not running (start, end) */
-    SHIM_FW_DONE,     /* ran in the main thread */
-    SHIM_FW_LATE,     /* the main thread reached no safe point in time */
-    SHIM_FW_REFUSED   /* the interpreter took no pending call */
+    SHIM_FW_DONE,     /* ran */
+    SHIM_FW_LATE      /* not run in time: it runs when it can */
 } shim_framework_status;
+
+/* What a late flush waits for. */
+typedef enum shim_framework_wait {
+    SHIM_FW_WAIT_NONE,
+    SHIM_FW_WAIT_CAPTURE, /* a graph capture to end */
+    SHIM_FW_WAIT_GIL      /* the interpreter's lock, held in a long call */
+} shim_framework_wait;
 
 typedef struct shim_framework_result {
     shim_framework_status status;
+    shim_framework_wait waiting; /* SHIM_FW_LATE: for what */
+    bool skipped;     /* conditional, and not worth it: nothing released */
+    bool deferred;    /* waited for a graph capture to end */
+    uint64_t own;     /* bytes cupool returned to the driver */
+    uint64_t took_ns; /* from the request to the flush's end */
     uint64_t torch;   /* bytes torch.cuda.empty_cache gave back */
     uint64_t cupy;    /* bytes CuPy's device pool gave back */
     bool torch_seen;  /* torch imported, CUDA initialized through it */
@@ -54,18 +79,27 @@ typedef struct shim_framework_view {
 /* The wait for the main thread, in milliseconds. */
 #define SHIM_FRAMEWORK_WAIT_MS 2000
 
-/* Releases the frameworks' caches in the main thread and waits for it (at
- * most SHIM_FRAMEWORK_WAIT_MS, then longer only while the release is
- * already running). From the helper thread, with no lock of cupool's
- * held. */
-void shim_framework_release(shim_framework_result *r);
+/* Flushes: the frameworks' caches, then cupool's, in the worker, waiting
+ * for it at most SHIM_FRAMEWORK_WAIT_MS. want 0 flushes everything; a
+ * nonzero want (a group member's shortfall, asked again while it waits)
+ * flushes only what is worth it: a framework whose unused cache is at
+ * least min(want, half of what it reserves), and cupool's cache likewise.
+ * A flush already under way is joined, not repeated. On SHIM_FW_LATE the
+ * flush still runs later and is then collected with
+ * shim_framework_landed. From the helper thread, with no lock of
+ * cupool's held. */
+void shim_framework_flush(uint64_t want, shim_framework_result *r);
 
-/* Asks the main thread for PyTorch's figures, without waiting, unless the
- * newest reading is under a second old; collects a reading that came in.
- * True while a reading is on its way. Helper thread only. */
+/* A late flush that ran since: true with its result (status DONE) into
+ * *r, once. Helper thread, on SHIM_WAKE_LANDED. */
+bool shim_framework_landed(shim_framework_result *r);
+
+/* Asks the worker for PyTorch's figures, without waiting, unless the
+ * newest reading is under a second old. True while a reading is on its
+ * way. Helper thread only. */
 bool shim_framework_view_ask(void);
 
-/* Reads PyTorch's figures now, waiting as a release does. Helper thread
+/* Reads PyTorch's figures now, waiting as a flush does. Helper thread
  * only. */
 void shim_framework_view_now(void);
 

@@ -1,11 +1,14 @@
 """torch.cuda of the stand-in (see __init__.py)."""
 import ctypes
 import threading
+import time
 
 _rt = ctypes.CDLL(None)
 _initialized = False
 _cache = []              # blocks the program freed, kept: (pointer, size)
 empty_cache_calls = []   # per call: whether it ran in the main thread
+empty_cache_at = []      # per call: time.monotonic() when it ran
+current = [0]            # the device set by `with device(d)` (per process)
 
 
 def init():
@@ -54,8 +57,22 @@ def memory_stats(device):
     return {"inactive_split_bytes.all.current": 512}
 
 
+class device:
+    """torch.cuda.device(d): d current in the calling thread meanwhile."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def __enter__(self):
+        current.append(self.d)
+
+    def __exit__(self, *exc):
+        current.pop()
+
+
 def empty_cache():
     empty_cache_calls.append(threading.current_thread() is threading.main_thread())
+    empty_cache_at.append(time.monotonic())
     while _cache:
         p, _ = _cache.pop()
         assert _rt.cudaFree(p) == 0
