@@ -425,6 +425,43 @@ static uint64_t group_devices(const group_view *g)
     return used;
 }
 
+/* A waiting member's place in the queue of its device (1 = next), or 0
+ * when it does not wait. */
+static int group_turn(const group_view *g, const group_member_view *m)
+{
+    if (!m->wait_seq)
+        return 0;
+    int turn = 1;
+    for (uint32_t i = 0; i < g->nmembers; i++)
+        turn += g->members[i].wait_seq && g->members[i].wait_seq < m->wait_seq &&
+                g->members[i].wait_dev == m->wait_dev;
+    return turn;
+}
+
+/* Seconds since a CLOCK_REALTIME stamp. */
+static double group_waited_s(uint64_t since_ns)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t now = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+    return now > since_ns ? (double)(now - since_ns) / 1e9 : 0.0;
+}
+
+/* The members waiting for a turn, in the order they will get it. */
+static void group_waiters_table(out *o, const group_view *g)
+{
+    char a[24], comm[16];
+    for (int turn = 1; turn <= GROUP_MEMBERS; turn++)
+        for (uint32_t i = 0; i < g->nmembers; i++) {
+            const group_member_view *m = &g->members[i];
+            if (group_turn(g, m) == turn)
+                put(o, "waiting %d: pid %d (%s) for %s on device %d, for %.1f s\n", turn,
+                    m->pid, stats_printable(m->comm, comm, sizeof(comm)),
+                    fmt_short(m->wait_bytes, a, sizeof(a)), m->wait_dev,
+                    group_waited_s(m->wait_since_ns));
+        }
+}
+
 static void group_table(out *o, const group_view *g)
 {
     char a[24], b[24], name[GROUP_NAME_MAX + 1], caps[256];
@@ -453,6 +490,7 @@ static void group_table(out *o, const group_view *g)
             c.percent ? group_cap_text(c, b, sizeof(b))
                       : c.bytes ? fmt_short(c.bytes, b, sizeof(b)) : "none");
     }
+    group_waiters_table(o, g);
 }
 
 static void group_json(out *o, const group_view *g)
@@ -470,7 +508,15 @@ static void group_json(out *o, const group_view *g)
         const group_member_view *m = &g->members[i];
         put(o, "%s{\"pid\": %d, \"comm\": ", i ? ", " : "", m->pid);
         put_json_string(o, m->comm);
-        put(o, ", \"ending\": %s, \"devices\": [", m->ending ? "true" : "false");
+        put(o, ", \"ending\": %s, \"waiting\": ", m->ending ? "true" : "false");
+        if (m->wait_seq)
+            put(o, "{\"turn\": %d, \"device\": %d, \"bytes\": %lu, \"since_ns\": %lu, "
+                "\"seconds\": %.3f}", group_turn(g, m), m->wait_dev,
+                (unsigned long)m->wait_bytes, (unsigned long)m->wait_since_ns,
+                group_waited_s(m->wait_since_ns));
+        else
+            put(o, "null");
+        put(o, ", \"devices\": [");
         bool first = true;
         for (int k = 0; k < STATS_MAX_DEVICES; k++)
             if (devs >> k & 1) {
@@ -517,6 +563,28 @@ static void group_prometheus(out *o, const group_view *g)
                 put(o, "\",device=\"%d\"} %lu\n", k,
                     (unsigned long)(f ? m->cached[k] : m->held[k]));
             }
+    }
+    static const char *const wfam[] = {"cupool_group_waiting_bytes",
+                                       "cupool_group_waiting_seconds"};
+    static const char *const whelp[] = {
+        "bytes a member of the group waits for its turn to take on the device",
+        "seconds a member of the group has waited for its turn on the device"};
+    for (int f = 0; f < 2; f++) {
+        put_family(o, wfam[f], 0, whelp[f]);
+        for (uint32_t i = 0; i < g->nmembers; i++) {
+            const group_member_view *m = &g->members[i];
+            if (!m->wait_seq)
+                continue;
+            put(o, "%s{group=\"", wfam[f]);
+            put_label(o, g->name);
+            put(o, "\",pid=\"%d\",comm=\"", m->pid);
+            put_label(o, m->comm);
+            if (f)
+                put(o, "\",device=\"%d\"} %.3f\n", m->wait_dev,
+                    group_waited_s(m->wait_since_ns));
+            else
+                put(o, "\",device=\"%d\"} %lu\n", m->wait_dev, (unsigned long)m->wait_bytes);
+        }
     }
 }
 

@@ -11,12 +11,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "groupseg.h"
 
 #define GROUP_MAGIC 0x3150524750504f43ull /* "COPPGRP1" */
-enum { GROUP_VERSION = 2 };
+enum { GROUP_VERSION = 3 };
 
 typedef struct slot {
     _Atomic int32_t pid;           /* 0 = free */
@@ -27,6 +28,12 @@ typedef struct slot {
     _Atomic uint64_t held[STATS_MAX_DEVICES];
     _Atomic uint64_t cached[STATS_MAX_DEVICES];
     _Atomic uint64_t asked, served;  /* flush requests of other members */
+    _Atomic uint64_t ask_want;     /* what the requests not served want
+                                      (0 = everything; framework.h) */
+    _Atomic uint64_t wait_seq;     /* its turn in the queue of waiters;
+                                      0 = not waiting */
+    _Atomic int32_t wait_dev;
+    _Atomic uint64_t wait_bytes, wait_since_ns; /* CLOCK_REALTIME */
 } slot;
 
 typedef struct group_data {
@@ -35,6 +42,7 @@ typedef struct group_data {
     uint32_t uid, pad;
     group_cap caps[STATS_MAX_DEVICES];
     pthread_mutex_t lock;          /* robust, process-shared */
+    _Atomic uint64_t wait_next;    /* the last turn handed out */
     slot slots[GROUP_MEMBERS];
 } group_data;
 
@@ -158,7 +166,10 @@ void group_set_cached(group *g, int dev, uint64_t cached)
     unlock(g->d);
 }
 
-int group_ask_others(group *g, uint64_t *tickets)
+/* 0 if a == 0 or b == 0, else the smaller: what two requests want. */
+static uint64_t want_merge(uint64_t a, uint64_t b) { return !a || !b ? 0 : a < b ? a : b; }
+
+int group_ask_others(group *g, uint64_t *tickets, uint64_t want)
 {
     int n = 0;
     lock(g->d);
@@ -167,6 +178,9 @@ int group_ask_others(group *g, uint64_t *tickets)
         slot *s = &g->d->slots[i];
         tickets[i] = 0;
         if (s != g->me && atomic_load(&s->pid)) {
+            bool pending = atomic_load(&s->asked) > atomic_load(&s->served);
+            atomic_store(&s->ask_want, pending ? want_merge(atomic_load(&s->ask_want), want)
+                                               : want);
             tickets[i] = atomic_fetch_add(&s->asked, 1) + 1;
             n++;
         }
@@ -186,12 +200,92 @@ bool group_answered(group *g, const uint64_t *tickets)
     return true;
 }
 
-uint64_t group_flush_pending(group *g)
+uint64_t group_flush_pending(group *g, uint64_t *want)
 {
     if (atomic_load(&g->left))
         return 0;
+    lock(g->d); /* the ticket and its want together */
     uint64_t asked = atomic_load(&g->me->asked), served = atomic_load(&g->me->served);
+    *want = atomic_load(&g->me->ask_want);
+    unlock(g->d);
     return asked > served ? asked : 0;
+}
+
+/* ---- waiting for a turn ---------------------------------------------------------- */
+
+static uint64_t unix_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+void group_wait_begin(group *g, int dev, uint64_t bytes)
+{
+    lock(g->d);
+    if (!atomic_load(&g->left)) {
+        atomic_store(&g->me->wait_dev, dev);
+        atomic_store(&g->me->wait_bytes, bytes);
+        atomic_store(&g->me->wait_since_ns, unix_ns());
+        atomic_store(&g->me->wait_seq, atomic_fetch_add(&g->d->wait_next, 1) + 1);
+    }
+    unlock(g->d);
+}
+
+void group_wait_end(group *g)
+{
+    lock(g->d);
+    if (!atomic_load(&g->left))
+        atomic_store(&g->me->wait_seq, 0);
+    unlock(g->d);
+}
+
+/* Whether slot s is a live member waiting (its turn in *seq). Needs the
+ * lock. */
+static bool waits(const slot *s, uint64_t *seq)
+{
+    *seq = atomic_load(&s->wait_seq);
+    return atomic_load(&s->pid) && *seq;
+}
+
+bool group_waiting(group *g)
+{
+    uint64_t seq;
+    for (int i = 0; i < GROUP_MEMBERS; i++)
+        if (waits(&g->d->slots[i], &seq))
+            return true;
+    return false;
+}
+
+bool group_wait_first(group *g, int dev)
+{
+    bool first = true;
+    lock(g->d);
+    uint64_t mine = atomic_load(&g->me->wait_seq), seq;
+    for (int i = 0; i < GROUP_MEMBERS && first; i++) {
+        const slot *s = &g->d->slots[i];
+        if (s != g->me && waits(s, &seq) && seq < mine && atomic_load(&s->wait_dev) == dev)
+            first = false;
+    }
+    unlock(g->d);
+    return first;
+}
+
+bool group_wait_stuck(group *g)
+{
+    bool stuck = true;
+    lock(g->d);
+    reap_locked(g->d);
+    uint64_t mine = atomic_load(&g->me->wait_seq), seq;
+    for (int i = 0; i < GROUP_MEMBERS && stuck; i++) {
+        const slot *s = &g->d->slots[i];
+        if (s == g->me || !atomic_load(&s->pid))
+            continue;
+        /* A member not waiting may still free; one ending will. */
+        stuck = waits(s, &seq) && seq < mine && !atomic_load(&s->ending);
+    }
+    unlock(g->d);
+    return stuck && mine;
 }
 
 void group_flush_answer(group *g, uint64_t ticket) { atomic_store(&g->me->served, ticket); }
@@ -425,6 +519,10 @@ static void view_of(group_data *d, group_view *v)
         group_member_view *m = &v->members[v->nmembers++];
         m->pid = atomic_load(&s->pid);
         m->ending = atomic_load(&s->ending) != 0;
+        m->wait_seq = atomic_load(&s->wait_seq);
+        m->wait_dev = atomic_load(&s->wait_dev);
+        m->wait_bytes = atomic_load(&s->wait_bytes);
+        m->wait_since_ns = atomic_load(&s->wait_since_ns);
         memcpy(m->comm, s->comm, sizeof(m->comm));
         m->comm[sizeof(m->comm) - 1] = '\0';
         for (int k = 0; k < STATS_MAX_DEVICES; k++) {

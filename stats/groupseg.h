@@ -73,15 +73,32 @@ uint64_t group_held(group *g, int dev);
 /* Publishes what this member caches on dev (what a flush would return). */
 void group_set_cached(group *g, int dev, uint64_t cached);
 
-/* Asks every other live member to flush; returns how many were asked.
- * tickets (GROUP_MEMBERS of them) gets each asked slot's ticket, 0 for the
- * others. */
-int group_ask_others(group *g, uint64_t *tickets);
+/* Asks every other live member to flush (want: 0 = everything, or the
+ * shortfall of a member asking again while it waits, which a member
+ * flushes for only where that is worth it: framework.h); returns how many
+ * were asked. tickets (GROUP_MEMBERS of them) gets each asked slot's
+ * ticket, 0 for the others. */
+int group_ask_others(group *g, uint64_t *tickets, uint64_t want);
 /* Whether every member asked with tickets has flushed since, or died. */
 bool group_answered(group *g, const uint64_t *tickets);
-/* The newest flush request of this member not yet answered, or 0. */
-uint64_t group_flush_pending(group *g);
+/* The newest flush request of this member not yet answered, or 0; what
+ * the requests want into *want. */
+uint64_t group_flush_pending(group *g, uint64_t *want);
 void group_flush_answer(group *g, uint64_t ticket);
+/* Waiting for a turn: a member refused because the others' memory is in
+ * use takes the next turn (group_wait_begin: bytes on dev, since now) and
+ * may take memory on dev only while no live member with an earlier turn
+ * waits on dev (group_wait_first): first come, first served. A waiter
+ * that dies leaves the queue with its slot. group_wait_stuck: every other
+ * live member waits too (none ending), each with an earlier turn: nobody
+ * will free anything, and this member, the last to arrive, should fail. */
+void group_wait_begin(group *g, int dev, uint64_t bytes);
+void group_wait_end(group *g);
+/* Whether any live member waits for a turn (read without the lock). */
+bool group_waiting(group *g);
+bool group_wait_first(group *g, int dev);
+bool group_wait_stuck(group *g);
+
 /* Marks this member as ending: its program is done (an interpreter
  * finalizing), its process gives its memory back only as it goes. */
 void group_set_ending(group *g);
@@ -95,6 +112,9 @@ int group_reap(group *g);
 typedef struct group_member_view {
     int32_t pid;
     bool ending;
+    int32_t wait_dev;        /* while wait_seq: the device it waits on */
+    uint64_t wait_seq;       /* its turn; 0 = not waiting */
+    uint64_t wait_bytes, wait_since_ns;
     char comm[16];
     uint64_t held[STATS_MAX_DEVICES], cached[STATS_MAX_DEVICES];
 } group_member_view;

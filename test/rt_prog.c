@@ -756,6 +756,75 @@ static int phases(void)
     return ok == n ? 0 : 1;
 }
 
+static uint64_t unix_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Allocates mib MiB in one block into *p after touching
+ * $TURN_DIR/<TURN_ME>.<tag>: 0, or -1 (said with the time it took). */
+static int turn_take(void **p, int mib, const char *tag)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s.%s", getenv("TURN_DIR"), getenv("TURN_ME"), tag);
+    close(open(path, O_WRONLY | O_CREAT, 0600));
+    uint64_t t0 = unix_ns();
+    if (cudaMalloc(p, (size_t)mib * MIB) == cudaSuccess)
+        return 0;
+    printf("refused after %lu ms\n", (unsigned long)((unix_ns() - t0) / 1000000u));
+    fflush(stdout);
+    return -1;
+}
+
+/* One turn on a group's budget (test_shim's waiting tests): touches
+ * $TURN_DIR/<TURN_ME>.asking, allocates TURN_MIB MiB (default 60) in one
+ * block, prints "got T" (CLOCK_REALTIME ns) and touches <TURN_ME>.got;
+ * with TURN_MORE_MIB, once the file TURN_MORE_AFTER exists, touches
+ * <TURN_ME>.more and allocates that much more; holds the blocks
+ * TURN_HOLD_MS ms (default 500; or, with TURN_UNTIL, until that file
+ * exists), prints "freeing T", frees them (to cupool's cache) and stays
+ * TURN_LINGER_MS ms more. Exit 0 if it got every block; 1, with "refused
+ * after N ms", if one was refused. */
+static int turn(void)
+{
+    const char *dir = getenv("TURN_DIR"), *me = getenv("TURN_ME"), *until = getenv("TURN_UNTIL");
+    int mib = atoi(getenv("TURN_MIB") ? getenv("TURN_MIB") : "60");
+    int more = atoi(getenv("TURN_MORE_MIB") ? getenv("TURN_MORE_MIB") : "0");
+    int hold_ms = atoi(getenv("TURN_HOLD_MS") ? getenv("TURN_HOLD_MS") : "500");
+    int linger_ms = atoi(getenv("TURN_LINGER_MS") ? getenv("TURN_LINGER_MS") : "0");
+    char path[512];
+    void *p[2] = {NULL, NULL};
+    if (turn_take(&p[0], mib, "asking"))
+        return 1;
+    printf("got %lu\n", (unsigned long)unix_ns());
+    fflush(stdout);
+    snprintf(path, sizeof(path), "%s/%s.got", dir, me);
+    close(open(path, O_WRONLY | O_CREAT, 0600));
+    if (more) {
+        if (getenv("TURN_MORE_AFTER"))
+            wait_path(getenv("TURN_MORE_AFTER"));
+        if (turn_take(&p[1], more, "more")) {
+            OK(cudaFree(p[0]));
+            return 1;
+        }
+        printf("got more %lu\n", (unsigned long)unix_ns());
+        fflush(stdout);
+    }
+    if (until)
+        wait_path(until);
+    else
+        usleep((useconds_t)hold_ms * 1000);
+    printf("freeing %lu\n", (unsigned long)unix_ns());
+    fflush(stdout);
+    for (int i = 0; i < 2; i++)
+        if (p[i])
+            OK(cudaFree(p[i]));
+    usleep((useconds_t)linger_ms * 1000);
+    return 0;
+}
+
 /* Races other processes on one group budget: RACE_ITERS times, allocates
  * a block of 1 to 6 MiB (keeping at most 3, freeing the oldest); a refusal
  * is counted, not a failure. Exit 0 once done. */
@@ -2211,7 +2280,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"capture_real", capture_real},
 #endif
     {"serve", serve}, {"pairbench", pairbench}, {"capture_modes", capture_modes},
-    {"cap", cap}, {"capinfo", capinfo}, {"phases", phases}, {"group_race", group_race}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import}, {"ipc_stitched", ipc_stitched}, {"ipc_large", ipc_large},
+    {"cap", cap}, {"capinfo", capinfo}, {"phases", phases}, {"turn", turn}, {"group_race", group_race}, {"stats", stats}, {"frag", frag}, {"badfree", badfree}, {"zero", zero}, {"ipc", ipc}, {"ipc_import", ipc_import}, {"ipc_stitched", ipc_stitched}, {"ipc_large", ipc_large},
     {"threads", threads}, {"tracemix", tracemix}, {"traceloop", traceloop},
     {"vmm", vmm}, {"stitch", stitch}, {"stitch_extend", stitch_extend}, {"execsleep", execsleep}, {"bigfail", bigfail},
     {"tracechild", tracechild},

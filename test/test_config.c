@@ -117,6 +117,28 @@ static void test_caps(void **state)
         assert_int_equal(shim_parse_cap(bad[i], &c), -EINVAL);
 }
 
+/* CUPOOL_GROUP_WAIT's durations: seconds by default, each unit, no sign,
+ * space, fraction, unknown unit or overflow. */
+static void test_durations(void **state)
+{
+    (void)state;
+    static const struct { const char *s; uint64_t ms; } ok[] = {
+        {"0", 0}, {"600", 600000}, {"30s", 30000}, {"500ms", 500}, {"10m", 600000},
+        {"1h", 3600000}, {"0ms", 0}};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        uint64_t ms = 1;
+        assert_int_equal(shim_parse_duration(ok[i].s, &ms), 0);
+        assert_int_equal(ms, ok[i].ms);
+    }
+    static const char *const bad[] = {"", "-1", "1.5s", "10 m", "5d", "s", "ms5",
+                                      "99999999999999999999", "9999999999999999h"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint64_t ms = 7;
+        assert_int_equal(shim_parse_duration(bad[i], &ms), -EINVAL);
+        assert_int_equal(ms, 7);
+    }
+}
+
 static void test_bools_and_signals(void **state)
 {
     (void)state;
@@ -376,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_unknown_names),
         cmocka_unit_test(test_caps),
         cmocka_unit_test(test_bools_and_signals),
+        cmocka_unit_test(test_durations),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_stitch_switch),
         cmocka_unit_test(test_readme_lists_every_option),

@@ -21,7 +21,7 @@
 
 enum opt_kind {
     OPT_BOOL, OPT_FORMAT, OPT_COUNT, OPT_PERCENT, OPT_SIZE, OPT_CAP, OPT_THRESHOLD, OPT_FENCE, OPT_SIGNAL,
-    OPT_PATH, OPT_LOG, OPT_SWITCH
+    OPT_PATH, OPT_LOG, OPT_SWITCH, OPT_DURATION
 };
 
 typedef struct option {
@@ -107,9 +107,14 @@ static const option options[] = {
      "the budget per device of CUPOOL_GROUP, set by its first member: a size "
      "or N% of device memory; CUPOOL_GROUP_MAX_RESERVED_<N> overrides it for "
      "device N"},
+    {"CUPOOL_GROUP_WAIT", OPT_DURATION, F(group_wait_ms), "10m",
+     "how long a member of CUPOOL_GROUP refused because the other members' "
+     "memory is in use waits for its turn (first come, first served) before "
+     "its allocation fails; 0 = it fails once their flushes are answered"},
     {"CUPOOL_FRAMEWORK_FLUSH", OPT_BOOL, F(framework_flush), "1",
      "a flush first asks a Python program's frameworks to release their "
-     "caches in its main thread (torch.cuda.empty_cache, CuPy's pools), and "
+     "caches, from a thread of cupool's holding the interpreter's lock "
+     "(torch.cuda.empty_cache, CuPy's pools), and "
      "statistics carry PyTorch's own figures; 0 = cupool's own cache and "
      "figures only"},
     {"CUPOOL_LIVE_PAGE", OPT_BOOL, F(live_page), "1",
@@ -162,6 +167,7 @@ static const char *expected(enum opt_kind kind)
     case OPT_PATH: return "a path shorter than 512 bytes";
     case OPT_LOG: return "off, error, warn, info or debug";
     case OPT_SWITCH: return "auto, or 1, 0, true, false, on, off, yes or no";
+    case OPT_DURATION: return "a time such as 600 (seconds), 30s, 500ms, 10m or 1h";
     }
     return "";
 }
@@ -281,6 +287,29 @@ static int parse_name(const char *s, const char *const *names, int *out)
     return -EINVAL;
 }
 
+int shim_parse_duration(const char *s, uint64_t *ms)
+{
+    static const struct { const char *unit; uint64_t ms; } units[] = {
+        {"", 1000}, {"s", 1000}, {"ms", 1}, {"m", 60000}, {"h", 3600000}};
+    if (!isdigit((unsigned char)*s))
+        return -EINVAL;
+    uint64_t n = 0;
+    for (; isdigit((unsigned char)*s); s++) {
+        if (n > (UINT64_MAX - 9) / 10)
+            return -EINVAL;
+        n = n * 10 + (uint64_t)(*s - '0');
+    }
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(s, units[i].unit))
+            continue;
+        if (n > UINT64_MAX / 1000 / units[i].ms)
+            return -EINVAL; /* ms kept well inside 64 bits */
+        *ms = n * units[i].ms;
+        return 0;
+    }
+    return -EINVAL;
+}
+
 /* Parses s into the option's field. 0 or -EINVAL (field untouched). */
 static int parse_option(const option *o, const char *s, shim_config *c)
 {
@@ -332,6 +361,8 @@ static int parse_option(const option *o, const char *s, shim_config *c)
     }
     case OPT_SIGNAL:
         return shim_parse_signal(s, field);
+    case OPT_DURATION:
+        return shim_parse_duration(s, field);
     case OPT_PATH:
         if (strlen(s) >= SHIM_PATH_MAX)
             return -EINVAL;

@@ -60,6 +60,7 @@ typedef struct shim_config {
     shim_cap group_max;             /* the group's budget per device */
     shim_cap group_max_dev[SHIM_MAX_DEVICES];
     bool has_group_dev[SHIM_MAX_DEVICES];
+    uint64_t group_wait_ms;         /* CUPOOL_GROUP_WAIT */
     bool framework_flush;           /* a flush releases the frameworks'
                                        caches first (framework.h) */
     size_t shards;                  /* pools per device, 1..SHIM_SHARDS_MAX */
@@ -114,6 +115,8 @@ bool shim_stitch_wanted(const shim_config *c, shim_getenv_fn get);
 int shim_parse_cap(const char *s, shim_cap *out);
 int shim_parse_bool(const char *s, bool *out);
 int shim_parse_signal(const char *s, int *out);
+/* A duration: digits, then nothing (seconds), ms, s, m or h; into *ms. */
+int shim_parse_duration(const char *s, uint64_t *ms);
 
 /* Name of a signal number as the parser accepts it ("USR1", "none"). */
 const char *shim_signal_name(int sig, char *buf, size_t len);

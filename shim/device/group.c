@@ -143,15 +143,67 @@ static bool wait_room(int dev, size_t size, bool (*fits)(int, size_t),
     return false;
 }
 
+/* How the calling thread's last reclaim ended, for its report. */
+static _Thread_local enum { ENDED_ROOM, ENDED_TIMEOUT, ENDED_DEADLOCK } ended;
+
+/* The bytes size lacks on dev now (size, if the budget is unknown). */
+static uint64_t shortfall(int dev, size_t size)
+{
+    uint64_t lim = limit_of(dev), held = group_held(grp, dev);
+    return lim && held <= lim && size > lim - held ? size - (lim - held) : size;
+}
+
+/* Waits for a turn on dev for size bytes (group.h): true once this member
+ * is first among the waiters on dev and the budget has room. Asks the
+ * others again, for the shortfall, every SHIM_GROUP_ASK_MS once they
+ * answered; reaps dead members every SHIM_GROUP_POLL_MS * 10. */
+static bool wait_turn(int dev, size_t size, uint64_t *tickets)
+{
+    group_wait_begin(grp, dev, size);
+    uint64_t t0 = shim_mono_ns() / 1000000u, asked_at = t0, stuck_at = 0;
+    struct timespec tick = {0, SHIM_GROUP_POLL_MS * 1000000L};
+    ended = ENDED_TIMEOUT;
+    for (unsigned polls = 1;; polls++) {
+        nanosleep(&tick, NULL);
+        uint64_t now = shim_mono_ns() / 1000000u;
+        if (polls % 10 == 0)
+            group_reap(grp);
+        if (group_wait_first(grp, dev) && room(dev, size)) {
+            ended = ENDED_ROOM;
+            break;
+        }
+        /* Every other member waits for an earlier turn: nobody frees
+         * anything. Held for a few polls, so that a waiter about to take
+         * its turn is not taken for stuck. */
+        if (!group_wait_stuck(grp))
+            stuck_at = 0;
+        else if (!stuck_at)
+            stuck_at = now;
+        else if (now - stuck_at >= SHIM_GROUP_STUCK_MS) {
+            ended = ENDED_DEADLOCK;
+            break;
+        }
+        if (now - t0 >= shim_cfg.group_wait_ms)
+            break;
+        if (now - asked_at >= SHIM_GROUP_ASK_MS && group_answered(grp, tickets)) {
+            group_ask_others(grp, tickets, shortfall(dev, size));
+            asked_at = now;
+        }
+    }
+    group_wait_end(grp);
+    return ended == ENDED_ROOM;
+}
+
 bool shim_group_reclaim(int dev, size_t size, bool device_full)
 {
     if (!grp)
         return false;
     uint64_t tickets[GROUP_MEMBERS];
+    ended = ENDED_TIMEOUT;
     if (device_full) {
         /* The device refused: the members share it. Its room comes from
          * their flushes, or a member's process ending. */
-        int asked = group_ask_others(grp, tickets);
+        int asked = group_ask_others(grp, tickets, 0);
         uint64_t since = shim_mono_ns() - atomic_load(&ending_seen_ns);
         if (!asked && !group_ending_held(grp, dev) &&
             since > (uint64_t)SHIM_GROUP_END_WAIT_MS * 1000000u)
@@ -161,13 +213,18 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
     }
     if (room(dev, size))
         return true; /* room came since the refusal (a member's flush) */
+    uint64_t lim = limit_of(dev);
+    if (lim && size > lim)
+        return false; /* more than the whole budget: no turn would do */
     shim_count(SHIM_group_reclaims);
-    if (group_ask_others(grp, tickets) == 0)
+    if (group_ask_others(grp, tickets, 0) == 0)
         return false;
-    return wait_room(dev, size, room, tickets);
+    if (!shim_cfg.group_wait_ms)
+        return wait_room(dev, size, room, tickets);
+    return wait_turn(dev, size, tickets);
 }
 
-uint64_t shim_group_tick(void)
+uint64_t shim_group_tick(uint64_t *want)
 {
     if (!grp)
         return 0;
@@ -182,8 +239,10 @@ uint64_t shim_group_tick(void)
         if (shim_device_stats(i, &ps))
             group_set_cached(grp, i, ps.cached);
     }
-    return group_flush_pending(grp);
+    return group_flush_pending(grp, want);
 }
+
+bool shim_group_waiters(void) { return grp && group_waiting(grp); }
 
 void shim_group_ending(void)
 {
@@ -222,6 +281,21 @@ void shim_group_report(int dev, size_t size, char *buf, size_t len)
                               m->ending ? ", ending" : "",
                               stats_fmt_bytes(m->held[dev], a, sizeof(a)),
                               stats_fmt_bytes(m->cached[dev], c, sizeof(c)));
+        if (m->wait_seq && n < len)
+            n += (size_t)snprintf(buf + n, len - n, ", waits for %s on device %d",
+                                  stats_fmt_bytes(m->wait_bytes, a, sizeof(a)), m->wait_dev);
     }
     free(v);
+}
+
+const char *shim_group_cause(void)
+{
+    if (ended == ENDED_DEADLOCK)
+        return "the group's budget (CUPOOL_GROUP): every other member waits for a turn "
+               "too, each holding what the others need (a deadlock); this one, the last "
+               "to arrive, fails so that they can go on";
+    if (ended == ENDED_TIMEOUT && shim_cfg.group_wait_ms)
+        return "the group's budget (CUPOOL_GROUP): the other members' memory stayed in "
+               "use for all of CUPOOL_GROUP_WAIT";
+    return "the group's budget (CUPOOL_GROUP), after its other members flushed";
 }

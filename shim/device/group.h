@@ -15,8 +15,15 @@
 #include <stdint.h>
 
 /* The wait for the other members' flushes, in milliseconds (a framework's
- * release may take up to SHIM_FRAMEWORK_WAIT_MS of it). */
+ * release may take up to SHIM_FRAMEWORK_WAIT_MS of it), under
+ * CUPOOL_GROUP_WAIT=0. */
 #define SHIM_GROUP_WAIT_MS 3000
+/* A waiter for a turn looks for room this often; asks the others to flush
+ * again (for what it lacks) this often once they answered; and fails, the
+ * last of a group whose every member waits, once that lasted this long. */
+#define SHIM_GROUP_POLL_MS 5
+#define SHIM_GROUP_ASK_MS 20
+#define SHIM_GROUP_STUCK_MS 50
 /* The wait while a member is ending: its program done (an interpreter
  * finalizing), its process still holding its memory until it goes. */
 #define SHIM_GROUP_END_WAIT_MS 15000
@@ -31,16 +38,30 @@ void shim_group_forget(void);
 /* After the group's budget (or, device_full, the device itself: the
  * members share it) refused size bytes on dev: true once the other
  * members' flushes (or a member's end) made room, or room is there
- * already (retry); false if there is no group, or no room came within
- * SHIM_GROUP_WAIT_MS
- * (SHIM_GROUP_END_WAIT_MS while a member is ending). */
+ * already (retry); false if there is no group, or no room came in time.
+ * Refused by the budget, the member asks the others to flush, then waits
+ * for its turn (first come, first served among the members waiting on
+ * dev) up to CUPOOL_GROUP_WAIT, asking again while it waits: a member
+ * idle by then returns its framework's cache too. It fails at once when
+ * size exceeds the whole budget, when it is alone, and when every other
+ * member waits as well, each for an earlier turn (a deadlock: this one
+ * arrived last). Under CUPOOL_GROUP_WAIT=0, or when the device refused,
+ * it waits only for the flushes' answers (SHIM_GROUP_WAIT_MS;
+ * SHIM_GROUP_END_WAIT_MS while a member is ending). */
 bool shim_group_reclaim(int dev, size_t size, bool device_full);
 
+/* Why the calling thread's last reclaim found no room, for its report. */
+const char *shim_group_cause(void);
+
 /* Helper thread, every tick: publishes this member's cache, and returns
- * the ticket of a flush another member asked for (0: none), to answer
- * with shim_group_flushed once flushed. */
-uint64_t shim_group_tick(void);
+ * the ticket of a flush another member asked for (0: none), with what it
+ * wants into *want (framework.h), to answer with shim_group_flushed once
+ * flushed. */
+uint64_t shim_group_tick(uint64_t *want);
 void shim_group_flushed(uint64_t ticket);
+/* Whether a member of the group waits for its turn now (the helper then
+ * serves the members' requests every 2 * SHIM_GROUP_POLL_MS). */
+bool shim_group_waiters(void);
 
 /* Marks this member as ending (its program is done: framework.h's
  * shim_framework_ending); the helper's, each tick. */

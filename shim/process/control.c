@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cap.h"
+#include "capture.h"
 #include "comm.h"
 #include "control.h"
 #include "cupti.h"
@@ -262,7 +263,10 @@ static void publish(void)
 
 /* ---- helper thread -------------------------------------------------------- */
 
-enum { PUBLISH_MS = 100, NVML_EVERY = 10 };
+/* The page is published every PUBLISH_MS; readers' requests (cupool
+ * flush, dump, stat), which cost a look at two counters when there are
+ * none, are served within REQUEST_MS. */
+enum { PUBLISH_MS = 100, REQUEST_MS = 10, NVML_EVERY = 10 };
 
 /* Drains the trace, then lets sig take its default course. */
 static void terminate_drained(int sig)
@@ -281,11 +285,14 @@ static void framework_counted(const shim_framework_result *f, char *buf, size_t 
 {
     char t[32], c[32];
     buf[0] = '\0';
+    if (f->deferred)
+        shim_count(SHIM_framework_deferred);
     if (f->status == SHIM_FW_LATE) {
         shim_count(SHIM_framework_late);
-        snprintf(buf, len, "; the program's main thread reached no safe point "
-                 "within %d ms (a long call), so its framework kept its cache",
-                 SHIM_FRAMEWORK_WAIT_MS);
+        snprintf(buf, len, "; %s: the framework's release runs as soon as it can, "
+                 "and is said then", f->waiting == SHIM_FW_WAIT_CAPTURE
+                 ? "a CUDA graph capture is under way"
+                 : "the program's Python lock (GIL) is held in a long call");
         return;
     }
     if (f->jax_seen)
@@ -296,40 +303,70 @@ static void framework_counted(const shim_framework_result *f, char *buf, size_t 
     shim_count_add(SHIM_framework_flushed, f->torch + f->cupy);
     shim_count_add(SHIM_framework_torch, f->torch);
     shim_count_add(SHIM_framework_cupy, f->cupy);
-    snprintf(buf, len, "; of it, %s%s%s%s%s%s", f->torch_seen ? "torch.cuda.empty_cache " : "",
+    snprintf(buf, len, "; of it, %s%s%s%s%s%s%s", f->torch_seen ? "torch.cuda.empty_cache " : "",
              f->torch_seen ? stats_fmt_bytes(f->torch, t, sizeof(t)) : "",
              f->torch_seen && f->cupy_seen ? ", " : "", f->cupy_seen ? "CuPy's pool " : "",
              f->cupy_seen ? stats_fmt_bytes(f->cupy, c, sizeof(c)) : "",
+             f->deferred ? " (after the graph capture under way)" : "",
              f->failed ? " (a framework call raised; the program was not disturbed)" : "");
 }
 
+/* Counts a flush (under c) and says it in one line; a conditional one
+ * that found nothing worth returning only at debug level. */
+static void flush_said(enum shim_counter c, const char *by, const shim_framework_result *f)
+{
+    if (f->skipped && !f->own && f->status != SHIM_FW_LATE) {
+        shim_log(SHIM_LOG_DEBUG, "flush (%s): nothing worth returning", by);
+        return;
+    }
+    shim_count(c);
+    shim_count_add(SHIM_flushed, f->own);
+    char h[32], parts[256];
+    framework_counted(f, parts, sizeof(parts));
+    shim_log(SHIM_LOG_WARN, "flush (%s): returned %s to the driver in %.0f ms%s%s", by,
+             stats_fmt_bytes(f->own, h, sizeof(h)), (double)f->took_ns / 1e6, parts,
+             f->jax_seen ? "; JAX holds its own memory, which cannot be given back "
+                           "from outside" : "");
+}
+
 /* Asks the frameworks for their caches, then returns every cached segment
- * to the driver, counted under c. */
-static void flush(enum shim_counter c, const char *by)
+ * to the driver (framework.h; want: 0, or a group member's shortfall),
+ * counted under c. A late one returns cupool's own cache at once, unless
+ * a capture is under way; the rest when it lands. */
+static void flush(enum shim_counter c, const char *by, uint64_t want)
 {
     shim_framework_result f;
-    shim_framework_release(&f);
-    uint64_t n = shim_device_flush_all();
-    shim_count(c);
-    shim_count_add(SHIM_flushed, n);
-    char h[32], parts[256];
-    framework_counted(&f, parts, sizeof(parts));
-    shim_log(SHIM_LOG_WARN, "flush (%s): returned %s to the driver%s%s", by,
-             stats_fmt_bytes(n, h, sizeof(h)), parts,
-             f.jax_seen ? "; JAX holds its own memory, which cannot be given back "
-                          "from outside" : "");
+    uint64_t t0 = shim_mono_ns();
+    shim_framework_flush(want, &f);
+    if (f.status == SHIM_FW_LATE && shim_capture_gate_close()) {
+        f.own = shim_device_flush_all();
+        shim_capture_gate_open();
+    }
+    if (f.status == SHIM_FW_LATE)
+        f.took_ns = shim_mono_ns() - t0;
+    flush_said(c, by, &f);
+}
+
+/* A late flush that ran since: said and counted now. */
+static void flush_landed(void)
+{
+    shim_framework_result f;
+    if (shim_framework_landed(&f))
+        flush_said(SHIM_flushes_landed, "landed late", &f);
 }
 
 static void handle(unsigned char b)
 {
     if (b == SHIM_WAKE_DRAIN) {
         shim_trace_drain();
+    } else if (b == SHIM_WAKE_LANDED) {
+        flush_landed();
     } else if (sigismember(&term_handled, b) == 1) {
         /* Even when recording stopped on a write error since: the
          * program still has to end. */
         terminate_drained(b);
     } else if (b == shim_cfg.flush_signal) {
-        flush(SHIM_signal_flushes, "a signal");
+        flush(SHIM_signal_flushes, "a signal", 0);
     } else if (b == shim_cfg.stats_signal) {
         shim_framework_view_now();
         dump_stats();
@@ -374,7 +411,7 @@ static void serve_requests(void)
     if (!t[STATS_REQ_FLUSH] && !t[STATS_REQ_DUMP] && !t[STATS_REQ_VIEW])
         return;
     if (t[STATS_REQ_FLUSH])
-        flush(SHIM_requested_flushes, "cupool flush");
+        flush(SHIM_requested_flushes, "cupool flush", 0);
     if (t[STATS_REQ_DUMP]) {
         shim_count(SHIM_requested_dumps);
         shim_framework_view_now();
@@ -393,9 +430,9 @@ static void serve_group(void)
 {
     if (*shim_cfg.group && shim_framework_ending())
         shim_group_ending();
-    uint64_t t = shim_group_tick();
+    uint64_t want = 0, t = shim_group_tick(&want);
     if (t) {
-        flush(SHIM_group_flushes, "the group");
+        flush(SHIM_group_flushes, "the group", want);
         shim_group_flushed(t);
     }
 }
@@ -409,20 +446,28 @@ static void *helper(void *arg)
     shim_signals_helper_mask(); /* cupool's own signals reach it even when
                                    every program thread blocks them */
     bool ticking = shim_cfg.live_page || shim_tracing() || *shim_cfg.group;
-    uint64_t due = 0;
+    uint64_t due = 0, group_due = 0, request_due = 0;
     for (unsigned publishes = 0;;) {
         uint64_t now = shim_mono_ns() / 1000000u;
+        if (now >= group_due) {
+            serve_group(); /* more often while a member waits for its turn */
+            group_due = now + (shim_group_waiters() ? SHIM_GROUP_POLL_MS * 2 : PUBLISH_MS);
+        }
         if (now >= due) {
             if (shim_cfg.live_page && publishes++ % NVML_EVERY == 0)
                 refresh_outside();
-            serve_group();
             publish();
-            serve_requests();
             if (shim_tracing())
                 shim_trace_drain();
             due = now + PUBLISH_MS;
         }
-        int wait = !ticking ? -1 : (int)(due - now);
+        if (now >= request_due) {
+            serve_requests();
+            request_due = now + REQUEST_MS;
+        }
+        uint64_t next = due < group_due ? due : group_due;
+        next = next < request_due ? next : request_due;
+        int wait = !ticking ? -1 : (int)(next - now);
         if (shim_tracing() && wait > SHIM_TRACE_TICK_MS)
             wait = SHIM_TRACE_TICK_MS;
         struct pollfd pf = {.fd = shim_doorbell_rd(), .events = POLLIN};
@@ -520,8 +565,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
     char group[1024];
     shim_group_report(dev, size, group, sizeof(group));
     const char *cause =
-        *group ? "the group's budget (CUPOOL_GROUP), after its other members "
-                 "flushed"
+        *group ? shim_group_cause()
         : frag ? "fragmentation: enough memory is free in total, but no free "
                "block is large enough and no new segment fits"
         : err == -EDQUOT ? "the cap: allocated memory plus this request "
