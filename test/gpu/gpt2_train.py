@@ -1,6 +1,7 @@
 """A GPT-2 (124M, Hugging Face transformers, random init: no download)
 trained on variable-length batches of about TOKENS tokens (sequence length
-drawn from 64..1024 each step), AdamW, STEPS steps. Prints one JSON line:
+drawn from 64..1024 each step), AdamW, STEPS steps, LAYERS layers (12).
+Prints one JSON line:
 median step time (steps after the first 5), the losses (deterministic
 kernels, so they must match bit for bit between allocators), and peak
 memory as PyTorch sees it (native allocator) or as cupool's statistics say
@@ -25,7 +26,7 @@ if CAP_MIB and not os.environ.get("CUPOOL_MAX_RESERVED"):
     torch.cuda.set_per_process_memory_fraction(min(1.0, (CAP_MIB << 20) / total))
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
-cfg = GPT2Config()
+cfg = GPT2Config(n_layer=int(os.environ.get("LAYERS", "12")))
 cfg._attn_implementation = "eager"  # the fused kernels' backward is not deterministic
 model = GPT2LMHeadModel(cfg).cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
