@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cupool - plain GNU make. `make` builds, `make test` runs every test (with
 # AddressSanitizer, UndefinedBehaviorSanitizer and ThreadSanitizer builds),
 # `make bench` runs the CPU benchmarks.

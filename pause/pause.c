@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pause.c - cupool-pause, behind `cupool pause PID` and `cupool resume PID`:
  * gives a process's whole GPU back from outside and takes it again,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * addrmap.h - a map from nonzero integer keys (addresses, handles) to
  * pointers: open addressing, linear probing, backward-shift deletion (no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * alloc.c - the allocation path: which free block a request gets (best or
  * first fit, max_split, whether to split), how large a segment the pool

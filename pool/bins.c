@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bins.c - the free index: size bins, each an AVL tree by (size, address),
  * with a bitmap of the non-empty bins.

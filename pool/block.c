@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * block.c - block nodes and the bookkeeping every block change goes
  * through: the spare-node slabs, the free indexes (clean bins, dirty

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * budget.h - the cap on reserved bytes: how many are taken, how many may
  * be. A pool takes from its budget before every segment it reserves and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check.c - pool_check: walks every structure and recomputes every counter
  * from scratch. O(blocks log blocks); for tests and debugging, never on a

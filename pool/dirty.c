@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dirty.c - blocks freed since the last fence: per-bin unordered lists with
  * a bitmap of the non-empty bins.

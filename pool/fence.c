@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fence.c - fences, and the clean block a request gets. A free makes its
  * block dirty: work queued before the free may still use the memory. A

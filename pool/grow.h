@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grow.h - the one way cupool grows an array: doubling, from 16. Below
  * every layer (the pool, the shim, the trace tools and the tests use it).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pool.c - the pool's front: configuration, free, queries, flush,
  * statistics and life cycle. The rest of pool/, by what it does:

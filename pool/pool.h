@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pool.h - cupool's allocator: a fragmentation-aware best-fit caching pool
  * of address ranges.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pool_internal.h - the pool's data structures and the functions its files
  * share, for the files of pool/ only.

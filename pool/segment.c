@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * segment.c - segments: the array of them sorted by base (pool_owns, bad
  * frees and trims find a segment by address in it), reserving a new one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stitch.c - stitching, for a backend that can map several ranges into one
  * (CUPOOL_STITCH, over CUDA's virtual memory management): when no free

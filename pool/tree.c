@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tree.c - an intrusive AVL tree of free blocks keyed by (size, address),
  * with parent links and a cached minimum.

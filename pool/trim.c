@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trim.c - trimming: giving back the whole trim units (the backend's
  * trim_unit, a power of two) under clean free blocks while their segments

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli.c - cupool-stat, the reader behind `cupool stat`, `cupool top`,
  * `cupool flush` and `cupool dump`: it reads the live pages of this user's

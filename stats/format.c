@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * format.c - the human table, the detail listing, JSON and Prometheus,
  * every one generated from STATS_DEVICE_FIELDS / STATS_PROCESS_FIELDS.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * groupseg.h - one budget for several processes: the group segment.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * page.c - the live page: one small shared-memory file per process.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * safefile.h - one check for every file cupool writes or trusts.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats.h - cupool's statistics: one list of fields, expanded into the
  * snapshot structs, the human table, the JSON and the Prometheus names;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace.c - the trace header, names, loading and writing (see trace.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace.h - cupool's allocation trace: the file format, and its reader.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_pool.c - CPU benchmarks of pool/ against the arithmetic backend.
  *

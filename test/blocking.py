@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ways an idle Python program's main thread waits, for the flush
 tests (test/fw_prog.py on the simulated runtime, test/gpu/idle_hold.py on
 a GPU). block(MODE) does not return: it ends with the program (SIGTERM),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * demo.c - what `make demo` runs, with and without cupool, linked against
  * the real CUDA runtime when a GPU is present and the simulated one

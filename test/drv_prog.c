@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * drv_prog.c - scenarios that reach CUDA as a static runtime, CuPy or XLA
  * do: no runtime linked; the driver's entry points come from

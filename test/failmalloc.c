@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * failmalloc.c - preloaded by test_safety.py: host memory that runs out.
  * With FAILMALLOC_AFTER=N, the first N calls to malloc, calloc, realloc

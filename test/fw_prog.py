@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fw_prog.py MODE: a Python program under libcupool.so over the simulated
 runtime, for the framework flush tests of test_shim (the stand-in torch of
 test/fw on its path). It touches $READY when its memory is in place and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * next_interposer.c - another interposer preloaded after cupool, as
  * profilers and sanitizers are: its getpid finds the next getpid with

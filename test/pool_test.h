@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pool_test.h - fixture and checked wrappers shared by the pool tests.
  * Every wrapper runs pool_check after the operation and fails the test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rt_prog.c - scenarios run under LD_PRELOAD=libcupool.so, linked only
  * against a CUDA runtime: the simulated one (build/sim, -DSIMCUDA) on the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Python program with its own SIGUSR1 handler (signal.signal), run
 under libcupool.so over the simulated runtime by test_shim: it allocates
 through the runtime's cudaMalloc (as PyTorch does, through the symbol the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The simulated driver's statistics (test/simcuda/simcuda.h's
 simcuda_stats), for the Python programs test_shim runs."""
 import ctypes

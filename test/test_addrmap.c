@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_addrmap.c - pool/addrmap.h against a plain array of what it should
  * hold: block addresses (512-aligned) and small handles (consecutive

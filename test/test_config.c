@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_config.c - the option table and parsers: every accepted form, every
  * rejected one, and that a rejected value prints one clear line and keeps

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_docs_examples.py BUILD - the examples of docs/GUIDE.md that need no
 GPU are run and compared with what the guide shows: each example's output
 lines, numbers masked (pids, times, sizes differ from run to run and

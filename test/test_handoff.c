@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_handoff.c - file descriptors handed between processes (handoff.c):
  * many pieces in several messages, each batch taken as it comes, the exporter's errors passed on, a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cupool import-torch on a snapshot recorded on an H200 by
 test/gpu/torch_snapshot.py (test/data/torch_snapshot.pickle.gz), checked
 against what the snapshot's *segment state* says (independent of the trace

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_owner.c - the owner hints (shim/device/owner.c): whole granules name their
  * pool, a granule two pools' segments share names none, a range given back

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pool.c - one cmocka test per rule of the pool (pool.h), each calling
  * pool_check after every operation through the x* wrappers.

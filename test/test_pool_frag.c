@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pool_frag.c - the fragmentation pattern users report, replayed.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pool_random.c - a seeded random walk of 600 000 mixed operations
  * against a reference model of the live blocks.

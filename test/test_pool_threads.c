@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pool_threads.c - eight threads allocate and free on one pool while a
  * ninth flushes, reads statistics and runs pool_check. Threads only count

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_recorder.c - the trace recorder's final drain (shim_trace_finish)
  * against a producer caught between reading the recording state and

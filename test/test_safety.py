@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_safety.py BUILD - cupool on a machine shared with other users, and
 under host memory pressure. Each check runs real processes: the scenario
 program preloaded with BUILD/libcupool.so over the simulated runtime, the

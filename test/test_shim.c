@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_shim.c - runs test/rt_prog scenarios as child processes with
  * LD_PRELOAD=build/libcupool.so over the simulated runtime, each with the

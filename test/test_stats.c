@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_stats.c - the formatters and the live page. JSON is read back by a
  * real parser (Python's json), Prometheus output is checked by promtool

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_trace.c - the trace format (round trip, truncation, corruption),
  * the replay (known sequences give known figures under each policy, the

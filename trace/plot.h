@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plot.h - the memory timeline of a replayed trace as a self-contained SVG:
  * allocated, reserved and largest free block over time, the reserved

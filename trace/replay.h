@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.h - runs a trace's allocations and frees through the real pool
  * (pool/) on a simulated device, under a chosen policy, and measures what

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_backend.c - see sim_backend.h. */
 #include <errno.h>
 #include <stdbool.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sim_backend.h - the simulated device: a pool backend made of arithmetic.
  * `cupool replay` runs recorded traces on it, and the CPU tests check the

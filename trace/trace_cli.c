@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace_cli.c - cupool-trace, behind `cupool replay`, `cupool plot` and
  * `cupool import-torch`:

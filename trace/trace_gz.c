@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace_gz.c - reading gzip'd traces (the ones shipped in test/data, and
  * what a user compressed), for the trace tools only: libcupool.so writes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace_gz.h - loading a trace that may be gzip'd, for the trace tools
  * (with zlib; libcupool.so reads and writes plain traces only).

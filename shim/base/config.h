@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config.h - cupool's options: one table, every option CUPOOL_*, parsed once
  * and strictly. A bad value yields one line naming the variable, the value

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.c - see log.h. The rate limit is a token bucket: a burst of 20
  * messages, then 5 a second; what it drops is counted and reported with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.h - cupool's messages: every line starts with "cupool: " and goes to
  * stderr through one write(2), formatted in a stack buffer (no malloc, no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * options_cli.c - cupool-options: the shim's option table, for
  * scripts/cupool (so that `cupool run` knows the options from the one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* process.c - see process.h. */
 #include <errno.h>
 #include <fcntl.h>

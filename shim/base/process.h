@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * process.h - what the whole process shares, below every other part of
  * the shim that needs it: the options as loaded, whether cupool is active,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * recorder.h - CUPOOL_TRACE: every allocation event the shim sees, recorded in
  * the format of stats/trace.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * driver.c - see driver.h: the real driver, and which entry points a
  * program is handed.

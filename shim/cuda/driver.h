@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * driver.h - the CUDA driver (libcuda.so.1): the real functions cupool
  * calls, and the entry points a program is handed.

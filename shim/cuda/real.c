@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * real.c - finds the real CUDA runtime functions.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * real.h - the CUDA runtime functions cupool calls: one list, expanded into
  * the pointer table, the resolver and (for the interposed ones) the export

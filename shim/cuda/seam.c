@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * seam.c - see seam.h: the runtime's instance, then the driver's.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * seam.h - the CUDA seam: every CUDA operation the device's pools and
  * fence make, as one table with two instances, the program's runtime and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * symbols.h - finding functions in the process's libraries without cupool
  * answering: glibc's own dlsym, however the process reached cupool's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cap.h - the cap's one owner. CUPOOL_MAX_RESERVED (CUPOOL_MAX_RESERVED_<N>)
  * becomes each device's budget (pool/budget.h), whose limit is set here

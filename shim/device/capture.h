@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * capture.h - graph captures, as the fence and the allocation calls must
  * see them: how many are open (the fence checks streams for a capture only

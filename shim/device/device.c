@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device.c - per-device pools and the CUDA backend that feeds them:
  * segments reserved through the CUDA seam (seam.h) or, with CUPOOL_VMM,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device.h - one pool per device (in shards) and the CUDA backend that
  * feeds it: serving, freeing, flushing, statistics. The device's state is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * devstate.h - what cupool knows of each device: its shards' pools, its
  * cap, the streams and fences of its fence, the CUDA seam it calls, and

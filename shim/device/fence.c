@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fence.c - the fence: what makes a block freed by the program safe to
  * hand to new work (fence.h). The streams it must order are tracked here

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fence.h - the fence: a block freed by the program is handed to new work
  * only once the GPU work queued before its free cannot still use it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * group.h - CUPOOL_GROUP: this process as a member of a group of
  * processes that share one budget per device (stats/groupseg.h holds the

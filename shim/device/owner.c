@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * owner.c - the owner hints of owner.h: one 16-bit entry per 2 MiB granule
  * of the 47-bit user address space (128 MiB of address space reserved

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * owner.h - which pool holds an address: a hint kept per 2 MiB of address
  * space, so that a free goes to the owning device's shard at once instead of

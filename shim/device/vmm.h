@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * vmm.h - segments made with the driver's virtual memory calls
  * (CUPOOL_VMM=1), so that the pool can give back the memory under a free

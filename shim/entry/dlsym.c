@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dlsym.c - cupool's dlsym, the entry every caller's dlsym reaches (a
  * preloaded definition interposes every caller's, whichever glibc version

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handoff.h - file descriptors handed from one process to another of the
  * same user: how CUDA IPC of memory in VMM segments travels (ipc.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * interpose.c - the CUDA runtime symbols libcupool.so exports.
  *

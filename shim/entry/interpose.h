@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * interpose.h - what the runtime's and the driver's interposed entry points
  * share (interpose.c, interpose_driver.c).

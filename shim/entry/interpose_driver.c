@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * interpose_driver.c - the driver entry points cupool hands out in place of
  * the driver's (driver.h): exported under the driver's own names, so a

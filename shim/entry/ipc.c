@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ipc.c - see ipc.h: CUDA IPC of pooled blocks.
  *

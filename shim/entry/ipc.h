@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ipc.h - CUDA IPC of pooled blocks (ipc.c): the exporter's handles and the
  * importer's mappings, behind cudaIpcGetMemHandle, cudaIpcOpenMemHandle and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ipc_vmm.c - see ipc_vmm.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ipc_vmm.h - CUDA IPC of blocks in VMM segments (CUPOOL_VMM,
  * CUPOOL_STITCH), which have no CUDA handle: the handle is always

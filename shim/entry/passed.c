@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * passed.c - see passed.h. One map per kind from key to (device, size)
  * (pool/addrmap.h), under one mutex: these calls are the slow ones (each

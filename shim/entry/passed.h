@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * passed.h - memory the process allocates through calls cupool passes on
  * to CUDA (stream-ordered, managed, pitched and 3D allocations, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * control.h - the shim's life cycle and its outside controls: options read
  * at load, the flush and statistics signals (a handler that writes one byte

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * framework.h - a flush, run by its own worker thread: the frameworks'
  * caches first, then cupool's.

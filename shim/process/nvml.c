@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvml.c - see nvml.h. Only four NVML entry points are used, declared here
  * (the toolkit ships no nvml.h with the runtime): init, a device handle by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvml.h - how much device memory this process holds on a device, from
  * NVML, loaded with dlopen when first asked (optional: without it the

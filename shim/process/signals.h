@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * signals.h - cupool keeps its own signals (CUPOOL_FLUSH_SIGNAL,
  * CUPOOL_STATS_SIGNAL) whatever the program does with them later, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * comm.h - which non-blocking streams a poll fence may leave out
  * (CUPOOL_FENCE=poll with CUPOOL_CUPTI=1): those with no work queued since

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupti.h - CUPOOL_CUPTI: counting, through CUPTI's callbacks, the driver
  * calls that may give the GPU work, so that a fence can be skipped when no

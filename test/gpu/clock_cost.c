@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * clock_cost.c - what a trace timestamp costs on this host: RDTSC plain,
  * fenced and RDTSCP, and clock_gettime (fine and coarse), per call, in a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The statistics of the calling process, from cupool itself: when running
 under cupool with CUPOOL_STATS_FILE and CUPOOL_STATS_FORMAT=json set, send
 ourselves the statistics signal and read the line it writes. And the device

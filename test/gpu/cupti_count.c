@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupti_count.c - a preloadable library that counts, through CUPTI's
  * driver-API callbacks, the kernel launches a program makes, and prints

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cupti_ops.py OP N - N iterations of one PyTorch operation whose kernels
 # come from one library: matmul (cuBLAS), conv (cuDNN), relu (PyTorch's own).
 # Run under test/gpu/cupti_count.c: N = 100 must count at least 100 launches

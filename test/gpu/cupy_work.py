@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """CuPy under cupool: a workload whose arrays change size every step.
 
   cupy_work.py bench pool|nopool STEPS   time per step, checksum (JSON)

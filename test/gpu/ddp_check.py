@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small DistributedDataParallel loop over NCCL (run with torchrun, two
 ranks): NCCL's own allocations (cuMemCreate, cuMemMap) go through cupool's
 driver entry points. Rank 0 prints one JSON line: median step time, the final loss, and its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DistributedDataParallel over NCCL on a GPT-2 of LAYERS layers (Hugging
 Face transformers, random init: no download; default 6), variable-length
 batches of about TOKENS tokens (sequence length drawn from 64..1024 each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fence_parts.c - what each CUDA call in cupool's barrier fence costs on
  * the host (median of 9 batches of 20 000 calls), to decide what a cheaper

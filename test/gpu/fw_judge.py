@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fw_judge.py one|ddp OUT [RC]: the rows of scripts/gpu-framework, from the
 logs it left in OUT (see there)."""
 import json

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * getdev_cost.c - what finding the current device costs, from one thread
  * and from 8 at once: cudaGetDevice, cuCtxGetCurrent and cuCtxGetDevice,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpa_probe.c - what the driver's entry points answer, on a real driver:
  * for each (name, CUDA version, flags) asked of cuGetProcAddress_v2 and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A GPT-2 (124M, Hugging Face transformers, random init: no download)
 trained on variable-length batches of about TOKENS tokens (sequence length
 drawn from 64..1024 each step), AdamW, STEPS steps, LAYERS layers (12).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """graph_flush.py: CUDA graphs captured and replayed while flushes come
 from outside (scripts/gpu-idle flushes it every 100 ms). A worker thread,
 not the main one, for DURATION seconds (20): builds a small model, warms

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """group_phase.py ME OTHER FIRST: PHASES phases taken in turn with another
 process on one GPU (scripts/gpu-group). Each phase holds GIB GiB of tensors
 for a few matrix products, then frees them (PyTorch's cache keeps the

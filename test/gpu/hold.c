@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hold.c - holds GPU memory for the checks that look from outside.
  *   hold fill CHUNK_MIB READY   allocate chunks until cudaMalloc fails,

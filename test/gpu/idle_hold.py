@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """idle_hold.py MODE: a PyTorch program (its caching allocator on) gone
 idle with its cache full, for a flush from outside (scripts/gpu-idle).
 It holds LIVE_MIB MiB (512) live in one tensor and has had GIB GiB (40)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small JAX training loop (flax, optax): an MLP on random data whose
 batch size changes every step, so buffers of many sizes come and go.
 Prints one JSON line: mean step time, final loss, the allocator asked for.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // launch_bench.cu - kernel launches per second: what the hooks cost a
 // program that does not allocate (nothing on the launch path is wrapped).
 // Prints one JSON line: the median over 7 batches of 20000 empty launches.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mix_bench.c - allocation benchmarks for scripts/bench-gpu.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // nccl_comm.cu - the fence's comm streams (shim/watch/comm.h) on real NCCL, one
 // rank: an all-gather of one rank is a copy of its send buffer into its
 // receive buffer, queued on the stream it is given, which keeps that

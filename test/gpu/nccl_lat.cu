@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // nccl_lat.cu - NCCL's latency between two GPUs, as nccl-tests measures it:
 // one process drives both GPUs (ncclCommInitAll), each on its own
 // non-blocking stream, buffers from cudaMalloc. For each size from 8 B to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvml_watch.c - the device memory in use as NVML counts it (nvidia-smi
  * reads NVML), read from a process of its own (scripts/gpu-idle).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pair_bench.c - host-side latency of cudaMalloc+cudaFree pairs at several
  * sizes, and of cudaMallocAsync+cudaFreeAsync pairs on the default memory

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pause_limits.py DIR: what a pause meets in flight. A CUDA graph captured
 (a matmul chain) and a long stream of matmuls queued on a side stream when
 it touches DIR/ready; it waits (in Python) for DIR/go, then checks the side

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pause_train.py: a GPT-2 (HF transformers, 6 layers, random init, no
 download) trained on variable-length batches of about TOKENS tokens,
 deterministic, STEPS steps, PyTorch's caching allocator on. With DIR set,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Copies between two GPUs in one process, as a model split over two GPUs
 does: tensors made before the first copy between the devices (which has
 PyTorch enable peer access) and after it, each way, then a copy whose

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // race.cu - does a reused block ever receive late writes from old work?
 //
 // Kernel A, on stream A, spins (about 2 ms a wave) and then writes 1 into every

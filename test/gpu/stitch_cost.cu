@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stitch_cost.cu - what one stitched allocation costs, run under cupool
  * (CUPOOL_STITCH=1), beside the same call under CUPOOL_VMM=1 (which grows

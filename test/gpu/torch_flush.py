@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPT-2 (124M, Hugging Face transformers, random init) trained STEPS steps
 on variable-length batches of about TOKENS tokens, deterministic (so runs
 compare loss for loss), with PyTorch's caching allocator on. With FLUSH_AT=K

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch's CUDA graphs under cupool. Captures one forward pass of a
 linear layer with torch.cuda.graph, replays it on new input and compares
 with eager. Prints one line: "capture ok, replay matches: True" or

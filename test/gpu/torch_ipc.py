@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """CUDA tensors shared between processes with torch.multiprocessing: the
 consumer reads a tensor the producer sent and writes into it; the producer
 sees the write. Under cupool, PyTorch's segment holding the tensor may be a

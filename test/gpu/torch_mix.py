@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The random mix (55% allocations, 512 B to 4 MiB log-uniform, at most 4000
 live) through PyTorch's caching allocator, called from C++ (an extension
 built here with load_inline) so that no Python overhead is timed. Prints one

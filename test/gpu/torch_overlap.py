@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A one-GPU stand-in for DistributedDataParallel's overlap of compute and
 communication. The transformer of transformer.py (fixed length, TOKENS a
 step) trains on the default stream; gradient hooks hand the gradients, in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A PyTorch job with its own SIGUSR1 handler (as Lightning's SLURM requeue
 installs), run under `cupool run --torch`: it caches GiB (argument 1) in
 cupool's pool, installs its handler after cupool's, touches READY (argument

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.profiler under cupool, in a job that uses NCCL (a one-rank process
 group: CUPOOL_CUPTI=auto starts CUPTI at the 8th fence after its first NCCL
 call, within the first steps). The profiler

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Records a PyTorch memory snapshot of the variable-length transformer
 (native allocator, a few steps) for `cupool import-torch`, and what PyTorch
 itself says at the moment of the snapshot, for the import test to check

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small deterministic PyTorch training loop with varying batch sizes.
 
 Prints one JSON line: the losses, and (when run under cupool with

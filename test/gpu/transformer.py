@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Variable-length transformer training (the fragmentation pattern users report): an 8-layer encoder,
 d=1024, 16 heads, AdamW, about TOKENS tokens a step with the sequence length
 drawn from 8..1024 each step. CAP_FRACTION caps PyTorch's own allocator

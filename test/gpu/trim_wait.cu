@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // trim_wait.cu - under CUPOOL_VMM=1 and CUPOOL_MAX_RESERVED=64M, does the
 // pool wait for running work before it gives back memory a kernel still
 // writes? A 30 MiB block shares a segment with a live 4 MiB block; a kernel

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """turns.py NAME: a job that uses the GPU in turns, idle between them with
 PyTorch's cache full, as jobs sharing one GPU do (scripts/gpu-idle). After
 START_DELAY seconds (0), TURNS turns (3): each allocates FRACTION (0.58) of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * vmm_parts.cu - what CUPOOL_VMM's driver calls cost, beside cudaMalloc and
  * cudaFree of the same sizes, and whether cuMemUnmap waits for running work

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * simckpt.c - the driver's checkpoint calls (cuCheckpointProcess*), as
  * cupool pause and resume use them from another process, on the simulated

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * simcuda.c - the simulated CUDA driver for CPU tests, libcuda.so.1; see
  * simcuda.h. It holds the state: the runtime's calls are here as simrt_

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * simcuda.h - the simulated CUDA runtime's own interface, for tests.
  *

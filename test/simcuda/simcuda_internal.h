@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * simcuda_internal.h - what the simulated driver's files share: the state
  * (simcuda.c), the CUPTI report (simcupti.c). Hidden: none of it is the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * simcudart.c - the simulated runtime, libcudart.so.13: what a runtime
  * does, on the simulated driver (simcuda.c, libcuda.so.1), which holds the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * simcupti.c - the simulated CUPTI: one subscriber, the driver domain only.
  */

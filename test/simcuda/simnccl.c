@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * simnccl.c - a simulated NCCL (libnccl.so.2) on the simulated driver, for
  * the fence's comm streams (shim/watch/comm.h): one rank. A collective queues one

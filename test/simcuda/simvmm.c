@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * simvmm.c - the simulated driver's virtual memory calls, on the state of
  * simcuda.c (simcuda_internal.h).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in for PyTorch, for test/fw_prog.py: only what cupool's framework
 flush touches (torch.cuda.is_initialized, device_count, memory_reserved,
 empty_cache, ipc_collect), over the runtime the program sees (cudaMalloc

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.cuda of the stand-in (see __init__.py)."""
 import ctypes
 import threading
