@@ -58,17 +58,17 @@ deps:
 	scripts/install-deps "the build" $$missing
 
 # The tests' own tools: cmocka; Python 3 (a real JSON parser reads the
-# statistics); promtool, from Debian's prometheus package, the only one that
-# ships it (it brings the server too, unused: the tests only run promtool to
-# check the Prometheus output); xmllint (the SVG timeline). Installed as the
-# build's are.
+# statistics); xmllint (the SVG timeline), installed as the build's are; and
+# promtool (it checks the Prometheus output), taken out of Debian's
+# prometheus package into $(BUILD)/tools without installing the package,
+# which would enable a Prometheus server (scripts/get-promtool).
 cmocka-check:
 	@missing=; \
 	test -f /usr/include/cmocka.h || missing="$$missing libcmocka-dev"; \
 	command -v python3 >/dev/null || missing="$$missing python3"; \
-	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v xmllint >/dev/null || missing="$$missing libxml2-utils"; \
 	scripts/install-deps "the tests" $$missing
+	@command -v promtool >/dev/null || scripts/get-promtool $(BUILD)/tools
 
 # The preloadable library: not linked against any CUDA runtime (it finds the
 # program's own at run time), exporting only the interposed symbols.
@@ -210,22 +210,23 @@ TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats tes
 $(TEST_BINS) $(BUILD)/test_shim: | cmocka-check
 $(BUILD)/cupool-trace: | deps
 
-# Every test program, each one's output shown, then one line counting every
-# test they ran: "N passed, N failed, N skipped". The longest, test_shim
-# under TSan, takes one core; everything else runs beside it on the other
-# (each test_shim run keeps its pages, groups and simulated devices in a
-# directory of its own).
+# Every test program, a line as each ends (a failed one's output after it;
+# every output in $(BUILD)/test-logs), each reason for a skip once, then one
+# line counting every test they ran: "N passed, N failed, N skipped". The
+# longest, test_shim under TSan, takes one core; everything else runs beside
+# it on the other, the quick ones first (each test_shim run keeps its pages,
+# groups and simulated devices in a directory of its own).
 test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
-	@scripts/run-tests \
+	@PATH="$(abspath $(BUILD))/tools:$$PATH" TEST_LOGS=$(BUILD)/test-logs scripts/run-tests \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
-	    -- "timeout 600 $(BUILD)/test_shim $(BUILD)" \
-	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
+	    -- "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \
+	     { echo 'FAIL the code shape (scripts/check-shape)'; exit 1; }" \
 	    $(foreach t,$(TEST_BINS),"timeout 600 $(t)") \
 	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
-	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
 	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
-	    "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \
-	     { echo 'FAIL the code shape (scripts/check-shape)'; exit 1; }"
+	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
+	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
+	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)"
 
 bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cupool-trace
 	scripts/bench-pool

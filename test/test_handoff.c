@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "handoff.h"
+#include "skip.h"
 
 enum { PIECES = 70, NONCE = 0x5eed, TOKEN = 0x70c3 };
 
@@ -194,7 +195,7 @@ static void test_other_user_unanswered(void **s)
 {
     (void)s;
     if (geteuid() != 0)
-        skip();
+        skip_because(SKIP_NOT_ROOT);
     uint64_t token;
     assert_int_equal(shim_handoff_serve(&source, &token), 0);
     int before = atomic_load(&answered);
@@ -250,7 +251,7 @@ static void test_many_pieces_under_a_limit(void **s)
 {
     (void)s;
     if (geteuid() != 0)
-        skip();
+        skip_because(SKIP_NOT_ROOT);
     pid_t c = fork();
     if (c == 0) {
         struct rlimit rl = {100, 100}; /* both ends: 2 batches and a few */

@@ -30,6 +30,7 @@
 #include "driver.h"
 #include "real.h"
 #include "signals.h"
+#include "skip.h"
 
 extern char **environ;
 
@@ -682,7 +683,7 @@ static void test_cupool_run(void **s)
 {
     (void)s;
     if (runtime)
-        skip(); /* a sanitizer build cannot be preloaded into sh */
+        skip_because(SKIP_SANITIZER_PYTHON);
     char out[16384], cmd[1024];
     snprintf(cmd, sizeof(cmd), "CUPOOL_LIB=%s/libcupool.so scripts/cupool run --cupti "
              "--vmm --fence sync --max-reserved 2G -- sh -c 'echo \"$CUPOOL_CUPTI "
@@ -766,7 +767,7 @@ static void test_cli_help_and_mistakes(void **s)
 {
     (void)s;
     if (runtime)
-        skip(); /* nothing here depends on the build variant */
+        skip_because(SKIP_PLAIN_ONLY);
     static const char *const cmds[] = {"run", "stat", "top", "flush", "dump", "replay",
                                        "plot", "import-torch", "pause", "resume"};
     char cmd[256], out[4096];
@@ -816,7 +817,7 @@ static void test_readme_examples_are_commands(void **s)
 {
     (void)s;
     if (runtime)
-        skip();
+        skip_because(SKIP_SANITIZER_PYTHON);
     char out[8192];
     int st = shell("python3 - <<'PY'\n"
         "import re, subprocess\n"
@@ -849,7 +850,7 @@ static void test_demo(void **s)
 {
     (void)s;
     if (runtime)
-        skip(); /* the demo runs the plain build */
+        skip_because(SKIP_PLAIN_ONLY);
     static char out[16384];
     assert_int_equal(shell("scripts/demo 2>&1", out, sizeof(out)), 0);
     static const char *const want[] = {
@@ -869,7 +870,7 @@ static void test_install_uninstall(void **s)
 {
     (void)s;
     if (runtime)
-        skip();
+        skip_because(SKIP_PLAIN_ONLY);
     char dirn[] = "/tmp/cupool-inst-XXXXXX", cmd[512], out[4096];
     assert_non_null(mkdtemp(dirn));
     snprintf(cmd, sizeof(cmd), "M='env -u MAKEFLAGS -u MAKELEVEL make -s'; $M install DESTDIR=%s PREFIX=/opt/c >/dev/null && "
@@ -1379,7 +1380,7 @@ static void test_python_handler(void **s)
 {
     (void)s;
     if (runtime)
-        skip(); /* a sanitizer runtime cannot be preloaded into python3 */
+        skip_because(SKIP_SANITIZER_PYTHON);
     char simenv[PATH_MAX + 16], readyenv[160], ready[128];
     char direnv[128], cmd[512], out[4096];
     sim_lib_env(simenv, sizeof(simenv));
@@ -1458,7 +1459,7 @@ static void test_framework_flush(void **s)
 {
     (void)s;
     if (runtime)
-        skip(); /* a sanitizer runtime cannot be preloaded into python3 */
+        skip_because(SKIP_SANITIZER_PYTHON);
     char out[4096];
     child c;
     fw_start(&c, "torch", NULL);
@@ -1485,7 +1486,7 @@ static void test_framework_view(void **s)
 {
     (void)s;
     if (runtime)
-        skip();
+        skip_because(SKIP_SANITIZER_PYTHON);
     char cmd[256], out[4096];
     child c;
     fw_start(&c, "torch", NULL);
@@ -1509,7 +1510,7 @@ static void test_framework_flush_by_signal(void **s)
 {
     (void)s;
     if (runtime)
-        skip();
+        skip_because(SKIP_SANITIZER_PYTHON);
     child c;
     fw_start(&c, "torch", NULL);
     kill(c.pid, SIGUSR1);
@@ -1530,7 +1531,7 @@ static void test_framework_flush_idle(void **s)
 {
     (void)s;
     if (runtime)
-        skip();
+        skip_because(SKIP_SANITIZER_PYTHON);
     static const char *const modes[] = {"sleep", "select", "poll", "socket", "lock", "event",
                                         "queue", "join", "input", "asyncio", "loop"};
     char out[4096];
@@ -1560,7 +1561,7 @@ static void test_framework_flush_gil_held(void **s)
 {
     (void)s;
     if (runtime)
-        skip();
+        skip_because(SKIP_SANITIZER_PYTHON);
     char out[4096];
     child c;
     fw_start(&c, "gilheld", NULL);
@@ -1587,7 +1588,7 @@ static void test_framework_flush_capture(void **s)
 {
     (void)s;
     if (runtime)
-        skip();
+        skip_because(SKIP_SANITIZER_PYTHON);
     char out[4096];
     child c;
     fw_start(&c, "capture", NULL);
@@ -1606,7 +1607,7 @@ static void test_framework_flush_leaves_alone(void **s)
 {
     (void)s;
     if (runtime)
-        skip();
+        skip_because(SKIP_SANITIZER_PYTHON);
     char out[4096];
     child c;
     fw_start(&c, "none", NULL);
@@ -1887,7 +1888,7 @@ static void test_group_ending_member(void **s)
 {
     (void)s;
     if (runtime)
-        skip(); /* a sanitizer runtime cannot be preloaded into python3 */
+        skip_because(SKIP_SANITIZER_PYTHON);
     static char simenv[PATH_MAX + 16], ready[160], dirv[128], shared[160];
     sim_lib_env(simenv, sizeof(simenv));
     snprintf(ready, sizeof(ready), "READY=%s/a.0", pages);

@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "stats.h"
+#include "skip.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
@@ -588,7 +589,7 @@ static void test_full_tmpfs_fails_cleanly(void **s)
 {
     (void)s;
     if (geteuid() != 0 || mount_small_tmpfs(dir) != 0)
-        skip();
+        skip_because(SKIP_NOT_ROOT);
     char fill[128];
     snprintf(fill, sizeof(fill), "%s/fill", dir);
     int fd = open(fill, O_WRONLY | O_CREAT, 0600);
