@@ -25,7 +25,8 @@ TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := trace/sim_backend.c
 TEST_INC := -Ipool -Itrace -Itest
 
-STATS_SRC := stats/format.c stats/page.c stats/trace.c stats/safefile.c stats/groupseg.c
+STATS_SRC := stats/format.c stats/page.c stats/trace.c stats/safefile.c stats/groupseg.c \
+             stats/userns.c
 STATS_HDR := $(wildcard stats/*.h)
 # The shim, by layer (docs/DESIGN.md): base (options, log, process state,
 # recorder), cuda (the real libraries and the seam), watch (NCCL, CUPTI,
@@ -43,7 +44,7 @@ POOL_TESTS := test_pool test_pool_random test_pool_frag test_addrmap
 TSAN_TESTS := test_pool_threads
 
 .PHONY: all test bench demo deps cmocka-check clean install uninstall
-all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
+all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-exporter $(BUILD)/cupool-trace \
      $(BUILD)/cupool-options $(BUILD)/cupool-pause $(BUILD)/libcupool_pool.a
 
 # The build's dependencies, each missing one installed at once (root with
@@ -125,6 +126,11 @@ $(BUILD)/cupool-stat: stats/cli.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< $(STATS_SRC) -o $@
 
+# cupool exporter: every process under cupool on the node, over HTTP.
+$(BUILD)/cupool-exporter: stats/exporter.c stats/node.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< stats/node.c $(STATS_SRC) -o $@
+
 # cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
 # time, as the shim finds CUDA), a process's page for its flush.
 $(BUILD)/cupool-pause: pause/pause.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
@@ -170,7 +176,7 @@ $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
-SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-trace $(BUILD)/cupool-options $(BUILD)/cupool-pause $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
+SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-exporter $(BUILD)/cupool-trace $(BUILD)/cupool-options $(BUILD)/cupool-pause $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
 
 $(BUILD)/pool/%.o: pool/%.c $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -313,11 +319,11 @@ $(GPU)/nccl_comm: test/gpu/nccl_comm.cu
 
 # The library and the programs behind `cupool` go to $(PREFIX)/lib, where
 # the installed `cupool` finds them; only `cupool` goes on the PATH.
-INSTALLED_LIB := libcupool.so cupool-stat cupool-trace cupool-options cupool-pause \
+INSTALLED_LIB := libcupool.so cupool-stat cupool-exporter cupool-trace cupool-options cupool-pause \
                  cupool-import-torch
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-trace \
+	install -m 755 $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-exporter $(BUILD)/cupool-trace \
 	    $(BUILD)/cupool-options $(BUILD)/cupool-pause scripts/cupool-import-torch \
 	    $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 scripts/cupool $(DESTDIR)$(PREFIX)/bin/

@@ -340,18 +340,40 @@ static void put_family(out *o, const char *m, int counter, const char *help)
     put(o, "# HELP %s %s\n# TYPE %s %s\n", m, help, m, counter ? "counter" : "gauge");
 }
 
-static void put_labels(out *o, const stats_view *v, int device)
+/* {pid="..",comm=".."[,device=".."][,EXTRA]}: extra, when not NULL,
+ * is more labels, escaped already. */
+static void put_labels(out *o, const stats_view *v, int device, const char *extra)
 {
     put(o, "{pid=\"%d\",comm=\"", v->pid);
     put_label(o, v->comm);
     if (device >= 0)
-        put(o, "\",device=\"%d\"}", device);
-    else
-        put(o, "\"}");
+        put(o, "\",device=\"%d", device);
+    put(o, "\"%s%s}", extra ? "," : "", extra ? extra : "");
+}
+
+void stats_prometheus_label(const char *name, const char *value, char *buf, size_t len)
+{
+    out o = {buf, len, 0};
+    put(&o, "%s=\"", name);
+    for (const char *s = value; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\\' || c == '"')
+            put(&o, "\\%c", c);
+        else
+            put(&o, "%c", c >= 0x20 && c < 0x7f ? c : '?');
+    }
+    put(&o, "\"");
+    done(&o);
 }
 
 size_t stats_format_prometheus(const stats_view *const *v, size_t n,
                                char *buf, size_t len)
+{
+    return stats_format_prometheus_with(v, NULL, n, buf, len);
+}
+
+size_t stats_format_prometheus_with(const stats_view *const *v, const char *const *extra,
+                                    size_t n, char *buf, size_t len)
 {
     out o = {buf, len, 0};
     char m[96];
@@ -366,7 +388,7 @@ size_t stats_format_prometheus(const stats_view *const *v, size_t n,
             if (v[i]->dev[k].name == STATS_UNKNOWN)                           \
                 continue;                                                     \
             put(&o, "%s", m);                                                 \
-            put_labels(&o, v[i], v[i]->dev[k].device);                        \
+            put_labels(&o, v[i], v[i]->dev[k].device, extra ? extra[i] : NULL);                        \
             put(&o, " %lu\n", (unsigned long)v[i]->dev[k].name);              \
         }
     STATS_DEVICE_FIELDS(X)
@@ -376,7 +398,7 @@ size_t stats_format_prometheus(const stats_view *const *v, size_t n,
     for (size_t i = 0; i < n; i++)
         for (uint32_t k = 0; k < v[i]->ndevices; k++) {
             put(&o, "cupool_fragmentation_ratio");
-            put_labels(&o, v[i], v[i]->dev[k].device);
+            put_labels(&o, v[i], v[i]->dev[k].device, extra ? extra[i] : NULL);
             put(&o, " %.4f\n", stats_fragmentation(&v[i]->dev[k]));
         }
 #define X(name, unit, kind, help)                                             \
@@ -384,7 +406,7 @@ size_t stats_format_prometheus(const stats_view *const *v, size_t n,
     put_family(&o, m, is_##kind, help);                                       \
     for (size_t i = 0; i < n; i++) {                                          \
         put(&o, "%s", m);                                                     \
-        put_labels(&o, v[i], -1);                                             \
+        put_labels(&o, v[i], -1, extra ? extra[i] : NULL);                                             \
         put(&o, " %lu\n", (unsigned long)v[i]->proc.name);                    \
     }
     STATS_PROCESS_FIELDS(X)

@@ -559,6 +559,30 @@ static int read_view(int fd, stats_view *v)
     return -EAGAIN;
 }
 
+int stats_page_read_node(int dfd, const char *name, int proc_pid, int page_pid, uid_t owner,
+                         stats_view *v)
+{
+    int f = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (f < 0)
+        return -ENOENT;
+    struct stat st;
+    page_data h;
+    int err = 0;
+    uint64_t start;
+    if (!file_ok(f, owner, &st))
+        err = -EPERM;
+    else if (!pread_all(f, &h, offsetof(page_data, asked), 0) || h.magic != PAGE_MAGIC ||
+             h.version != PAGE_VERSION || h.size != sizeof(page_data) || h.pid != page_pid)
+        err = -EPROTO;
+    else if (!(start = stats_start_time(proc_pid)) || (h.start_time && start != h.start_time) ||
+             maps_file(proc_pid, st.st_dev, st.st_ino) != 1)
+        err = -ESRCH; /* the process must map this very file */
+    if (!err)
+        err = read_view(f, v);
+    close(f);
+    return err;
+}
+
 int stats_page_read(int pid, stats_view *v)
 {
     int fd, err = page_open(pid, O_RDONLY, &fd);

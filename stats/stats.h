@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "pool.h"
 
@@ -233,6 +234,13 @@ size_t stats_format_json(const stats_view *v, char *buf, size_t len);
  * labels. */
 size_t stats_format_prometheus(const stats_view *const *v, size_t n,
                                char *buf, size_t len);
+/* The same, with more labels per view: extra[i] (escaped already, as
+ * stats_prometheus_label writes them, comma-separated) or NULL. */
+size_t stats_format_prometheus_with(const stats_view *const *v, const char *const *extra,
+                                    size_t n, char *buf, size_t len);
+/* name="value" with the value escaped for the exposition format (\\ and
+ * \" escaped, bytes outside printable ASCII as '?'), into buf. */
+void stats_prometheus_label(const char *name, const char *value, char *buf, size_t len);
 
 /* ---- the live page (stats/page.c) ---------------------------------------
  * One file per process, <pid namespace>-<pid> in its user's own directory
@@ -312,6 +320,14 @@ int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
  * process's user, mode 0600, one link), -EAGAIN (kept changing while
  * read). Root reads any user's process's page; others their own. */
 int stats_page_read(int pid, stats_view *v);
+/* Reads the page name in directory dfd as the page of process proc_pid
+ * (in the reader's pid namespace), whose own pid namespace calls it
+ * page_pid, of owner (its user as the reader sees it): for a reader of
+ * every process on the node, through /proc/PID/root. The same checks as
+ * stats_page_read, but stricter on the mapping: proc_pid must map this
+ * very file. 0 or as stats_page_read. */
+int stats_page_read_node(int dfd, const char *name, int proc_pid, int page_pid, uid_t owner,
+                         stats_view *v);
 /* Asks pid for r: *ticket is the ticket to wait for. 0 or as
  * stats_page_read. Catches SIGBUS while it runs: for readers, not for the
  * shim. */

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * node.h - every process under cupool on this node, as one reader sees
+ * them: root sees every user's, in containers too; a user sees their own.
+ *
+ * Pages are found where their processes made them, in each mount
+ * namespace's page directories (/dev/shm and /tmp, or those given), reached
+ * through /proc/PID/root of one process of that namespace, and read as
+ * untrusted input: a page counts only if it is a regular file of its
+ * process's user, mode 0600, one link, of the right version, naming its
+ * process by its own pid namespace's pid, and mapped by that very process
+ * (stats_page_read_node). Nothing is asked of any process: no request,
+ * no signal. Each process is labelled with whose it is: its user, its
+ * CUPOOL_GROUP, its Kubernetes pod and container (from its cgroup path),
+ * its Slurm job (its cgroup path, or SLURM_JOB_ID).
+ */
+#ifndef CUPOOL_STATS_NODE_H
+#define CUPOOL_STATS_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stats.h"
+
+/* Why a page found was not counted. */
+#define NODE_SKIP_REASONS(X)                                                      \
+    X(gone, "its process ended, or runs another program, or maps no such file")  \
+    X(foreign, "not a regular file of its process's user, mode 0600, one link")  \
+    X(corrupt, "not a page this version reads")                                  \
+    X(busy, "it kept changing while read")                                       \
+    X(unknown_pid, "no process of its pid namespace has its pid")
+enum node_skip {
+#define NODE_X(name, help) NODE_SKIP_##name,
+    NODE_SKIP_REASONS(NODE_X)
+#undef NODE_X
+    NODE_SKIPS
+};
+
+typedef struct node_proc {
+    int pid;               /* in the reader's pid namespace */
+    uint32_t uid;          /* as the reader sees it */
+    char user[33];         /* its name, or the number */
+    char group[65];        /* CUPOOL_GROUP, or "" */
+    char pod[64];          /* Kubernetes pod UID, or "" */
+    char container[80];    /* container ID, or "" */
+    char job[32];          /* Slurm job ID, or "" */
+    stats_view view;       /* view.pid is set to pid */
+} node_proc;
+
+typedef struct node_scan {
+    node_proc *procs;      /* malloc'd, nprocs of them, by pid */
+    size_t nprocs;
+    uint64_t skipped[NODE_SKIPS]; /* pages not counted in this scan */
+} node_scan;
+
+/* Scans the node: the page directories dirs (ndirs of them; NULL: /dev/shm
+ * and /tmp) in every mount namespace the reader can enter. 0, or -ENOMEM
+ * (s holds what was found before). Free s with node_scan_free. */
+int node_scan_run(node_scan *s, const char *const *dirs, size_t ndirs);
+void node_scan_free(node_scan *s);
+
+/* The labels of p, escaped (stats_prometheus_label), comma-separated:
+ * user, group, pod, container, job. */
+void node_labels(const node_proc *p, char *buf, size_t len);
+
+/* The pod UID and container ID, or the Slurm job ID, in a cgroup path
+ * (one line of /proc/PID/cgroup, or its path): each "" when not there. */
+void node_cgroup_parse(const char *path, char *pod, size_t podlen, char *container,
+                       size_t clen, char *job, size_t joblen);
+
+/* The reason names, for the exporter's counters. */
+const char *node_skip_name(enum node_skip r);
+const char *node_skip_help(enum node_skip r);
+
+#endif
