@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * alloc.c - the allocation path: which free block a request gets (best or
- * first fit, max_split, whether to split), how large a segment the pool
- * grows by when none fits (small, mid or the request's own), and what it
- * tries when the cap or the device refuses (forcing fences, releasing idle
- * segments, trimming, a smaller segment). Fences and the search for a
- * clean block are fence.c's; stitching is stitch.c's.
+ * alloc.c - the allocation path: whether the block a request gets is
+ * split, how large a segment the pool grows by when none fits (small, mid
+ * or the request's own), and what it tries when the cap or the device
+ * refuses (forcing fences, releasing idle segments, trimming, a smaller
+ * segment). Which clean block fits (best or first fit, max_split) and
+ * fences are fence.c's; stitching and releasing idle segments stitch.c's;
+ * trimming trim.c's: all below this file, which only calls down.
  *
  * The allocation path allocates host memory only when a node slab or the
  * address map must grow, and does that before changing anything, so an
@@ -15,54 +16,10 @@
 
 #include "pool_internal.h"
 
-static bool oversize(const pool *p, size_t size)
-{
-    return p->cfg.max_split && size >= p->cfg.max_split;
-}
-
-/* Lowest-addressed clean block of kind with at least size bytes (first fit
- * exists for replay, not for service). Segments, in address order, whose
- * bound says no block fits are skipped; a walk that finds none in a segment
- * makes its bound exact, so a stale bound costs one walk. Before the
- * bounds, every block of every segment was walked: 100 000 live blocks
- * took 12 s to replay. */
-static pool_block *first_fit(pool *p, enum pool_kind kind, size_t size)
-{
-    for (size_t i = 0; i < p->nsegs; i++) {
-        pool_segment *s = p->segs[i];
-        if (s->kind != kind || s->max_clean < size)
-            continue;
-        size_t largest = 0;
-        for (pool_block *b = s->first; b; b = b->next) {
-            if (!b->free || b->dirty)
-                continue;
-            if (b->size >= size)
-                return b;
-            largest = b->size > largest ? b->size : largest;
-        }
-        s->max_clean = largest;
-    }
-    return NULL;
-}
-
-/* The clean block a rounded request gets under the pool's fit policy,
- * honouring max_split; NULL if none. */
-pool_block *pool_find_fit(pool *p, enum pool_kind kind, size_t size)
-{
-    pool_block *b = p->cfg.fit == POOL_FIT_FIRST
-                        ? first_fit(p, kind, size)
-                        : pool_bins_lower_bound(&p->clean[kind], size);
-    if (!b || !oversize(p, b->size))
-        return b;
-    if (!oversize(p, size))
-        return NULL;
-    return b->size - size <= p->cfg.oversize_slack ? b : NULL;
-}
-
 static bool split_worth(const pool *p, const pool_block *b, size_t size)
 {
     size_t rest = b->size - size;
-    if (p->cfg.fit == POOL_FIT_NOSPLIT || oversize(p, b->size) || rest == 0)
+    if (p->cfg.fit == POOL_FIT_NOSPLIT || pool_oversize(p, b->size) || rest == 0)
         return false;
     return pool_block_kind(b) == POOL_SMALL || rest > p->cfg.large_split_min;
 }
@@ -99,7 +56,7 @@ static size_t segment_size(const pool *p, enum pool_kind kind, size_t size)
         return size;
     if (kind == POOL_SMALL)
         return p->cfg.small_segment;
-    if (size <= p->cfg.mid_max && !oversize(p, p->cfg.mid_segment))
+    if (size <= p->cfg.mid_max && !pool_oversize(p, p->cfg.mid_segment))
         return mid_size(p, size);
     return own_segment(p, size);
 }

@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pool.c - the pool's front: configuration, free, queries, flush,
- * statistics and life cycle. The rest of pool/, by what it does:
- *   alloc.c    pool_alloc: fit policy, segment sizes, growth and retries;
- *   fence.c    fences, and the clean block a request gets;
- *   block.c    block nodes, the free indexes, split and merge;
- *   segment.c  the segment array, reserving and releasing segments;
- *   trim.c     giving back whole trim units under free blocks;
+ * statistics and life cycle. The rest of pool/, highest first: a file
+ * calls only files below it (DESIGN.md, "The pool"):
+ *   check.c    pool_check (reads every index; nothing calls it);
+ *   alloc.c    pool_alloc: splitting, segment sizes, growth and retries;
  *   stitch.c   stitched segments: free units mapped into one range;
- *   bins.c, tree.c, dirty.c  the free indexes; addrmap.c  the live blocks;
- *   check.c    pool_check.
+ *              releasing idle segments, unstitching first;
+ *   trim.c     giving back whole trim units under free blocks;
+ *   fence.c    fences, and the clean block a request gets (fit policy);
+ *   segment.c  the segment array, reserving and releasing a segment;
+ *   block.c    block nodes, the free indexes, split and merge;
+ *   dirty.c, bins.c, tree.c  the free indexes; addrmap.c  the live blocks.
  *
  * Every public function takes the pool's lock for its whole run.
  */

@@ -208,6 +208,13 @@ static inline void pool_cached_update(pool *p)
         p->st.cached_peak = p->st.cached;
 }
 
+/* True if a block or request of size bytes is at least max_split: such a
+ * block is never split, and goes only to requests of that size or more. */
+static inline bool pool_oversize(const pool *p, size_t size)
+{
+    return p->cfg.max_split && size >= p->cfg.max_split;
+}
+
 static inline enum pool_kind pool_block_kind(const pool_block *b) { return b->seg->kind; }
 
 /* The dirty blocks of kind freed in epoch e. */
@@ -228,6 +235,10 @@ static inline size_t pool_segment_idle_size(const pool_segment *s)
 {
     return pool_segment_stitched(s) ? 0 : s->size;
 }
+
+/* The functions the files share, lowest file first: a file calls only
+ * those of the files before it here, never those after (DESIGN.md, "The
+ * pool"; scripts/check-shape's POOL_ORDER). */
 
 /* ---- block.c: block nodes, the free indexes, split and merge ------------- */
 
@@ -267,10 +278,19 @@ int pool_segs_insert(pool *p, pool_segment *s);
 int pool_segment_grow(pool *p, enum pool_kind kind, size_t size, pool_block **out);
 /* Releases segment i, which must hold no live block. */
 void pool_segment_release(pool *p, size_t i);
-/* Unstitches every idle stitched segment, then releases segments with no
- * live block until idle bytes are at most keep. Returns the bytes
- * released. */
-size_t pool_release_idle(pool *p, size_t keep);
+
+/* ---- fence.c: fences, and the clean block a request gets ----------------- */
+
+/* Issues the backend's fence, which orders everything at once: every dirty
+ * block becomes clean. Returns 0, or the fence's error (-EAGAIN: no fence
+ * possible now) with nothing changed. */
+int pool_fence(pool *p);
+/* Finds a clean block for a rounded request, fencing first when that is
+ * worth it. *b is NULL when nothing fits even then. 0 or a fence's error. */
+int pool_block_find(pool *p, enum pool_kind kind, size_t size, pool_block **b);
+/* The clean block a rounded request gets under the pool's fit policy,
+ * honouring max_split; NULL if none. */
+pool_block *pool_find_fit(pool *p, enum pool_kind kind, size_t size);
 
 /* ---- trim.c: whole trim units under clean free blocks, given back -------- */
 
@@ -289,30 +309,18 @@ long pool_units_collect(pool *p, bool to_stitch, uint64_t seq, pool_part **out);
  * if any block is dirty. Returns the bytes given back. */
 size_t pool_trim_free(pool *p, size_t need);
 
-/* ---- stitch.c: free trim units mapped into one new segment --------------- */
+/* ---- stitch.c: stitched segments made and undone; idle memory released --- */
 
 /* Unstitches every stitched segment whose blocks are all free and clean.
  * Returns how many. */
 size_t pool_unstitch_idle(pool *p);
+/* Unstitches every idle stitched segment, then releases segments with no
+ * live block until idle bytes are at most keep. Returns the bytes
+ * released. */
+size_t pool_release_idle(pool *p, size_t keep);
 /* Serves a large request of size bytes with a stitched segment. Returns 0
  * with the block in *out, 1 if there is nothing to stitch (plain growth
  * follows), or a negative errno. */
 int pool_stitch_grow(pool *p, size_t size, pool_block **out);
-
-/* ---- fence.c: fences, and the clean block a request gets ----------------- */
-
-/* Issues the backend's fence, which orders everything at once: every dirty
- * block becomes clean. Returns 0, or the fence's error (-EAGAIN: no fence
- * possible now) with nothing changed. */
-int pool_fence(pool *p);
-/* Finds a clean block for a rounded request, fencing first when that is
- * worth it. *b is NULL when nothing fits even then. 0 or a fence's error. */
-int pool_block_find(pool *p, enum pool_kind kind, size_t size, pool_block **b);
-
-/* ---- alloc.c: the allocation path ---------------------------------------- */
-
-/* The clean block a rounded request gets under the pool's fit policy,
- * honouring max_split; NULL if none. */
-pool_block *pool_find_fit(pool *p, enum pool_kind kind, size_t size);
 
 #endif /* CUPOOL_POOL_INTERNAL_H */

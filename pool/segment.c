@@ -2,11 +2,13 @@
 /*
  * segment.c - segments: the array of them sorted by base (pool_owns, bad
  * frees and trims find a segment by address in it), reserving a new one
- * from the backend under the budget, and releasing those that hold no live
+ * from the backend under the budget, and releasing one that holds no live
  * block.
  *
  * A segment is released whole; giving back part of one is trim.c's, and a
- * stitched segment (which holds no memory of its own) goes by stitch.c.
+ * stitched segment (which holds no memory of its own) goes by stitch.c, as
+ * does choosing the idle segments to release (pool_release_idle unstitches
+ * first): this file calls only block.c.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -66,24 +68,6 @@ void pool_segment_release(pool *p, size_t i)
     p->st.seg_releases++;
     p->st.released_bytes_total += s->size;
     free(s);
-}
-
-/* Unstitches every idle stitched segment, then releases segments with no
- * live block until idle bytes are at most keep. Returns the bytes
- * released. */
-size_t pool_release_idle(pool *p, size_t keep)
-{
-    size_t released = 0;
-    if (p->idle_bytes > keep || keep == 0)
-        pool_unstitch_idle(p); /* their parts may leave whole segments idle */
-    for (size_t i = p->nsegs; i-- > 0 && p->idle_bytes > keep;) {
-        pool_segment *s = p->segs[i];
-        if (s->live == 0 && !pool_segment_stitched(s)) {
-            released += s->size;
-            pool_segment_release(p, i);
-        }
-    }
-    return released;
 }
 
 /* Reserves a new segment of size bytes and kind, indexes its one free

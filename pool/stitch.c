@@ -10,6 +10,10 @@
  * block of its own segment, lent (neither free nor live) until the
  * stitched segment is idle again and unstitched. A stitch maps parts of
  * older segments only, so no two stitched segments map each other.
+ *
+ * Releasing idle segments (pool_release_idle) is here too: unstitching the
+ * idle stitched segments first may leave whole segments idle under them,
+ * and segment.c, below this file, calls nothing above it.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -61,6 +65,24 @@ size_t pool_unstitch_idle(pool *p)
         }
     }
     return n;
+}
+
+/* Unstitches every idle stitched segment, then releases segments with no
+ * live block until idle bytes are at most keep. Returns the bytes
+ * released. */
+size_t pool_release_idle(pool *p, size_t keep)
+{
+    size_t released = 0;
+    if (p->idle_bytes > keep || keep == 0)
+        pool_unstitch_idle(p); /* their parts may leave whole segments idle */
+    for (size_t i = p->nsegs; i-- > 0 && p->idle_bytes > keep;) {
+        pool_segment *s = p->segs[i];
+        if (s->live == 0 && !pool_segment_stitched(s)) {
+            released += s->size;
+            pool_segment_release(p, i);
+        }
+    }
+    return released;
 }
 
 /* Takes [lo, lo + size) (inside clean free block b) out of use as a part
