@@ -60,16 +60,20 @@ deps:
 
 # The tests' own tools: cmocka; Python 3 (a real JSON parser reads the
 # statistics); xmllint (the SVG timeline), installed as the build's are; and
-# promtool (it checks the Prometheus output), taken out of Debian's
-# prometheus package into $(BUILD)/tools without installing the package,
-# which would enable a Prometheus server (scripts/get-promtool).
+# promtool (it checks the Prometheus output and the alert rules) and the
+# prometheus binary (the exporter's test scrapes through it), taken out of
+# Debian's prometheus package into $(BUILD)/tools without installing the
+# package, which would enable a Prometheus server (scripts/get-promtool);
+# PyYAML (the recipes' YAML is parsed).
 cmocka-check:
 	@missing=; \
 	test -f /usr/include/cmocka.h || missing="$$missing libcmocka-dev"; \
 	command -v python3 >/dev/null || missing="$$missing python3"; \
 	command -v xmllint >/dev/null || missing="$$missing libxml2-utils"; \
+	python3 -c 'import yaml' 2>/dev/null || /usr/bin/python3 -c 'import yaml' 2>/dev/null || \
+	    missing="$$missing python3-yaml"; \
 	scripts/install-deps "the tests" $$missing
-	@command -v promtool >/dev/null || scripts/get-promtool $(BUILD)/tools
+	@scripts/get-promtool $(BUILD)/tools
 
 # The preloadable library: not linked against any CUDA runtime (it finds the
 # program's own at run time), exporting only the interposed symbols.
@@ -231,6 +235,7 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
 	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
 	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
+	    "timeout 300 python3 test/test_exporter.py $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)"
 

@@ -93,16 +93,25 @@ static void add_processes(text *t, const node_scan *s)
             extra[i] = labels + i * 1024;
             node_labels(&s->procs[i], extra[i], 1024);
         }
-        size_t need = stats_format_prometheus_with(v, (const char *const *)extra, s->nprocs,
-                                                   NULL, 0);
-        char *body = malloc(need + 1);
-        if (!body)
-            t->failed = true;
-        else {
-            stats_format_prometheus_with(v, (const char *const *)extra, s->nprocs, body,
-                                         need + 1);
-            text_add(t, "%s", body);
-            free(body);
+        /* Formatted once into room guessed large enough (about 30 KiB a
+         * process), a second time only if it was not. */
+        size_t room = (s->nprocs + 2) * 48 * 1024;
+        for (int round = 0; round < 2 && !t->failed; round++) {
+            if (t->cap - t->n < room) {
+                char *grown = realloc(t->s, t->n + room);
+                if (!grown) {
+                    t->failed = true;
+                    break;
+                }
+                t->s = grown, t->cap = t->n + room;
+            }
+            size_t need = stats_format_prometheus_with(v, (const char *const *)extra,
+                                                       s->nprocs, t->s + t->n, room);
+            if (need < room) {
+                t->n += need;
+                break;
+            }
+            room = need + 1;
         }
     }
     free(v);

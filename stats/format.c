@@ -29,6 +29,16 @@ static void put(out *o, const char *fmt, ...)
         o->n += (size_t)k;
 }
 
+/* Appends the string s as it is: no format to parse (the Prometheus
+ * output is many thousands of these a scrape). */
+static void put_str(out *o, const char *s)
+{
+    size_t k = strlen(s);
+    if (o->n < o->len)
+        memcpy(o->buf + o->n, s, k < o->len - o->n ? k : o->len - o->n);
+    o->n += k;
+}
+
 static size_t done(out *o)
 {
     if (o->len)
@@ -314,13 +324,15 @@ size_t stats_format_json(const stats_view *v, char *buf, size_t len)
 
 static void put_label(out *o, const char *s)
 {
-    char name[64];
+    char name[64], esc[2 * sizeof(name)];
+    size_t k = 0;
     for (s = stats_printable(s, name, sizeof(name)); *s; s++) {
         if (*s == '\\' || *s == '"')
-            put(o, "\\%c", *s);
-        else
-            put(o, "%c", *s);
+            esc[k++] = '\\';
+        esc[k++] = *s;
     }
+    esc[k] = '\0';
+    put_str(o, esc);
 }
 
 /* Prometheus name of a field: cupool_NAME[_bytes][_total]. */
@@ -348,7 +360,12 @@ static void put_labels(out *o, const stats_view *v, int device, const char *extr
     put_label(o, v->comm);
     if (device >= 0)
         put(o, "\",device=\"%d", device);
-    put(o, "\"%s%s}", extra ? "," : "", extra ? extra : "");
+    put_str(o, "\"");
+    if (extra) {
+        put_str(o, ",");
+        put_str(o, extra);
+    }
+    put_str(o, "}");
 }
 
 void stats_prometheus_label(const char *name, const char *value, char *buf, size_t len)
@@ -387,7 +404,7 @@ size_t stats_format_prometheus_with(const stats_view *const *v, const char *cons
         for (uint32_t k = 0; k < v[i]->ndevices; k++) {                       \
             if (v[i]->dev[k].name == STATS_UNKNOWN)                           \
                 continue;                                                     \
-            put(&o, "%s", m);                                                 \
+            put_str(&o, m);                                                   \
             put_labels(&o, v[i], v[i]->dev[k].device, extra ? extra[i] : NULL);                        \
             put(&o, " %lu\n", (unsigned long)v[i]->dev[k].name);              \
         }
@@ -405,7 +422,7 @@ size_t stats_format_prometheus_with(const stats_view *const *v, const char *cons
     metric_name(m, sizeof(m), #name, is_##unit, is_##kind);                   \
     put_family(&o, m, is_##kind, help);                                       \
     for (size_t i = 0; i < n; i++) {                                          \
-        put(&o, "%s", m);                                                     \
+        put_str(&o, m);                                                       \
         put_labels(&o, v[i], -1, extra ? extra[i] : NULL);                                             \
         put(&o, " %lu\n", (unsigned long)v[i]->proc.name);                    \
     }

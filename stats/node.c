@@ -31,9 +31,15 @@ typedef struct seen {
     unsigned long mnt, pidns;
 } seen;
 
+enum { MAX_USER_DIRS = 1024 };
+
 typedef struct walk {
     seen *p;
     size_t n, cap;
+    /* The user directories read: one mount namespace's may be another's
+     * too (a shared /tmp, a bind mount), and is read once. */
+    struct { dev_t dev; ino_t ino; } dirs[MAX_USER_DIRS];
+    size_t ndirs;
 } walk;
 
 static const char *const default_dirs[] = {"/dev/shm", "/tmp"};
@@ -236,10 +242,16 @@ static int scan_page_dir(node_scan *s, walk *w, int base)
         struct stat st;
         if (u < 0)
             continue;
-        if (fstat(u, &st) || (st.st_mode & 022)) { /* a user's own is 0700 */
+        bool again = false;
+        for (size_t k = 0; !fstat(u, &st) && k < w->ndirs; k++)
+            again |= w->dirs[k].dev == st.st_dev && w->dirs[k].ino == st.st_ino;
+        /* a user's own is 0700; one read already is not read again */
+        if (fstat(u, &st) || (st.st_mode & 022) || again || w->ndirs == MAX_USER_DIRS) {
             close(u);
             continue;
         }
+        w->dirs[w->ndirs].dev = st.st_dev;
+        w->dirs[w->ndirs++].ino = st.st_ino;
         err = scan_user_dir(s, w, u);
     }
     closedir(d);
@@ -256,7 +268,8 @@ int node_scan_run(node_scan *s, const char *const *dirs, size_t ndirs)
     memset(s, 0, sizeof(*s));
     if (!dirs)
         dirs = default_dirs, ndirs = 2;
-    walk w = {0};
+    walk w;
+    memset(&w, 0, sizeof(w));
     int err = walk_proc(&w);
     for (size_t i = 0; !err && i < w.n; i++) {
         bool first = true; /* one process of each mount namespace */

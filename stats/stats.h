@@ -134,6 +134,10 @@
       "group's budget (CUPOOL_GROUP), asked the other members to flush")      \
     X(group_flushes, COUNT, COUNTER, "flushes this process made because "     \
       "another member of its group asked")                                    \
+    X(group_waiting_since, COUNT, GAUGE, "when a thread of this process "    \
+      "began to wait for its turn in its group (CLOCK_REALTIME, ns; 0 = none " \
+      "waits)")                                                               \
+    X(group_waiting_bytes, BYTES, GAUGE, "what it waits for")               \
     X(framework_read_at, COUNT, GAUGE, "when the framework_* device figures " \
       "were read (CLOCK_REALTIME, ns; 0 = never)")                            \
     X(oom_reports, COUNT, COUNTER, "out-of-memory reports printed")           \

@@ -28,6 +28,11 @@ void shim_count_add(enum shim_counter c, uint64_t n)
     atomic_fetch_add_explicit(&counters[c], n, memory_order_relaxed);
 }
 
+void shim_gauge_set(enum shim_counter c, uint64_t v)
+{
+    atomic_store_explicit(&counters[c], v, memory_order_relaxed);
+}
+
 uint64_t shim_counter(enum shim_counter c) { return atomic_load(&counters[c]); }
 
 void shim_comm(char *buf, size_t len)

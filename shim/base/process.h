@@ -42,6 +42,8 @@ enum shim_counter {
 
 void shim_count(enum shim_counter c);
 void shim_count_add(enum shim_counter c, uint64_t n);
+/* Sets a GAUGE field. */
+void shim_gauge_set(enum shim_counter c, uint64_t v);
 uint64_t shim_counter(enum shim_counter c);
 
 /* This process's name (/proc/self/comm, without the newline; "" if it

@@ -161,6 +161,8 @@ static uint64_t shortfall(int dev, size_t size)
 static bool wait_turn(int dev, size_t size, uint64_t *tickets)
 {
     group_wait_begin(grp, dev, size);
+    shim_gauge_set(SHIM_group_waiting_bytes, size);
+    shim_gauge_set(SHIM_group_waiting_since, shim_unix_ns());
     uint64_t t0 = shim_mono_ns() / 1000000u, asked_at = t0, stuck_at = 0;
     struct timespec tick = {0, SHIM_GROUP_POLL_MS * 1000000L};
     ended = ENDED_TIMEOUT;
@@ -192,6 +194,8 @@ static bool wait_turn(int dev, size_t size, uint64_t *tickets)
         }
     }
     group_wait_end(grp);
+    shim_gauge_set(SHIM_group_waiting_since, 0);
+    shim_gauge_set(SHIM_group_waiting_bytes, 0);
     return ended == ENDED_ROOM;
 }
 

@@ -1,0 +1,20 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Slurm TaskProlog (slurm.conf: TaskProlog=/opt/cupool/slurm/cupool-task-prolog.sh):
+# runs each task under cupool, capped at the job's share of its GPU. A job
+# that asked for N of a GPU's shards (--gres=shard:N, SLURM_SHARDS_ON_NODE)
+# of SHARDS_PER_GPU gets N/SHARDS_PER_GPU of the device's memory; a job with
+# whole GPUs no cap. Jobs sharing a node's GPUs take turns in one group.
+# Slurm applies the "export NAME=VALUE" lines this prints to the task.
+SHARDS_PER_GPU=${SHARDS_PER_GPU:-8}
+LIBCUPOOL=${LIBCUPOOL:-/opt/cupool/lib/libcupool.so}
+[ -r "$LIBCUPOOL" ] || exit 0
+echo "export LD_PRELOAD=$LIBCUPOOL${LD_PRELOAD:+:$LD_PRELOAD}"
+if [ -n "${SLURM_SHARDS_ON_NODE:-}" ] && [ "$SLURM_SHARDS_ON_NODE" -gt 0 ]; then
+    share=$((100 * SLURM_SHARDS_ON_NODE / SHARDS_PER_GPU))
+    [ "$share" -gt 100 ] && share=100
+    [ "$share" -lt 1 ] && share=1
+    echo "export CUPOOL_MAX_RESERVED=$share%"
+    echo "export CUPOOL_GROUP=slurm-$(hostname -s)"
+    echo "export CUPOOL_GROUP_MAX_RESERVED=95%"
+fi
