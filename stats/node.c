@@ -367,12 +367,18 @@ void node_cgroup_parse(const char *path, char *pod, size_t podlen, char *contain
 
 static void label_proc(node_proc *p)
 {
-    struct passwd pw, *got = NULL;
-    char pwbuf[1024];
-    if (getpwuid_r(p->uid, &pw, pwbuf, sizeof(pwbuf), &got) == 0 && got)
-        snprintf(p->user, sizeof(p->user), "%s", pw.pw_name);
-    else
-        snprintf(p->user, sizeof(p->user), "%u", (unsigned)p->uid);
+    static uint32_t last_uid = UINT32_MAX; /* one user's processes come together */
+    static char last_user[sizeof(p->user)];
+    if (p->uid != last_uid) {
+        struct passwd pw, *got = NULL;
+        char pwbuf[1024];
+        if (getpwuid_r(p->uid, &pw, pwbuf, sizeof(pwbuf), &got) == 0 && got)
+            snprintf(last_user, sizeof(last_user), "%s", pw.pw_name);
+        else
+            snprintf(last_user, sizeof(last_user), "%u", (unsigned)p->uid);
+        last_uid = p->uid;
+    }
+    snprintf(p->user, sizeof(p->user), "%s", last_user);
     static char env[1 << 18];
     size_t n = proc_file(p->pid, "environ", env, sizeof(env));
     env_value(env, n, "CUPOOL_GROUP", p->group, sizeof(p->group));
