@@ -16,9 +16,11 @@
 #include <unistd.h>
 
 #include "groupseg.h"
+#include "safefile.h"
 
 #define GROUP_MAGIC 0x3150524750504f43ull /* "COPPGRP1" */
 enum { GROUP_VERSION = 3 };
+enum { SEGMENT_FILE_MAX = GROUP_NAME_MAX + 96 }; /* a segment's file name, boot id and all */
 
 typedef struct slot {
     _Atomic int32_t pid;           /* 0 = free */
@@ -51,6 +53,8 @@ struct group {
     group_data *d;
     slot *me;
     atomic_bool left;  /* the slot may be another member's now */
+    char where[512];   /* the directory the group met in */
+    const char *passed; /* why the page directory was not it, or NULL */
 };
 
 bool group_name_ok(const char *name)
@@ -357,7 +361,7 @@ static int segment_open(int dfd, const char *file)
  * process's made first), or -errno. */
 static int segment_make(int dfd, const char *file, const group_cap *caps)
 {
-    char tmp[GROUP_NAME_MAX + 80];
+    char tmp[SEGMENT_FILE_MAX + 32];
     snprintf(tmp, sizeof(tmp), ".%s.%d.new", file, (int)getpid());
     unlinkat(dfd, tmp, 0);
     int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -382,20 +386,169 @@ static int segment_make(int dfd, const char *file, const group_cap *caps)
         memcpy(d->caps, caps, sizeof(d->caps));
         d->magic = GROUP_MAGIC; /* (linked into place only after: no reader sooner) */
         munmap(d, sizeof(group_data));
-        if (linkat(dfd, tmp, dfd, file, 0) && errno != EEXIST)
+        /* Moved into place in one step, never a second name meanwhile: a
+         * member opening it as it is linked would see two links and
+         * refuse it. Where the file system cannot, linked and unlinked. */
+        if (renameat2(dfd, tmp, dfd, file, RENAME_NOREPLACE) == 0)
+            tmp[0] = '\0';
+        else if (errno != EEXIST && (errno != EINVAL ||
+                                     (linkat(dfd, tmp, dfd, file, 0) && errno != EEXIST)))
             err = errno;
     }
     close(fd);
-    unlinkat(dfd, tmp, 0);
+    if (tmp[0])
+        unlinkat(dfd, tmp, 0);
     return err ? -err : segment_open(dfd, file);
 }
 
-/* The segment's file name for group name. */
-static void segment_name(const char *name, char *buf, size_t len)
+/* ---- where the group meets ------------------------------------------------- */
+
+/* The places a group of this user may meet, in the order every member
+ * looks: the user's page directory (stats_user_dir), then, for when that
+ * cannot be had (another user made a directory of its name first: a
+ * squat that lasts until root removes it), two in directories no other
+ * user can write in: $XDG_RUNTIME_DIR/cupool (the user's own tmpfs, mode
+ * 0700, made by the login manager) and $HOME/.cache/cupool. A member
+ * joins the first place holding the group and makes it in the first place
+ * it can have, so members meet in one place whoever comes first, and a
+ * place once taken is the user's until the user removes it. */
+enum { PLACE_PAGES, PLACE_RUNTIME, PLACE_HOME, PLACES };
+
+typedef struct place {
+    char path[512];                /* the directory of the place looked at last */
+    const char *failed[PLACES];    /* why a place could not be had, or NULL */
+} place;
+
+/* Opens directory name in at (made first if make) if it is this user's
+ * and only it may enter: its descriptor, or -1 with *why. */
+static int own_dir_at(int at, const char *name, bool make, const char **why)
+{
+    if (make && mkdirat(at, name, 0700) && errno != EEXIST) {
+        *why = strerror(errno);
+        return -1;
+    }
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        *why = strerror(errno);
+        return -1;
+    }
+    if (fstat(fd, &st) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        *why = "it is not a directory of this user's that only it may enter";
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* $XDG_RUNTIME_DIR/cupool, where XDG_RUNTIME_DIR is a directory of this
+ * user's that only it may enter, reached by no link another user chose. */
+static int runtime_dir_open(bool make, char *path, size_t len, const char **why)
+{
+    const char *run = secure_getenv("XDG_RUNTIME_DIR");
+    if (!run || run[0] != '/') {
+        *why = "XDG_RUNTIME_DIR is not set";
+        return -1;
+    }
+    snprintf(path, len, "%s/cupool", run);
+    int at = safefile_dir_open(run, why), fd = -1;
+    struct stat st;
+    if (at >= 0 && (fstat(at, &st) || st.st_uid != geteuid() || (st.st_mode & 077)))
+        *why = "XDG_RUNTIME_DIR is not a directory of this user's that only it may enter";
+    else if (at >= 0)
+        fd = own_dir_at(at, "cupool", make, why);
+    if (at >= 0)
+        close(at);
+    return fd;
+}
+
+/* $HOME/.cache/cupool, $HOME/.cache made (mode 0700) if make and missing;
+ * both reached by no link another user chose, neither writable by others. */
+static int home_dir_open(bool make, char *path, size_t len, const char **why)
+{
+    const char *home = secure_getenv("HOME");
+    char cache[480];
+    if (!home || home[0] != '/' ||
+        snprintf(cache, sizeof(cache), "%s/.cache", home) >= (int)sizeof(cache)) {
+        *why = "HOME is not set";
+        return -1;
+    }
+    snprintf(path, len, "%s/cupool", cache);
+    int at = safefile_dir_open(cache, why), fd = -1;
+    if (at == -ENOENT && make) {
+        int h = safefile_dir_open(home, why);
+        if (h >= 0 && (mkdirat(h, ".cache", 0700) == 0 || errno == EEXIST))
+            at = safefile_dir_open(cache, why);
+        if (h >= 0)
+            close(h);
+    }
+    if (at >= 0) {
+        fd = own_dir_at(at, "cupool", make, why);
+        close(at);
+    }
+    return fd;
+}
+
+/* Opens place k's directory (made if make; the page directory always
+ * is), its path into path: its descriptor, or -1 with *why. */
+static int place_open(int k, bool make, char *path, size_t len, const char **why)
+{
+    return k == PLACE_PAGES     ? stats_user_dir(path, len, why)
+           : k == PLACE_RUNTIME ? runtime_dir_open(make, path, len, why)
+                                : home_dir_open(make, path, len, why);
+}
+
+/* This boot's id (/proc/sys/kernel/random/boot_id, 36 characters) into
+ * buf: 0, or -1 if it cannot be read. */
+static int boot_id(char *buf, size_t len)
+{
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 && len > 36 ? read(fd, buf, 36) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n != 36)
+        return -1;
+    buf[36] = '\0';
+    return strspn(buf, "0123456789abcdef-") == 36 ? 0 : -1;
+}
+
+/* The segment's file name for group name in place k: 0, or -1 (no boot
+ * id for the home directory). */
+static int segment_name(const char *name, int k, char *buf, size_t len)
 {
     /* Members are known by pid and start time, which mean something only
-     * inside one pid namespace: a group is one namespace's, as pages are. */
-    snprintf(buf, len, "group-%lu-%s", stats_pid_ns(), name);
+     * inside one pid namespace: a group is one namespace's, as pages are.
+     * A home directory outlives the boot and may be shared by machines:
+     * the boot's id keeps each boot's group apart there (a segment left
+     * by a crash could hold its lock for ever). */
+    char boot[40];
+    if (k != PLACE_HOME) {
+        snprintf(buf, len, "group-%lu-%s", stats_pid_ns(), name);
+        return 0;
+    }
+    if (boot_id(boot, sizeof(boot)))
+        return -1;
+    snprintf(buf, len, "group-%s-%lu-%s", boot, stats_pid_ns(), name);
+    return 0;
+}
+
+/* Opens the segment of group name in place k, made there with caps if
+ * caps and it is missing: its descriptor; -ENOENT when the segment or the
+ * place is missing (why the place is, into pl->failed[k]); or -errno,
+ * -EPERM, -EPROTO for a file there that is not the segment. */
+static int place_segment(int k, const char *name, const group_cap *caps, place *pl)
+{
+    char file[SEGMENT_FILE_MAX];
+    int dfd = place_open(k, caps != NULL, pl->path, sizeof(pl->path), &pl->failed[k]);
+    if (dfd < 0)
+        return -ENOENT;
+    int fd = -ENOENT;
+    if (segment_name(name, k, file, sizeof(file)))
+        pl->failed[k] = "this boot's id cannot be read";
+    else if ((fd = segment_open(dfd, file)) == -ENOENT && caps)
+        fd = segment_make(dfd, file, caps);
+    close(dfd);
+    return fd;
 }
 
 static const char *error_text(int err)
@@ -407,30 +560,53 @@ static const char *error_text(int err)
                             : strerror(-err);
 }
 
-/* Maps the segment of group name (made with caps first if make and it
- * does not exist): the mapping, or NULL with *err (-ENOENT when there is
- * no user directory either, -errno, -EPERM, -EPROTO) and *why. */
-static group_data *segment_map(const char *name, bool make, const group_cap *caps, int *err,
-                               const char **why)
+/* Why no place could take the group (make), from pl: in a buffer of the
+ * calling thread's. */
+static const char *no_place_text(const place *pl)
 {
-    char dir[512], file[GROUP_NAME_MAX + 40];
-    int dfd = stats_user_dir(dir, sizeof(dir), why);
-    if (dfd < 0) {
-        *err = -ENOENT;
-        return NULL;
-    }
-    segment_name(name, file, sizeof(file));
-    int fd = segment_open(dfd, file);
-    if (fd == -ENOENT && make)
-        fd = segment_make(dfd, file, caps);
-    close(dfd);
+    static _Thread_local char text[600];
+    const char *const *f = pl->failed;
+    snprintf(text, sizeof(text), "no directory can hold it: the page directory: %s; "
+             "$XDG_RUNTIME_DIR/cupool: %s; $HOME/.cache/cupool: %s",
+             f[PLACE_PAGES] ? f[PLACE_PAGES] : "-", f[PLACE_RUNTIME] ? f[PLACE_RUNTIME] : "-",
+             f[PLACE_HOME] ? f[PLACE_HOME] : "-");
+    return text;
+}
+
+/* Opens the segment of group name: in the first place holding it, else,
+ * if make, made with caps in the first place that can be had. Its
+ * descriptor, with its place's path in pl->path; or -ENOENT (none, and
+ * with make: no place) or place_segment's error, with *why. */
+static int segment_find(const char *name, bool make, const group_cap *caps, place *pl,
+                        const char **why)
+{
+    int fd = -ENOENT;
+    memset(pl->failed, 0, sizeof(pl->failed));
+    for (int k = 0; k < PLACES && fd == -ENOENT; k++)
+        fd = place_segment(k, name, NULL, pl);
+    for (int k = 0; make && k < PLACES && fd == -ENOENT; k++)
+        fd = place_segment(k, name, caps, pl);
+    if (fd >= 0)
+        return fd;
+    *why = fd != -ENOENT ? error_text(fd) : make ? no_place_text(pl) : strerror(ENOENT);
+    return fd;
+}
+
+/* Maps the segment of group name (made with caps first if make and it
+ * does not exist; where it is into pl): the mapping, or NULL with *err
+ * (-ENOENT when there is none and, with make, no place for it, -errno,
+ * -EPERM, -EPROTO) and *why. */
+static group_data *segment_map(const char *name, bool make, const group_cap *caps, place *pl,
+                               int *err, const char **why)
+{
+    int fd = segment_find(name, make, caps, pl, why);
     group_data *d = fd < 0 ? MAP_FAILED
                            : mmap(NULL, sizeof(group_data), PROT_READ | PROT_WRITE, MAP_SHARED,
                                   fd, 0);
     *err = fd < 0 ? fd : d == MAP_FAILED ? -errno : 0;
     if (fd >= 0)
         close(fd);
-    if (*err)
+    if (fd >= 0 && *err)
         *why = error_text(*err);
     return d == MAP_FAILED ? NULL : d;
 }
@@ -442,7 +618,8 @@ group *group_join(const char *name, group_cap *caps, const char **why)
         return NULL;
     }
     int err;
-    group_data *d = segment_map(name, true, caps, &err, why);
+    place pl;
+    group_data *d = segment_map(name, true, caps, &pl, &err, why);
     group *g = d ? calloc(1, sizeof(*g)) : NULL;
     if (!g) {
         if (d)
@@ -452,6 +629,8 @@ group *group_join(const char *name, group_cap *caps, const char **why)
         return NULL;
     }
     g->d = d;
+    snprintf(g->where, sizeof(g->where), "%s", pl.path);
+    g->passed = pl.failed[PLACE_PAGES];
     lock(d);
     reap_locked(d);
     /* A slot of this pid is this process before an exec (which runs no
@@ -484,6 +663,12 @@ group *group_join(const char *name, group_cap *caps, const char **why)
     }
     memcpy(caps, d->caps, sizeof(d->caps));
     return g;
+}
+
+const char *group_where(const group *g, const char **passed)
+{
+    *passed = g->passed;
+    return g->where;
 }
 
 void group_leave(group *g)
@@ -542,7 +727,8 @@ int group_read(const char *name, group_view *v)
     snprintf(v->name, sizeof(v->name), "%s", name);
     int err;
     const char *why;
-    group_data *d = segment_map(name, false, NULL, &err, &why);
+    place pl;
+    group_data *d = segment_map(name, false, NULL, &pl, &err, &why);
     if (!d)
         return err;
     view_of(d, v);

@@ -4,10 +4,16 @@
  *
  * Processes of one user that set the same CUPOOL_GROUP=NAME share, per
  * device, one budget held in a small shared file, group-<pid namespace>-NAME
- * in the user's own directory (stats_user_dir: mode 0700, so no other user can open,
+ * in a directory of the user's own (mode 0700, so no other user can open,
  * read, join, inflate or shrink it), checked as a page is (a regular file
  * of the user, 0600, one link, the exact size, the right header) and built
- * under a temporary name before it is linked into place.
+ * under a temporary name before it is linked into place. The directory is
+ * the user's page directory (stats_user_dir); where another user made a
+ * directory of that name first, so that it cannot be had, the group meets
+ * in $XDG_RUNTIME_DIR/cupool, else in $HOME/.cache/cupool (there the file
+ * is group-<boot id>-<pid namespace>-NAME), which no other user can write
+ * in. Every member, and every reader, looks in that order and joins the
+ * first that holds the group, so all find the same file.
  *
  * Each member holds a slot: its pid and start time (which name it for its
  * life: a pid reused later has another start time), what it holds and
@@ -50,6 +56,10 @@ bool group_name_ok(const char *name);
  * existing group takes the group's (into caps). Returns the group, or
  * NULL with *why. */
 group *group_join(const char *name, group_cap *caps, const char **why);
+
+/* The directory the group met in; *passed gets why the user's page
+ * directory was not it (it is another user's, ...) or NULL. */
+const char *group_where(const group *g, const char **passed);
 
 /* Leaves the group: the slot and everything it held are free. At exit
  * only: g stays allocated and mapped (other threads may still hold it),

@@ -31,11 +31,24 @@ const char *safefile_refusal(int fd, uid_t owner);
 
 /* Opens path for writing (flags: O_WRONLY or O_RDWR, with O_APPEND and
  * O_CREAT as wanted; mode 0600 when created): never through a link at its
- * name, never blocking on a FIFO, never as a controlling terminal, and
- * only a file safefile_refusal accepts for this user. Nothing is
- * truncated here. Returns the descriptor, or -1 with *why saying why
- * (a static string or strerror's). */
+ * name, nor through a link on its path that another user owns or could
+ * have put there (each directory is opened relative to the one before),
+ * never blocking on a FIFO, never as a controlling terminal, and only a
+ * file safefile_refusal accepts for this user. Nothing is truncated here.
+ * Returns the descriptor, or -1 with *why saying why (a static string or
+ * strerror's). */
 int safefile_open(const char *path, int flags, const char **why);
+
+/* Why safefile_open would refuse path, found without opening anything:
+ * a link on its path, or a file at its name it would not write. NULL if
+ * it would not (a missing name included: the open says what is missing). */
+const char *safefile_path_refusal(const char *path);
+
+/* Opens the directory at path, walked as safefile_open walks a path, if
+ * it can hold this user's files (as safefile_dir_refusal): an O_PATH
+ * descriptor (for the *at calls), or -errno (-EPERM for a refusal) with
+ * *why. */
+int safefile_dir_open(const char *path, const char **why);
 
 /* Why the directory at path cannot hold this user's files (not a
  * directory, another user's, writable by others without the sticky bit),

@@ -86,7 +86,11 @@ void shim_group_join(void)
         outers[i] = (pool_budget_outer){outer_take, outer_give, &dev_ids[i]};
         shim_devices[i].budget.outer = &outers[i];
     }
-    shim_log(SHIM_LOG_INFO, "member of group %s, budget %s", shim_cfg.group, text);
+    const char *passed, *where = group_where(grp, &passed);
+    if (passed)
+        shim_log_always(SHIM_LOG_WARN, "CUPOOL_GROUP=%s: the page directory cannot hold the "
+                        "group (%s): it meets in %s", shim_cfg.group, passed, where);
+    shim_log(SHIM_LOG_INFO, "member of group %s in %s, budget %s", shim_cfg.group, where, text);
 }
 
 void shim_group_leave(void)

@@ -162,19 +162,10 @@ static void refresh_outside(void)
     }
 }
 
-/* Why CUPOOL_STATS_FILE's path cannot take the statistics, or NULL if it
- * can: nothing yet, or a file safefile_open would write. */
-static const char *stats_file_refusal(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return errno == ENOENT ? NULL : strerror(errno);
-    return safefile_stat_refusal(&st, geteuid());
-}
-
 /* Opens CUPOOL_STATS_FILE (with %p replaced by the pid) for appending, or
- * returns stderr. Never follows a link, never blocks, never writes into
- * something that is not a regular file of this user with one name. */
+ * returns stderr. Never follows a link at its name or one another user
+ * chose on its path, never blocks, never writes into something that is
+ * not a regular file of this user with one name. */
 static int stats_fd(void)
 {
     if (!*shim_cfg.stats_file)
@@ -183,7 +174,7 @@ static int stats_fd(void)
     const char *why = "the path is too long";
     int fd = -1;
     if (shim_path_expand(shim_cfg.stats_file, (int)getpid(), path, sizeof(path)) == 0 &&
-        !(why = stats_file_refusal(path))) /* (a FIFO: said as such, not ENXIO) */
+        !(why = safefile_path_refusal(path))) /* (a FIFO: said as such, not ENXIO) */
         fd = safefile_open(path, O_WRONLY | O_CREAT | O_APPEND, &why);
     if (fd < 0)
         shim_log(SHIM_LOG_WARN, "cannot write to CUPOOL_STATS_FILE %s: %s; "
@@ -201,7 +192,7 @@ static void stats_file_check(void)
     char path[SHIM_PATH_MAX + 32], dir[SHIM_PATH_MAX + 32];
     const char *why = "the path is too long";
     if (shim_path_expand(shim_cfg.stats_file, (int)getpid(), path, sizeof(path)) == 0 &&
-        !(why = stats_file_refusal(path))) {
+        !(why = safefile_path_refusal(path))) {
         snprintf(dir, sizeof(dir), "%s", path);
         char *slash = strrchr(dir, '/');
         if (slash)
