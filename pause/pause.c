@@ -13,7 +13,9 @@
  * unlocked before cupool-pause exits, and every line that reports a failure
  * says the state the process is in and what brings it back. A process that
  * made NCCL calls is refused before anything is done (the driver cannot
- * checkpoint NCCL), as is another user's process.
+ * checkpoint NCCL), as is another user's process: whose it is is told as
+ * the initial user namespace sees it (root of a namespace of its own is
+ * not root: stats/userns.h), before the driver is even loaded.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -23,13 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cuda.h>
 
 #include "stats.h"
+#include "userns.h"
 
 static const char *me = "cupool";
 
@@ -104,21 +106,28 @@ static int driver_load(void)
     return 0;
 }
 
-/* The process must exist and be this user's (root: anyone's). 0, or 1. */
+/* The process must exist and be this user's, as the initial user
+ * namespace sees both: root there may act on anyone's, root of a namespace
+ * of its own (unshare -Ur) only on what the user it is outside owns, and
+ * a process whose owner that namespace does not map is refused. Checked
+ * before the driver is loaded: a refusal touches nothing. 0, or 1 with
+ * the reason said. */
 static int owner_check(int pid)
 {
-    char path[64];
-    struct stat st;
-    snprintf(path, sizeof(path), "/proc/%d", pid);
-    if (stat(path, &st) != 0) {
-        say("no process %d", pid);
+    uint32_t owner;
+    userns_whose w = userns_process_whose(pid, &owner);
+    if (w == USERNS_GONE) {
+        say("no process %d (no such process): nothing done", pid);
         return 1;
     }
-    if (geteuid() != 0 && st.st_uid != geteuid()) {
-        say("process %d is another user's: refused", pid);
-        return 1;
-    }
-    return 0;
+    if (w == USERNS_MINE || userns_caller_is_root())
+        return 0;
+    if (w == USERNS_UNMAPPED)
+        say("process %d is another user's, one this user namespace does not map (it "
+            "reads as uid %u here): refused", pid, owner);
+    else
+        say("process %d is another user's (uid %u): refused", pid, owner);
+    return 1;
 }
 
 /* The driver's state of pid into *s: 0, or 1 with the reason said. */
@@ -239,7 +248,7 @@ static int lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
 static int pause_check(int pid, stats_view *v, bool *paged)
 {
     CUprocessState st;
-    if (owner_check(pid) || state_of(pid, &st))
+    if (state_of(pid, &st))
         return 1;
     if (st != CU_PROCESS_STATE_RUNNING) {
         say("process %d is %s already: %s", pid, state_names[st],
@@ -303,7 +312,7 @@ static int cmd_pause(int pid, double timeout, bool no_flush)
 static int cmd_resume(int pid)
 {
     CUprocessState st;
-    if (owner_check(pid) || state_of(pid, &st))
+    if (state_of(pid, &st))
         return 1;
     if (st == CU_PROCESS_STATE_RUNNING || st == CU_PROCESS_STATE_FAILED) {
         say("process %d is %s: %s", pid, state_names[st], st == CU_PROCESS_STATE_RUNNING
@@ -353,45 +362,83 @@ static const char help[] =
     "NCCL); so is another user's. --no-flush moves the caches with the process (to\n"
     "keep them, or to compare). Needs the driver's checkpoint calls (550 or later).\n";
 
+/* What the command line asks for. */
+typedef struct pause_args {
+    bool pause, no_flush;
+    double timeout;
+    int pid;
+} pause_args;
+
 static int usage(const char *why)
 {
     say("%s (see 'cupool pause --help')", why);
     return 2;
 }
 
+/* An option cmd does not take: one line naming it, then the usage, on
+ * stderr. Returns 2. */
+static int unknown_option(const char *cmd, const char *opt)
+{
+    char shown[64];
+    fprintf(stderr, "cupool %s: unknown option '%s'\n%s", cmd,
+            stats_printable(opt, shown, sizeof(shown)), help);
+    return 2;
+}
+
+/* Whether an argument after the command is -h or --help. */
+static bool help_asked(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return true;
+    return false;
+}
+
+/* The options from argv[*i] on (pause's; resume has none) into *a, *i
+ * moved past them. 0, or 2 with the mistake said. */
+static int options_parse(int argc, char **argv, int *i, pause_args *a)
+{
+    for (; *i < argc && argv[*i][0] == '-' && argv[*i][1]; (*i)++) {
+        const char *o = argv[*i];
+        if (a->pause && !strcmp(o, "--no-flush")) {
+            a->no_flush = true;
+            continue;
+        }
+        if (!a->pause || strcmp(o, "--timeout"))
+            return unknown_option(argv[1], o);
+        if (*i + 1 >= argc)
+            return usage("--timeout needs a value");
+        char *end;
+        a->timeout = strtod(argv[++*i], &end);
+        if (*end || !(a->timeout > 0 && a->timeout <= 3600)) {
+            char shown[64];
+            say("--timeout takes seconds above 0, up to 3600, not '%s'",
+                stats_printable(argv[*i], shown, sizeof(shown)));
+            return 2;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "pause") && strcmp(argv[1], "resume")))
         return usage("the command is pause or resume");
-    if (argc == 3 && !strcmp(argv[2], "--help")) {
-        fputs(help, stdout);
-        return 0;
-    }
-    bool pause = !strcmp(argv[1], "pause");
-    double timeout = 10;
-    bool no_flush = false;
-    int i = 2;
-    for (; pause && i + 1 < argc && argv[i][0] == '-'; i++) {
-        if (!strcmp(argv[i], "--no-flush")) {
-            no_flush = true;
-            continue;
-        }
-        if (strcmp(argv[i], "--timeout") || i + 2 >= argc)
-            return usage("unknown option or missing value");
-        char *end;
-        timeout = strtod(argv[++i], &end);
-        if (*end || !(timeout > 0 && timeout <= 3600)) {
-            say("--timeout takes seconds above 0, up to 3600, not '%s'", argv[i]);
-            return 2;
-        }
-    }
+    if (help_asked(argc, argv))
+        return fputs(help, stdout) < 0;
+    pause_args a = {.pause = !strcmp(argv[1], "pause"), .timeout = 10};
+    int i = 2, rc = options_parse(argc, argv, &i, &a);
+    if (rc)
+        return rc;
     if (i + 1 != argc)
         return usage(i >= argc ? "no process id given" : "one process id, no more");
     char *end;
     long pid = strtol(argv[i], &end, 10);
     if (*end || end == argv[i] || pid <= 0 || pid > 4194304)
         return usage("not a process id");
-    if (driver_load())
+    a.pid = (int)pid;
+    /* Whose it is first: no driver is loaded for a process not to touch. */
+    if (owner_check(a.pid) || driver_load())
         return 1;
-    return pause ? cmd_pause((int)pid, timeout, no_flush) : cmd_resume((int)pid);
+    return a.pause ? cmd_pause(a.pid, a.timeout, a.no_flush) : cmd_resume(a.pid);
 }

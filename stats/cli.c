@@ -11,13 +11,15 @@
  *   cupool-stat flush [--timeout SECONDS] PID
  *   cupool-stat dump [--timeout SECONDS] PID
  *
- * Exit status: 0, 1 when a process has no page or did not answer in time,
- * 2 for bad usage.
+ * Exit status: 0, 1 when a process has no page (another user's has none
+ * this user may read, and is named as such) or did not answer in time, 2
+ * for bad usage.
  */
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,9 @@
 #include <unistd.h>
 
 #include "groupseg.h"
+#include "node.h"
 #include "stats.h"
+#include "userns.h"
 
 enum { MAX_PROCS = 256 };
 
@@ -39,21 +43,24 @@ static char buf[1 << 20];
 static int usage(void)
 {
     fputs("usage: cupool stat [--json | --prometheus] [PID... | --group NAME]\n"
-          "       cupool top [--interval SECONDS] [--count N] [--group NAME]\n"
+          "       cupool top [--interval SECONDS] [--count N] [--group NAME] [--all]\n"
           "       cupool flush [--timeout SECONDS] PID\n"
           "       cupool dump [--timeout SECONDS] PID\n", stderr);
     return 2;
 }
 
-/* `cupool COMMAND --help`: that command's usage on stdout, exit 0. */
-static int help(const char *cmd)
+/* Each command's usage, for `cupool COMMAND --help` and after a mistake;
+ * NULL for no such command. */
+static const char *help_of(const char *cmd)
 {
     static const struct { const char *cmd, *text; } h[] = {
         {"stat", "usage: cupool stat [--json | --prometheus] [PID... | --group NAME]\n"
                  "Statistics of processes running under cupool (all of this user's\n"
                  "when no PID is given), read from their live pages.\n"},
-        {"top", "usage: cupool top [--interval SECONDS] [--count N] [--group NAME]\n"
-                "The same, refreshed in place, sorted by reserved memory.\n"},
+        {"top", "usage: cupool top [--interval SECONDS] [--count N] [--group NAME] [--all]\n"
+                "The same, refreshed in place, sorted by reserved memory. --all: every\n"
+                "process under cupool on the node (root: every user's, in containers\n"
+                "too), with its user and job (Slurm job, pod, or group).\n"},
         {"flush", "usage: cupool flush [--timeout SECONDS] PID\n"
                   "Makes PID return its cached memory to the driver, through its live\n"
                   "page (no signal), and prints the bytes returned.\n"},
@@ -63,8 +70,48 @@ static int help(const char *cmd)
     };
     for (size_t i = 0; i < sizeof(h) / sizeof(h[0]); i++)
         if (!strcmp(cmd, h[i].cmd))
-            fputs(h[i].text, stdout);
+            return h[i].text;
+    return NULL;
+}
+
+/* `cupool COMMAND --help`: that command's usage on stdout, exit 0. */
+static int help(const char *cmd)
+{
+    fputs(help_of(cmd), stdout);
     return 0;
+}
+
+/* An argument as a message shows it: control bytes as '?' (one at a time:
+ * the buffer is reused). */
+static const char *shown(const char *arg)
+{
+    static char b[128];
+    return stats_printable(arg, b, sizeof(b));
+}
+
+/* A usage mistake of cmd, in one line on stderr. Returns 2. */
+static int usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cupool %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'cupool %s --help')\n", cmd);
+    va_end(ap);
+    return 2;
+}
+
+/* An argument of cmd that is neither an option it takes nor in its place.
+ * An unknown option (it starts with '-') is named on the first line, as
+ * every command names it, then cmd's usage follows, on stderr. Returns 2. */
+static int unexpected(const char *cmd, const char *arg)
+{
+    if (arg[0] != '-' || !arg[1])
+        return usage_error(cmd, "unexpected argument '%s'", shown(arg));
+    fprintf(stderr, "cupool %s: unknown option '%s'\n%s", cmd, shown(arg), help_of(cmd));
+    return 2;
 }
 
 /* Whether argv holds --help or -h. */
@@ -79,7 +126,7 @@ static bool wants_help(int argc, char **argv)
 /* One line naming the mistake, then exit status 2. */
 static int bad(const char *what, const char *value)
 {
-    fprintf(stderr, "cupool: %s '%s' (see 'cupool --help')\n", what, value);
+    fprintf(stderr, "cupool: %s '%s' (see 'cupool --help')\n", what, shown(value));
     return 2;
 }
 
@@ -120,6 +167,20 @@ static const char *read_error(int err)
                         "regular file of yours with mode 0600 and one link)";
     default: return "the page kept changing while read";
     }
+}
+
+/* Says so when pid is another user's process and the caller is not root
+ * (of the initial user namespace): its page is in its user's own
+ * directory, which no other user reads. True if said. */
+static bool others_process(int pid)
+{
+    uint32_t owner;
+    userns_whose w = userns_process_whose(pid, &owner);
+    if ((w != USERNS_OTHERS && w != USERNS_UNMAPPED) || userns_caller_is_root())
+        return false;
+    fprintf(stderr, "cupool: %d: another user's process (its page cannot be read by this "
+            "user)\n", pid);
+    return true;
 }
 
 /* Asks each process for its framework's own figures (PyTorch's, read in
@@ -174,6 +235,10 @@ static int collect(char **pids, int npids, double wait)
             bad = 2; /* a usage mistake */
             continue;
         }
+        if (others_process(pid)) {
+            bad = bad ? bad : 1;
+            continue;
+        }
         int err = stats_page_read(pid, &views[n]);
         if (err) {
             fprintf(stderr, "cupool: %d: %s\n", pid, read_error(err));
@@ -220,17 +285,22 @@ static int cmd_stat(int argc, char **argv)
     int json = 0, prom = 0, i = 0;
     const char *gname = NULL;
     for (; i < argc && argv[i][0] == '-'; i++) {
-        if (!strcmp(argv[i], "--group") && i + 1 < argc)
+        if (!strcmp(argv[i], "--group") && i + 1 >= argc)
+            return usage_error("stat", "--group needs a value");
+        if (!strcmp(argv[i], "--group"))
             gname = argv[++i];
         else if (!strcmp(argv[i], "--json"))
             json = 1;
         else if (!strcmp(argv[i], "--prometheus"))
             prom = 1;
         else
-            return usage();
+            return unexpected("stat", argv[i]);
     }
-    if ((json && prom) || (gname && i < argc))
-        return usage();
+    if (json && prom)
+        return usage_error("stat", "--json or --prometheus, not both");
+    if (gname && i < argc)
+        return usage_error("stat", "--group or process ids, not both ('%s')",
+                           shown(argv[i]));
     if (gname)
         return stat_group(gname, json, prom);
     int n = collect(argv + i, argc - i, 1.0);
@@ -372,15 +442,55 @@ static bool wait_for_q(double seconds)
     return false;
 }
 
+/* top --all: every process under cupool on the node (node.h). */
+static bool top_all;
+static char top_jobs[MAX_PROCS][96];
+
+/* A process's job in a few words: its Slurm job, pod, container or group. */
+static void job_of(const node_proc *p, char *out, size_t len)
+{
+    char a[40];
+    if (p->job[0])
+        snprintf(out, len, "%s slurm:%s", p->user, stats_printable(p->job, a, sizeof(a)));
+    else if (p->pod[0])
+        snprintf(out, len, "%s pod:%.8s/%.12s", p->user, stats_printable(p->pod, a, sizeof(a)),
+                 p->container);
+    else if (p->group[0])
+        snprintf(out, len, "%s group:%s", p->user, stats_printable(p->group, a, sizeof(a)));
+    else
+        snprintf(out, len, "%s", p->user);
+}
+
+/* Fills views and order from a node scan: how many. */
+static int collect_node(void)
+{
+    node_scan s;
+    const char *dirs[] = {stats_page_dir(), "/dev/shm", "/tmp"}; /* each read once */
+    node_scan_run(&s, dirs, 3);
+    int n = 0;
+    for (size_t i = 0; i < s.nprocs && n < MAX_PROCS; i++, n++) {
+        views[n] = s.procs[i].view;
+        order[n] = &views[n];
+        job_of(&s.procs[i], top_jobs[n], sizeof(top_jobs[n]));
+    }
+    node_scan_free(&s);
+    return n;
+}
+
 /* One frame of top: the title, the devices' totals, the table (as many
  * rows as the terminal holds) and the group's table if asked for. */
 static void top_frame(int tty, const char *gname, char *gbuf, size_t glen)
 {
-    int n = collect(NULL, 0, 0); /* the next frame shows what they read */
+    int n = top_all ? collect_node() : collect(NULL, 0, 0); /* the next frame shows
+                                                             what they read */
     qsort(order, (size_t)n, sizeof(order[0]), by_reserved);
+    const char *jobs[MAX_PROCS];
+    for (int i = 0; i < n; i++) /* order[i] points into views: its index is its job's */
+        jobs[i] = top_all ? top_jobs[order[i] - views] : NULL;
     static char totals[4096];
     device_totals(n, totals, sizeof(totals));
-    stats_format_table(order, (size_t)n, buf, sizeof(buf));
+    stats_format_table_with(order, top_all ? "USER JOB" : NULL, jobs, (size_t)n, buf,
+                            sizeof(buf));
     struct winsize ws;
     if (gname && group_text(gname, 0, 0, gbuf, glen))
         snprintf(gbuf, glen, "group %s: gone\n", gname);
@@ -403,30 +513,42 @@ static void top_frame(int tty, const char *gname, char *gbuf, size_t glen)
     fflush(stdout);
 }
 
+/* top's options into *interval, *count and *gname (its table checked into
+ * gbuf). 0, 1 (no such group, said) or 2 (a usage mistake, said). */
+static int top_options(int argc, char **argv, double *interval, long *count,
+                       const char **gname, char *gbuf, size_t glen)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--all")) {
+            top_all = true;
+            continue;
+        }
+        if (strcmp(o, "--interval") && strcmp(o, "--count") && strcmp(o, "--group"))
+            return unexpected("top", o);
+        if (i + 1 >= argc)
+            return usage_error("top", "%s needs a value", o);
+        const char *v = argv[++i];
+        char *end;
+        if (!strcmp(o, "--interval") && parse_seconds(v, 0.05, 86400, interval))
+            return bad("top: --interval takes seconds from 0.05 to 86400, not", v);
+        if (!strcmp(o, "--count") && ((*count = strtol(v, &end, 10)) < 1 || !*v || *end))
+            return bad("top: --count takes a whole number from 1 up, not", v);
+        if (!strcmp(o, "--group") && group_text((*gname = v), 0, 0, gbuf, glen))
+            return 1;
+    }
+    return 0;
+}
+
 static int cmd_top(int argc, char **argv)
 {
     double interval = 1.0;
     long count = -1;
     const char *gname = NULL;
     static char gbuf[1 << 16];
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--interval") && i + 1 < argc) {
-            if (parse_seconds(argv[++i], 0.05, 86400, &interval))
-                return bad("top: --interval takes seconds from 0.05 to 86400, not",
-                           argv[i]);
-        } else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
-            char *end;
-            count = strtol(argv[++i], &end, 10);
-            if (!*argv[i] || *end || count < 1)
-                return bad("top: --count takes a whole number from 1 up, not", argv[i]);
-        } else if (!strcmp(argv[i], "--group") && i + 1 < argc) {
-            gname = argv[++i];
-            if (group_text(gname, 0, 0, gbuf, sizeof(gbuf)))
-                return 1;
-        } else {
-            return bad("top: unknown option or missing value", argv[i]);
-        }
-    }
+    int rc = top_options(argc, argv, &interval, &count, &gname, gbuf, sizeof(gbuf));
+    if (rc)
+        return rc;
     int tty = isatty(STDOUT_FILENO);
     if (tty)
         tty_keys();
@@ -537,12 +659,12 @@ static int cmd_ask(const char *name, stats_request r, int argc, char **argv)
     double timeout = 10.0;
     int i = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
-        if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
-            if (parse_seconds(argv[++i], 0.01, 86400, &timeout))
-                return bad("--timeout takes seconds from 0.01 to 86400, not", argv[i]);
-        } else {
-            return bad("unknown option or missing value", argv[i]);
-        }
+        if (strcmp(argv[i], "--timeout"))
+            return unexpected(name, argv[i]);
+        if (i + 1 >= argc)
+            return usage_error(name, "--timeout needs a value");
+        if (parse_seconds(argv[++i], 0.01, 86400, &timeout))
+            return bad("--timeout takes seconds from 0.01 to 86400, not", argv[i]);
     }
     if (argc - i != 1) {
         fprintf(stderr, "cupool: %s takes one process id (cupool %s [--timeout "
@@ -552,6 +674,8 @@ static int cmd_ask(const char *name, stats_request r, int argc, char **argv)
     int pid = parse_pid(argv[i]);
     if (pid < 0)
         return bad("not a process id:", argv[i]);
+    if (others_process(pid))
+        return 1;
     static stats_view before, after;
     if (ask(pid, r, timeout, &before, &after))
         return 1;
@@ -568,18 +692,20 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         return usage();
-    if (wants_help(argc - 2, argv + 2))
-        return help(argv[1]);
-    if (!strcmp(argv[1], "stat"))
-        return cmd_stat(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "top"))
-        return cmd_top(argc - 2, argv + 2);
     if (!strcmp(argv[1], "fields"))
         return cmd_fields();
     if (!strcmp(argv[1], "--version")) {
         printf("cupool %s\n", CUPOOL_VERSION);
         return 0;
     }
+    if (!help_of(argv[1]))
+        return usage();
+    if (wants_help(argc - 2, argv + 2))
+        return help(argv[1]);
+    if (!strcmp(argv[1], "stat"))
+        return cmd_stat(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "top"))
+        return cmd_top(argc - 2, argv + 2);
     if (!strcmp(argv[1], "flush"))
         return cmd_ask("flush", STATS_REQ_FLUSH, argc - 2, argv + 2);
     if (!strcmp(argv[1], "dump"))

@@ -209,21 +209,32 @@ static void put_paused(out *o, const stats_view *v)
 size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
                           size_t len)
 {
+    return stats_format_table_with(v, NULL, NULL, n, buf, len);
+}
+
+size_t stats_format_table_with(const stats_view *const *v, const char *head,
+                               const char *const *extra, size_t n, char *buf, size_t len)
+{
     out o = {buf, len, 0};
-    put(&o, "%-7s %-10s %3s %6s %6s %6s %4s %7s %6s %8s %5s\n", "PID", "COMM", "DEV",
-        "ALLOC", "RESERV", "CACHED", "FRAG", "OUTSIDE", "PEAK", "ALLOCS", "HIT%");
+    put(&o, "%-7s %-10s %3s %6s %6s %6s %4s %7s %6s %8s %5s%s%s\n", "PID", "COMM", "DEV",
+        "ALLOC", "RESERV", "CACHED", "FRAG", "OUTSIDE", "PEAK", "ALLOCS", "HIT%",
+        head ? " " : "", head ? head : "");
     for (size_t i = 0; i < n; i++) {
         for (uint32_t k = 0; k < v[i]->ndevices; k++) {
             const stats_device *d = &v[i]->dev[k];
             char a[24], r[24], c[24], o2[24], p[24];
             double hit = d->allocs ? 100.0 * (double)d->hits / (double)d->allocs : 0;
             char name[sizeof(v[i]->comm)];
-            put(&o, "%-7d %-10.10s %3d %6s %6s %6s %3.0f%% %7s %6s %8lu %4.0f%%\n",
+            char more[96] = "";
+            if (head && extra && extra[i])
+                snprintf(more, sizeof(more), " %s", extra[i]);
+            put(&o, "%-7d %-10.10s %3d %6s %6s %6s %3.0f%% %7s %6s %8lu %4.0f%%%s\n",
                 v[i]->pid, stats_printable(v[i]->comm, name, sizeof(name)), d->device,
                 fmt_short(d->allocated, a, sizeof(a)), fmt_short(d->reserved, r, sizeof(r)),
                 fmt_short(d->cached, c, sizeof(c)), 100.0 * stats_fragmentation(d),
                 fmt_short(d->outside_pool, o2, sizeof(o2)),
-                fmt_short(d->reserved_peak, p, sizeof(p)), (unsigned long)d->allocs, hit);
+                fmt_short(d->reserved_peak, p, sizeof(p)), (unsigned long)d->allocs, hit,
+                more);
         }
         put_framework(&o, v[i]);
         put_paused(&o, v[i]);

@@ -51,7 +51,7 @@
       "(stream-ordered, managed, pitched, cuMemCreate), counted against the cap") \
     X(passed_peak, BYTES, GAUGE, "peak of passed")                            \
     X(framework_allocated, BYTES, GAUGE, "PyTorch's own figure: bytes of its " \
-      "live tensors (read in the program's main thread; framework_read_at)")  \
+      "live tensors (read by cupool's flush worker; framework_read_at)")     \
     X(framework_reserved, BYTES, GAUGE, "PyTorch's own figure: bytes it "      \
       "reserves (from cupool), its cache included")                          \
     X(framework_inactive, BYTES, GAUGE, "PyTorch's own figure: bytes of "      \
@@ -116,7 +116,7 @@
     X(requested_dumps, COUNT, COUNTER, "dumps asked for by cupool dump")      \
     X(flushed, BYTES, COUNTER, "bytes returned by flushes")                   \
     X(framework_flushes, COUNT, COUNTER, "flushes that first released a "    \
-      "framework's cache (PyTorch, CuPy) in the program's main thread")       \
+      "framework's cache (PyTorch, CuPy), idle or not")                       \
     X(framework_flushed, BYTES, COUNTER, "bytes the frameworks' caches gave " \
       "back in those flushes (returned to the driver with cupool's)")        \
     X(framework_torch, BYTES, COUNTER, "of those, torch.cuda.empty_cache's")  \
@@ -224,6 +224,10 @@ const char *stats_fmt_bytes(uint64_t n, char *buf, size_t len);
 /* Table of views, one row per process and device, in the order given. */
 size_t stats_format_table(const stats_view *const *v, size_t n, char *buf,
                           size_t len);
+/* The same with one more column, head, whose text for view i is extra[i]
+ * (printable already; NULL: none). */
+size_t stats_format_table_with(const stats_view *const *v, const char *head,
+                               const char *const *extra, size_t n, char *buf, size_t len);
 /* Every field of one view, one "device N  name  value" line each. */
 size_t stats_format_detail(const stats_view *v, char *buf, size_t len);
 struct group_view;
@@ -273,7 +277,8 @@ const char *stats_page_dir(void);
 /* Opens this user's own directory in stats_page_dir() (cupool-<uid>, mode
  * 0700), making it if need be: its descriptor, or -1 with *why (the base
  * is unsafe, or another user made a directory of that name first). path
- * gets its path. Pages and group segments live there. */
+ * gets its path. Pages live there, and group segments unless it cannot
+ * be had (groupseg.h says where they meet then). */
 int stats_user_dir(char *path, size_t len, const char **why);
 
 /* Start time of process pid in clock ticks since boot (/proc/PID/stat

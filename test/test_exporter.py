@@ -189,6 +189,13 @@ def check_exporter():
         else:
             skip("a program in its own mount namespace, /dev/shm private, is seen",
                  "needs root and unshare")
+        top = subprocess.run([os.path.abspath(os.path.join("build", "cupool-stat")), "top",
+                              "--all", "--count", "1"], capture_output=True, text=True,
+                             timeout=30, env=dict(os.environ, CUPOOL_PAGE_DIR=f"{tmp}/pages"))
+        report("top --all: every program with its user and job", top.returncode == 0 and
+               "USER JOB" in top.stdout and "group:gx" in top.stdout and "slurm:77" in
+               top.stdout and all(re.search(rf"^{p} ", top.stdout, re.M)
+                                  for p in pids.values()), top.stdout + top.stderr)
         skipped = series(r.stdout, "cupool_exporter_pages_skipped_total")
         report("exporter --once: the page that lies is skipped",
                skipped.get('reason="foreign"', 0) == 1, skipped)

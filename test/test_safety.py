@@ -362,6 +362,119 @@ def test_full_tmpfs(tmp, user):
         subprocess.run(["umount", "-l", base])
 
 
+# ---- what the tools print, and whose process they act on ------------------
+
+def trace_named(path, comm):
+    """A trace (two records) whose header names the program comm (bytes,
+    up to 15), written as the recorder writes one (stats/trace.h)."""
+    import struct
+    header = (b"CUPOOLTR" + struct.pack("<IIIiQ", 1, 64, 24, 7, 0) + comm.ljust(16, b"\0") +
+              bytes([2]) + bytes(15))
+    records = b"".join(struct.pack("<QQQ", t, addr, size | op << 48)
+                       for t, op, addr, size in ((0, 1, 0x1000, 4096), (10, 2, 0x1000, 0)))
+    with open(path, "wb") as f:
+        f.write(header + records)
+
+
+def test_trace_escapes_not_printed(tmp):
+    """The program name a trace holds (the recorded program's to choose) and
+    the paths the trace tools print never put ESC or BEL on the terminal:
+    dump, replay, plot to stdout, and their error lines."""
+    trace = os.path.join(tmp, "esc-\x1b[2J.trace")
+    trace_named(trace, b"\x1b]0;x\x07")
+    runs = [["dump", trace], ["replay", trace], ["plot", trace, "-o", "-"],
+            ["replay", trace, "--device", "7"], ["replay", "/nonexistent/\x1b]0;y\x07"],
+            ["replay", trace, "--timeline", "/nonexistent/\x1b[H"],
+            ["replay", trace, "--bogus\x1b[H"]]
+    bad = []
+    for args in runs:
+        p = subprocess.run([tracer] + args, capture_output=True, timeout=60)
+        if b"\x1b" in p.stdout + p.stderr or b"\x07" in p.stdout + p.stderr:
+            bad.append((args[0], args[-1][-8:], (p.stdout + p.stderr)[:160]))
+    d = subprocess.run([tracer, "dump", trace], capture_output=True, timeout=60)
+    report("no escape sequence from a trace reaches the terminal",
+           not bad and d.returncode == 0 and b"pid 7 (?]0;x?)" in d.stdout, bad or d.stdout[:200])
+
+
+def test_others_process_named(tmp, user):
+    """stat, flush and dump of another user's process say it is another
+    user's (whose page this user cannot read), not that it runs without
+    cupool."""
+    name = "stat, flush and dump name another user's process"
+    if not user:
+        return skip(name, user_why)
+    base = shared_dir(tmp, "others")
+    env = clean_env(CUPOOL_PAGE_DIR=base)
+    p = serve(env, os.path.join(base, "ready"))  # root's, under cupool
+    if not p:
+        return report(name, False, "serve never got ready")
+    renv = dict(env)
+    renv.pop("LD_PRELOAD")
+    runs = [run([reader, cmd, str(p.pid)], renv, user=user) for cmd in ("stat", "flush", "dump")]
+    stop(p)
+    want = f"cupool: {p.pid}: another user's process (its page cannot be read by this user)\n"
+    report(name, all(r.returncode == 1 and r.stderr == want for r in runs),
+           [r.stderr for r in runs])
+
+
+def other_uid_process():
+    """A process of another user: one started as nobody (as root), else the
+    first of /proc that is not this user's. (Popen or None, pid), or
+    (None, None)."""
+    if os.geteuid() == 0:
+        def nobody():
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+        p = subprocess.Popen(["sleep", "60"], preexec_fn=nobody)
+        return p, p.pid
+    for pid in sorted(int(n) for n in os.listdir("/proc") if n.isdigit()):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uids = next(l for l in f if l.startswith("Uid:")).split()[1:3]
+        except (OSError, StopIteration):
+            continue
+        if any(int(u) != os.geteuid() for u in uids):
+            return None, pid
+    return None, None
+
+
+def test_pause_in_user_namespace(tmp):
+    """Root of a user namespace of its own (unshare -Ur) is the user it is
+    outside, nothing more: its pause of another user's process (one the
+    namespace does not map) is refused before the driver is asked
+    anything; its own user's process pauses and resumes."""
+    name = "pause inside a user namespace refuses another user's process"
+    probe = subprocess.run(["unshare", "-Ur", "true"], capture_output=True, text=True)
+    if probe.returncode:
+        return skip(name, "unshare -Ur is not permitted here: "
+                    + (probe.stderr.strip() or f"exit {probe.returncode}"))
+    ckpt = os.path.join(tmp, "ns-ckpt")
+    os.mkdir(ckpt)
+    log = os.path.join(ckpt, "log")
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.abspath(os.path.join(build, "sim")),
+               SIMCUDA_CKPT_DIR=ckpt, SIMCUDA_CKPT_LOG=log)
+    pause = ["unshare", "-Ur", os.path.abspath(os.path.join(build, "cupool-pause"))]
+    other, pid = other_uid_process()
+    if pid is None:
+        return skip(name, "no process of another user to try")
+    mine = subprocess.Popen(["sleep", "60"])
+    try:
+        a = run(pause + ["pause", str(pid)], env)
+        asked = os.path.exists(log)
+        b = run(pause + ["pause", str(mine.pid)], env)
+        c = run(pause + ["resume", str(mine.pid)], env)
+    finally:
+        for p in (other, mine):
+            if p:
+                p.kill()
+                p.wait()
+    report(name, a.returncode == 1 and "another user's" in a.stderr and "refused" in a.stderr
+           and not asked and b.returncode == 0 and "paused" in b.stdout and c.returncode == 0,
+           [a.returncode, a.stderr, asked, b.returncode, b.stdout + b.stderr, c.returncode,
+            c.stderr])
+
+
 # ---- host memory ----------------------------------------------------------
 
 MISLABELS = ("out of device memory", "cause: fragmentation", "cause: the device is out of memory")
@@ -418,6 +531,9 @@ if __name__ == "__main__":
         test_squatted_names(tmp, user)
         test_root_reads_other_users(tmp, user)
         test_pause_other_users(tmp, user)
+        test_trace_escapes_not_printed(tmp)
+        test_others_process_named(tmp, user)
+        test_pause_in_user_namespace(tmp)
         test_install_deps_names_the_command(user)
         test_full_tmpfs(tmp, user)
         test_shim_host_memory()

@@ -782,11 +782,9 @@ static void test_cli_help_and_mistakes(void **s)
     }
     static const struct { const char *args, *line; } bad[] = {
         {"", "cupool: no command given (see 'cupool --help')\n"},
-        {"replay x --bogus", "cupool: unknown option '--bogus' (see 'cupool --help')\n"},
         {"replay x --trim", "cupool: --trim needs a value (see 'cupool --help')\n"},
-        {"plot x --help-me", "cupool: unknown option '--help-me' (see 'cupool --help')\n"},
         {"frobnicate", "cupool: unknown command 'frobnicate' (see 'cupool --help')\n"},
-        {"options --bogus", "cupool: options takes no arguments (see 'cupool --help')\n"},
+        {"options x", "cupool: options takes no arguments (see 'cupool options --help')\n"},
         {"stat abc", "cupool: 'abc' is not a process id\n"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -2188,6 +2186,83 @@ static void test_group_corrupt_segment(void **s)
                                    "group segment of this user"));
 }
 
+/* Three members of group name (a budget of 8 MiB) race, their pages in
+ * the test's directory: how many requests they were refused together.
+ * None may say it could not join. */
+static int group_members_refused(const char *name)
+{
+    static char group[96], direnv[128];
+    snprintf(group, sizeof(group), "CUPOOL_GROUP=%s", name);
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    child c[3];
+    for (int i = 0; i < 3; i++)
+        spawn(&c[i], "group_race", direnv, group, "CUPOOL_GROUP_MAX_RESERVED=8M",
+              "CUPOOL_GROUP_WAIT=0", "CUPOOL_LOG=error", "RACE_ITERS=100", NULL);
+    int refused = 0;
+    for (int i = 0; i < 3; i++) {
+        result *r = finish(&c[i], "group_race", 0);
+        int got = -1;
+        assert_int_equal(r->status, 0);
+        if (strstr(r->err, "cannot join"))
+            fail_msg("member %d: %s", i, r->err);
+        assert_int_equal(sscanf(r->out, "refused %d of", &got), 1);
+        refused += got;
+    }
+    return refused;
+}
+
+/* Another user made the user's page directory first (as root: a directory
+ * of uid 65534 open to all; else one of the user's open to all), which
+ * lasts until root removes it. A group still meets, where no other user
+ * can write: in $XDG_RUNTIME_DIR/cupool, or without it in
+ * $HOME/.cache/cupool (the file named with the boot's id), where `cupool
+ * stat --group` finds it too, and its budget holds: the three members are
+ * refused requests as without the squat (each ran alone under its own cap
+ * before: 0 refused). HOME and XDG_RUNTIME_DIR are the test's own for its
+ * length: the children inherit them. */
+static void test_group_squatted_directory(void **s)
+{
+    (void)s;
+    char squat[128], rundir[128], home[128], cmd[1024], out[2048], want[128];
+    char *was = getenv("HOME"), old_home[512], old_run[512];
+    snprintf(old_home, sizeof(old_home), "%s", was ? was : "/");
+    was = getenv("XDG_RUNTIME_DIR");
+    snprintf(old_run, sizeof(old_run), "%s", was ? was : "");
+    snprintf(squat, sizeof(squat), "%s/cupool-%u", pages, (unsigned)geteuid());
+    assert_int_equal(mkdir(squat, 0777), 0);
+    assert_int_equal(chmod(squat, 0777), 0);
+    if (geteuid() == 0)
+        assert_int_equal(chown(squat, 65534, 65534), 0);
+    snprintf(rundir, sizeof(rundir), "%s/run", pages);
+    snprintf(home, sizeof(home), "%s/home", pages);
+    assert_int_equal(mkdir(rundir, 0700), 0);
+    assert_int_equal(mkdir(home, 0755), 0);
+    setenv("XDG_RUNTIME_DIR", rundir, 1);
+    setenv("HOME", home, 1);
+    int refused = group_members_refused("squat");
+    print_message("page directory squatted: 3 members refused %d of 300 requests\n", refused);
+    assert_true(refused > 0);
+    snprintf(cmd, sizeof(cmd), "ls %s/cupool && CUPOOL_PAGE_DIR=%s " READER
+             " stat --group squat", rundir, pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    snprintf(want, sizeof(want), "group-%lu-squat\n", pid_ns_ino());
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "group squat: budget 8.00 MiB per device"));
+    unsetenv("XDG_RUNTIME_DIR");
+    refused = group_members_refused("squath");
+    print_message("the same without XDG_RUNTIME_DIR: %d refused\n", refused);
+    assert_true(refused > 0);
+    snprintf(cmd, sizeof(cmd), "ls %s/.cache/cupool && CUPOOL_PAGE_DIR=%s " READER
+             " stat --group squath", home, pages);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    setenv("HOME", old_home, 1);
+    if (*old_run)
+        setenv("XDG_RUNTIME_DIR", old_run, 1);
+    snprintf(want, sizeof(want), "-%lu-squath\n", pid_ns_ino());
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "group squath: budget 8.00 MiB per device"));
+}
+
 static void test_threads_and_signal_storm(void **s)
 {
     (void)s;
@@ -2510,6 +2585,82 @@ static void test_trace_link_refused(void **s)
                  "records nothing");
 }
 
+/* CUPOOL_TRACE and CUPOOL_STATS_FILE through dir/traces (a link to the
+ * directory mine) are refused with expect, in one line each; mine's
+ * run.trace ("keep me\n") is left as it was and no statistics file is
+ * made there. */
+static void link_on_path_refused(const char *dirn, const char *mine, const char *expect)
+{
+    char env[300], want[600], file[300];
+    struct stat st;
+    snprintf(env, sizeof(env), "CUPOOL_TRACE=%s/traces/run.trace", dirn);
+    result *r = run("pairs", env, NULL);
+    assert_int_equal(r->status, 0);
+    snprintf(want, sizeof(want), "CUPOOL_TRACE file %s/traces/run.trace: %s", dirn, expect);
+    if (!strstr(r->err, want))
+        fail_msg("no \"%s\" in: %s", want, r->err);
+    snprintf(file, sizeof(file), "%s/run.trace", mine);
+    assert_int_equal(stat(file, &st), 0);
+    assert_int_equal(st.st_size, 8);
+    snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s/traces/stats", dirn);
+    r = run("zero", env, "CUPOOL_STATS_AT_EXIT=1", NULL);
+    assert_int_equal(r->status, 0);
+    snprintf(want, sizeof(want), "CUPOOL_STATS_FILE=%s/traces/stats cannot be used: %s", dirn,
+             expect);
+    if (!strstr(r->err, want))
+        fail_msg("no \"%s\" in: %s", want, r->err);
+    snprintf(file, sizeof(file), "%s/stats", mine);
+    assert_int_equal(access(file, F_OK), -1);
+}
+
+/* A link in the middle of the path: another user's directory t holding
+ * traces -> a directory of the user's (where fs.protected_symlinks is
+ * off, CUPOOL_TRACE=t/traces/run.trace overwrote the user's own
+ * run.trace). Refused, and the user's files left alone; so is a link of
+ * the user's in a directory others may write in without the sticky bit
+ * (another user could swap it). A link of the user's in a directory of
+ * its own is followed. Another user's link: root only (it makes one). */
+static void test_link_on_path_refused(void **s)
+{
+    (void)s;
+    char base[] = "/tmp/cupool-mid-XXXXXX", mine[64], open_dir[64], other[64], l[96];
+    char env[128];
+    assert_non_null(mkdtemp(base));
+    snprintf(mine, sizeof(mine), "%s/home", base);
+    assert_int_equal(mkdir(mine, 0700), 0);
+    snprintf(l, sizeof(l), "%s/run.trace", mine);
+    FILE *f = fopen(l, "w");
+    assert_non_null(f);
+    fputs("keep me\n", f);
+    fclose(f);
+    snprintf(open_dir, sizeof(open_dir), "%s/open", base);
+    assert_int_equal(mkdir(open_dir, 0777), 0);
+    assert_int_equal(chmod(open_dir, 0777), 0);
+    snprintf(l, sizeof(l), "%s/traces", open_dir);
+    assert_int_equal(symlink(mine, l), 0);
+    link_on_path_refused(open_dir, mine, "a symbolic link on its path is in a directory "
+                         "another user may change");
+    if (geteuid() == 0) {
+        snprintf(other, sizeof(other), "%s/t", base);
+        assert_int_equal(mkdir(other, 0755), 0);
+        snprintf(l, sizeof(l), "%s/traces", other);
+        assert_int_equal(symlink(mine, l), 0);
+        assert_int_equal(lchown(l, 65534, 65534), 0);
+        assert_int_equal(chown(other, 65534, 65534), 0);
+        link_on_path_refused(other, mine, "a symbolic link on its path belongs to another "
+                             "user");
+    }
+    snprintf(l, sizeof(l), "%s/mine", base);
+    assert_int_equal(symlink("home", l), 0);
+    snprintf(env, sizeof(env), "CUPOOL_TRACE=%s/mine/ok.trace", base);
+    assert_int_equal(run("pairs", env, NULL)->status, 0);
+    snprintf(l, sizeof(l), "%s/ok.trace", mine);
+    struct stat st;
+    assert_int_equal(stat(l, &st), 0);
+    assert_true(st.st_size > 64); /* the header and records */
+    assert_int_equal(remove_tree(base), 0);
+}
+
 /* Recording stopped on a write error (the file may not grow): SIGTERM
  * still ends the program, with its default action. */
 static void test_trace_write_error_then_sigterm(void **s)
@@ -2603,6 +2754,94 @@ static void test_exports_match_allowlist(void **s)
     assert_int_equal(i, nwant);
 }
 
+/* ---- every command's help and mistakes, as scripts/cupool runs them ----------- */
+
+/* A copy of scripts/cupool and cupool-import-torch in a new directory
+ * (its path into root), beside a link named build to the build under test
+ * (READER's folder): the copy runs this build's programs, whatever the
+ * build's folder is called. */
+static void cli_copy_make(char *root, size_t len)
+{
+    char built[PATH_MAX], cmd[PATH_MAX + 256], out[256];
+    snprintf(root, len, "/tmp/cupool-cli-XXXXXX");
+    assert_non_null(mkdtemp(root));
+    assert_non_null(realpath(READER, built));
+    *strrchr(built, '/') = '\0';
+    snprintf(cmd, sizeof(cmd), "mkdir %s/scripts && cp scripts/cupool scripts/cupool-import-torch "
+             "%s/scripts/ && ln -s '%s' %s/build", root, root, built, root);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+}
+
+/* Every command scripts/cupool dispatches takes -h and --help: its usage
+ * on stdout, exit 0. Given an option it does not take, it names it on its
+ * first line, "cupool COMMAND: unknown option '--bogus'", then gives its
+ * usage, all on stderr, exit 2. */
+static void test_cli_every_command_help_and_unknown_option(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip_because(SKIP_PLAIN_ONLY);
+    static const char *const cmds[] = {"run", "stat", "top", "flush", "dump", "pause",
+                                       "resume", "exporter", "options", "replay", "plot",
+                                       "import-torch", "version", "help"};
+    static char out[16384];
+    char root[64], cmd[512], want[96];
+    cli_copy_make(root, sizeof(root));
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        snprintf(want, sizeof(want), "cupool %s", cmds[i]);
+        for (int h = 0; h < 2; h++) {
+            snprintf(cmd, sizeof(cmd), "%s/scripts/cupool %s %s 2>/dev/null", root, cmds[i],
+                     h ? "--help" : "-h");
+            int st = shell(cmd, out, sizeof(out));
+            if (st != 0 || !strstr(out, want))
+                fail_msg("'cupool %s %s' exited %d: %.300s", cmds[i], h ? "--help" : "-h", st,
+                         out);
+        }
+        snprintf(cmd, sizeof(cmd), "%s/scripts/cupool %s --bogus 2>/dev/null", root, cmds[i]);
+        int st = shell(cmd, out, sizeof(out));
+        if (st != 2 || out[0])
+            fail_msg("'cupool %s --bogus' exited %d, its stdout: %.300s", cmds[i], st, out);
+        snprintf(cmd, sizeof(cmd), "%s/scripts/cupool %s --bogus 2>&1 >/dev/null", root, cmds[i]);
+        shell(cmd, out, sizeof(out));
+        snprintf(want, sizeof(want), "cupool %s: unknown option '--bogus'\n", cmds[i]);
+        if (strncmp(out, want, strlen(want)) || !strstr(out + strlen(want), "cupool"))
+            fail_msg("'cupool %s --bogus' said: %.300s", cmds[i], out);
+    }
+    assert_int_equal(remove_tree(root), 0);
+}
+
+/* cupool pause (and resume) of a process that does not exist says so,
+ * and loads no driver first: here the driver found is a library that
+ * only leaves a mark when it is loaded. */
+static void test_cli_pause_no_process_before_driver(void **s)
+{
+    (void)s;
+    if (runtime)
+        skip_because(SKIP_PLAIN_ONLY);
+    int pid = 999999;
+    while (kill(pid, 0) == 0 || errno != ESRCH)
+        pid++;
+    char root[64], cmd[1024], out[4096], want[96];
+    cli_copy_make(root, sizeof(root));
+    snprintf(cmd, sizeof(cmd), "printf '#include <fcntl.h>\\n#include <stdlib.h>\\n"
+             "__attribute__((constructor)) static void loaded(void) "
+             "{ creat(getenv(\"MARK\"), 0600); }\\n' | cc -shared -fPIC -x c - "
+             "-o %s/libcuda.so.1", root);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof(cmd), "MARK=%s/loaded LD_LIBRARY_PATH=%s %s/scripts/cupool %s %d "
+                 "2>&1", root, root, root, k ? "resume" : "pause", pid);
+        int st = shell(cmd, out, sizeof(out));
+        snprintf(want, sizeof(want), "cupool: no process %d (no such process): nothing done\n",
+                 pid);
+        snprintf(cmd, sizeof(cmd), "%s/loaded", root);
+        if (st != 1 || strcmp(out, want) || access(cmd, F_OK) == 0)
+            fail_msg("'cupool %s %d' exited %d, the driver %s: %s", k ? "resume" : "pause", pid,
+                     st, access(cmd, F_OK) ? "not loaded" : "loaded", out);
+    }
+    assert_int_equal(remove_tree(root), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -2619,6 +2858,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cupool_run),
         cmocka_unit_test(test_startup_refusals),
         cmocka_unit_test(test_cli_help_and_mistakes),
+        cmocka_unit_test(test_cli_every_command_help_and_unknown_option),
+        cmocka_unit_test(test_cli_pause_no_process_before_driver),
         cmocka_unit_test(test_readme_examples_are_commands),
         cmocka_unit_test(test_demo),
         cmocka_unit_test(test_install_uninstall),
@@ -2665,6 +2906,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_group_turn_killed, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_budget_forms, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_corrupt_segment, pages_setup,
+                                        pages_teardown),
+        cmocka_unit_test_setup_teardown(test_group_squatted_directory, pages_setup,
                                         pages_teardown),
         cmocka_unit_test_setup_teardown(test_framework_flush_idle, pages_setup,
                                         pages_teardown),
@@ -2720,6 +2963,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trace_other_signals_lose_nothing),
         cmocka_unit_test(test_trace_child_leaves_parent_file),
         cmocka_unit_test(test_trace_link_refused),
+        cmocka_unit_test(test_link_on_path_refused),
         cmocka_unit_test(test_trace_write_error_then_sigterm),
         cmocka_unit_test(test_trace_bad_path),
         cmocka_unit_test(test_replay_trim_option),

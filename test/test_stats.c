@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -24,7 +25,10 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "groupseg.h"
+#include "safefile.h"
 #include "stats.h"
+#include "userns.h"
 #include "skip.h"
 
 #define MIB ((uint64_t)1 << 20)
@@ -258,8 +262,8 @@ static void test_prometheus_passes_promtool(void **s)
     int st = system(cmd);
     unlink(path);
     if (st != 0)
-        fail_msg("promtool check metrics failed (is Debian's prometheus "
-                 "package installed? .ci/run installs it)");
+        fail_msg("promtool check metrics failed (make test puts promtool in build/tools: "
+                 "scripts/get-promtool)");
 }
 
 static char dir[64];
@@ -700,10 +704,244 @@ static void test_truncated_while_read(void **s)
     stats_page_remove(p);
 }
 
+/* safefile_open walks the whole path (fs.protected_symlinks may be off,
+ * and guards sticky directories only): a link on the way is followed
+ * only if it is the user's or root's, in a directory no other user can
+ * change, and its target is walked the same way. Relative paths, "." and
+ * ".." and a link of the user's in a sticky directory work; a loop of
+ * links ends. Nothing is made where a link was refused. */
+static void test_safefile_link_on_path(void **s)
+{
+    (void)s;
+    char mine[128], open_dir[128], p[256], l[256];
+    const char *why = NULL;
+    snprintf(mine, sizeof(mine), "%s/mine", dir);
+    assert_int_equal(mkdir(mine, 0700), 0);
+    snprintf(l, sizeof(l), "%s/ok", dir);
+    assert_int_equal(symlink("mine", l), 0); /* the user's, in its own directory */
+    snprintf(p, sizeof(p), "%s/ok/../ok/./a", dir);
+    int fd = safefile_open(p, O_WRONLY | O_CREAT, &why);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(p, sizeof(p), "%s/a", mine);
+    assert_int_equal(access(p, F_OK), 0);
+    snprintf(open_dir, sizeof(open_dir), "%s/open", dir);
+    assert_int_equal(mkdir(open_dir, 0777), 0);
+    assert_int_equal(chmod(open_dir, 0777), 0); /* others may swap the link */
+    snprintf(l, sizeof(l), "%s/to", open_dir);
+    assert_int_equal(symlink(mine, l), 0);
+    snprintf(p, sizeof(p), "%s/to/b", open_dir);
+    assert_int_equal(safefile_open(p, O_WRONLY | O_CREAT, &why), -1);
+    assert_non_null(strstr(why, "a symbolic link on its path is in a directory another user "
+                                "may change"));
+    assert_non_null(safefile_path_refusal(p));
+    assert_int_equal(safefile_dir_open(l, &why), -EPERM);
+    snprintf(l, sizeof(l), "%s/b", mine);
+    assert_int_equal(access(l, F_OK), -1);
+    assert_int_equal(chmod(open_dir, 01777), 0); /* sticky: only the user can */
+    fd = safefile_open(p, O_WRONLY | O_CREAT, &why);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(access(l, F_OK), 0);
+    assert_null(safefile_path_refusal(p));
+    snprintf(l, sizeof(l), "%s/loop", dir);
+    assert_int_equal(symlink("loop", l), 0);
+    snprintf(p, sizeof(p), "%s/loop/c", dir);
+    assert_int_equal(safefile_open(p, O_WRONLY | O_CREAT, &why), -1);
+    assert_string_equal(why, strerror(ELOOP));
+    char cwd[512];
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    assert_int_equal(chdir(dir), 0);
+    fd = safefile_open("ok/d", O_WRONLY | O_CREAT, &why);
+    assert_int_equal(chdir(cwd), 0);
+    assert_true(fd >= 0);
+    close(fd);
+    if (geteuid() != 0)
+        return; /* only root can make a link of another user */
+    snprintf(l, sizeof(l), "%s/theirs", dir);
+    assert_int_equal(symlink(mine, l), 0);
+    assert_int_equal(lchown(l, 65534, 65534), 0);
+    snprintf(p, sizeof(p), "%s/theirs/e", dir);
+    assert_int_equal(safefile_open(p, O_WRONLY | O_CREAT, &why), -1);
+    assert_non_null(strstr(why, "a symbolic link on its path belongs to another user"));
+    snprintf(l, sizeof(l), "%s/e", mine);
+    assert_int_equal(access(l, F_OK), -1);
+}
+
+/* The user's page directory squatted by another user (as root: a
+ * directory of uid 65534, open to all): a group meets in
+ * $XDG_RUNTIME_DIR/cupool and says why; a reader finds it there, and so
+ * does every member still once the squat is gone (the first place that
+ * holds a group is where all meet: they never split). */
+static void test_group_squatted_meets_elsewhere(void **s)
+{
+    (void)s;
+    char squat[128], run[128], want[160];
+    snprintf(squat, sizeof(squat), "%s/cupool-%u", dir, (unsigned)geteuid());
+    assert_int_equal(mkdir(squat, 0777), 0);
+    assert_int_equal(chmod(squat, 0777), 0);
+    if (geteuid() == 0)
+        assert_int_equal(chown(squat, 65534, 65534), 0);
+    snprintf(run, sizeof(run), "%s/run", dir);
+    assert_int_equal(mkdir(run, 0700), 0);
+    setenv("XDG_RUNTIME_DIR", run, 1);
+    group_cap caps[STATS_MAX_DEVICES];
+    for (int i = 0; i < STATS_MAX_DEVICES; i++)
+        caps[i] = (group_cap){8 << 20, 0, 0};
+    const char *why = NULL, *passed = NULL;
+    group *g = group_join("sq", caps, &why);
+    if (!g)
+        fail_msg("cannot join: %s", why);
+    snprintf(want, sizeof(want), "%s/cupool", run);
+    assert_string_equal(group_where(g, &passed), want);
+    assert_non_null(passed);
+    assert_non_null(strstr(passed, "another user"));
+    static group_view v;
+    assert_int_equal(group_read("sq", &v), 0);
+    assert_int_equal(v.nmembers, 1);
+    assert_int_equal(rmdir(squat), 0); /* root removed the squat */
+    group *again = group_join("sq", caps, &why);
+    assert_non_null(again);
+    assert_string_equal(group_where(again, &passed), want);
+    assert_null(passed);
+    assert_int_equal(group_read("sq", &v), 0);
+    assert_int_equal(v.nmembers, 1); /* this process, joined again */
+    group_leave(again);
+    group_forget(g);
+    group_forget(again);
+    unsetenv("XDG_RUNTIME_DIR");
+}
+
+/* ---- whose a process is (stats/userns.c) -------------------------------------- */
+
+/* uid_map text as the kernel prints it: the initial namespace's, unshare
+ * -Ur's (root inside is the user outside), several ranges; an id in no
+ * range is unmapped; what the kernel never takes is refused. */
+static void test_userns_map_parse(void **s)
+{
+    (void)s;
+    static userns_map m;
+    assert_int_equal(userns_map_parse("         0          0 4294967295\n", &m), 0);
+    assert_true(userns_map_is_initial(&m));
+    assert_int_equal(userns_map_outside(&m, 1000), 1000);
+    assert_int_equal(userns_map_parse("         0       1000          1\n", &m), 0);
+    assert_false(userns_map_is_initial(&m));
+    assert_int_equal(userns_map_outside(&m, 0), 1000);
+    assert_int_equal(userns_map_outside(&m, 1), -1);
+    assert_int_equal(userns_map_outside(&m, 65534), -1);
+    assert_int_equal(userns_map_parse("0 1000 1\n1\t100000 65536", &m), 0);
+    assert_int_equal(m.n, 2);
+    assert_int_equal(userns_map_outside(&m, 1), 100000);
+    assert_int_equal(userns_map_outside(&m, 65536), 165535);
+    assert_int_equal(userns_map_outside(&m, 65537), -1);
+    assert_int_equal(userns_map_parse("", &m), 0); /* not written yet: maps nothing */
+    assert_int_equal(userns_map_outside(&m, 0), -1);
+    assert_false(userns_map_is_initial(&m));
+    static const char *const bad[] = {"0 1000\n", "0 1000 0\n", "0 1000 1 5\n", "x 0 1\n",
+                                      "-1 0 1\n", "+0 0 1\n", "0 0 4294967296\n",
+                                      "1 0 4294967295\n", "0 4294967295 1\n", "\n",
+                                      "0 0 1\n\n", "0 0 99999999999999999999\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (userns_map_parse(bad[i], &m) != -EINVAL)
+            fail_msg("uid_map '%s' was taken", bad[i]);
+    static char many[(USERNS_MAP_RANGES + 1) * 16];
+    size_t at = 0;
+    for (int i = 0; i < USERNS_MAP_RANGES; i++)
+        at += (size_t)snprintf(many + at, sizeof(many) - at, "%d %d 1\n", i, i);
+    assert_int_equal(userns_map_parse(many, &m), 0);
+    assert_int_equal(m.n, USERNS_MAP_RANGES);
+    snprintf(many + at, sizeof(many) - at, "%d %d 1\n", USERNS_MAP_RANGES, USERNS_MAP_RANGES);
+    assert_int_equal(userns_map_parse(many, &m), -EINVAL);
+}
+
+/* A child that sleeps as uid (as root can make one), or -1. */
+static pid_t userns_sleeper(uid_t uid)
+{
+    pid_t c = fork();
+    if (c == 0) {
+        if (setgid(uid) || setuid(uid))
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    for (int i = 0; i < 500 && c > 0; i++) { /* until its uid is the one asked */
+        uint32_t owner;
+        if (userns_process_whose(c, &owner) != USERNS_MINE)
+            break;
+        usleep(1000);
+    }
+    return c;
+}
+
+/* In a user namespace of its own, where the caller is inside (unshare
+ * -Ur: 0), the caller is not root, its parent (its own user's) is its,
+ * and a process of a user the namespace does not map is not: not even
+ * where the caller is the overflow uid inside (65534), which every
+ * unmapped id reads as. Exit status: 0, 77 where no user namespace may be
+ * made, else the check that failed. */
+static int userns_child_checks(pid_t other, unsigned inside)
+{
+    char map[64];
+    snprintf(map, sizeof(map), "%u %u 1\n", inside, (unsigned)geteuid());
+    if (unshare(CLONE_NEWUSER))
+        return 77;
+    int fd = open("/proc/self/uid_map", O_WRONLY);
+    if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t)strlen(map))
+        return 77;
+    close(fd);
+    uint32_t owner;
+    if (userns_caller_is_root())
+        return 1;
+    if (inside != 65534 && userns_process_whose(getppid(), &owner) != USERNS_MINE)
+        return 2;
+    if (other > 0 && userns_process_whose(other, &owner) != USERNS_UNMAPPED)
+        return 3;
+    return 0;
+}
+
+/* Whose a process is: the caller's own, one that ended, another user's
+ * (as root, who is root here); and inside a user namespace of its own,
+ * as userns_child_checks says. */
+static void test_userns_process_whose(void **s)
+{
+    (void)s;
+    uint32_t owner = 0;
+    assert_int_equal(userns_process_whose(getpid(), &owner), USERNS_MINE);
+    pid_t gone = fork();
+    if (gone == 0)
+        _exit(0);
+    assert_int_equal(waitpid(gone, NULL, 0), gone);
+    assert_int_equal(userns_process_whose(gone, &owner), USERNS_GONE);
+    pid_t other = geteuid() == 0 ? userns_sleeper(65534) : -1;
+    if (other > 0) {
+        assert_true(userns_caller_is_root());
+        assert_int_equal(userns_process_whose(other, &owner), USERNS_OTHERS);
+        assert_int_equal(owner, 65534);
+    }
+    int st[2];
+    for (int k = 0; k < 2; k++) {
+        pid_t c = fork();
+        if (c == 0)
+            _exit(userns_child_checks(other, k ? 65534 : 0));
+        assert_int_equal(waitpid(c, &st[k], 0), c);
+    }
+    if (other > 0) {
+        kill(other, SIGKILL);
+        waitpid(other, NULL, 0);
+    }
+    if (WIFEXITED(st[0]) && WEXITSTATUS(st[0]) == 77)
+        skip_because("no user namespace may be made here (unshare -U)");
+    for (int k = 0; k < 2; k++)
+        if (!WIFEXITED(st[k]) || WEXITSTATUS(st[k]))
+            fail_msg("inside as %d: status %#x", k ? 65534 : 0, st[k]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fragmentation),
+        cmocka_unit_test(test_userns_map_parse),
+        cmocka_unit_test(test_userns_process_whose),
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_paused),
         cmocka_unit_test(test_truncation_reports_needed_length),
@@ -728,6 +966,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_other_namespace_left_alone, page_setup,
                                         page_teardown),
         cmocka_unit_test_setup_teardown(test_truncated_while_read, page_setup, page_teardown),
+        cmocka_unit_test_setup_teardown(test_safefile_link_on_path, page_setup, page_teardown),
+        cmocka_unit_test_setup_teardown(test_group_squatted_meets_elsewhere, page_setup,
+                                        page_teardown),
     };
     return cmocka_run_group_tests_name("stats", tests, NULL, NULL);
 }

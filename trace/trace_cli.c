@@ -32,17 +32,22 @@
 
 static const char *me = "cupool"; /* what the user typed */
 
+/* One line naming a usage mistake, arg shown with control bytes as '?'.
+ * Returns 2. */
 static int usage_error(const char *fmt, const char *arg)
 {
+    char shown[1024];
     fprintf(stderr, "%s: ", me);
-    fprintf(stderr, fmt, arg);
+    fprintf(stderr, fmt, stats_printable(arg, shown, sizeof(shown)));
     fprintf(stderr, " (see 'cupool --help')\n");
     return 2;
 }
 
-/* Each command's help, for `cupool COMMAND --help`. */
-static const struct { const char *cmd, *text; } helps[] = {
-    {"replay", "usage: cupool replay TRACE [--policy P[,P...]] [--capacity SIZE]\n"
+/* Each command's help, for `cupool COMMAND --help` and after an unknown
+ * option; prog: how the user calls it. */
+typedef struct help { const char *cmd, *prog, *text; } help;
+static const help helps[] = {
+    {"replay", "cupool", "usage: cupool replay TRACE [--policy P[,P...]] [--capacity SIZE]\n"
                "                     [--max-reserved SIZE] [--trim UNIT] [--stitch]\n"
                "                     [--mid-max SIZE] [--fence-lag TIME] [--device N] [--json]\n"
                "                     [--timeline CSV]\n"
@@ -66,18 +71,39 @@ static const struct { const char *cmd, *text; } helps[] = {
                "  --device N           only device N of the trace\n"
                "  --json               one JSON object\n"
                "  --timeline CSV       the first policy's figures after every event\n"},
-    {"plot", "usage: cupool plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]\n"
+    {"plot", "cupool", "usage: cupool plot TRACE -o OUT.svg [--policy P] [--capacity SIZE]\n"
              "                   [--max-reserved SIZE] [--trim UNIT] [--stitch]\n"
              "                   [--mid-max SIZE] [--fence-lag TIME] [--device N]\n"
              "                   [--title TEXT] [--by-event]\n"
              "Draws allocated, reserved and the largest free block over time (or, with\n"
              "--by-event, over the events) under one policy, as a self-contained SVG.\n"},
-    {"dump", "usage: cupool-trace dump TRACE\n"
+    {"dump", "cupool-trace", "usage: cupool-trace dump TRACE\n"
              "Prints one record per line, as encode reads them.\n"},
-    {"encode", "usage: cupool-trace encode -o TRACE [--source text|torch] [--pid N]\n"
+    {"encode", "cupool-trace",
+               "usage: cupool-trace encode -o TRACE [--source text|torch] [--pid N]\n"
                "                          [--comm NAME] < TEXT\n"
                "Writes a trace from lines TIME_NS OP DEVICE ADDR SIZE [RESULT].\n"},
 };
+
+/* The help of command cmd, or NULL if there is no such command. */
+static const help *help_of(const char *cmd)
+{
+    for (size_t i = 0; i < sizeof(helps) / sizeof(helps[0]); i++)
+        if (!strcmp(cmd, helps[i].cmd))
+            return &helps[i];
+    return NULL;
+}
+
+/* An option command cmd does not take: one line naming it, then the
+ * command's usage, on stderr. Returns 2. */
+static int unknown_option(const char *cmd, const char *o)
+{
+    const help *h = help_of(cmd);
+    char shown[256];
+    fprintf(stderr, "%s %s: unknown option '%s'\n%s", h->prog, cmd,
+            stats_printable(o, shown, sizeof(shown)), h->text);
+    return 2;
+}
 
 typedef struct args {
     const char *trace, *out, *title, *timeline;
@@ -237,9 +263,9 @@ static int parse_value(const char *o, const char *v, args *a)
     return 0;
 }
 
-/* Parses the options every command shares. Returns 0, 2 (a usage error,
- * reported) or 3 (help asked for). */
-static int parse(int argc, char **argv, args *a)
+/* Parses the options every command (cmd, one of helps) shares. Returns 0,
+ * 2 (a usage error, reported) or 3 (help asked for). */
+static int parse(const char *cmd, int argc, char **argv, args *a)
 {
     args_init(a);
     for (int i = 0; i < argc; i++) {
@@ -251,7 +277,7 @@ static int parse(int argc, char **argv, args *a)
             continue;
         if (o[0] == '-' && o[1]) { /* an option; "-" alone is an argument */
             if (!takes_value(o))
-                return usage_error("unknown option '%s'", o);
+                return unknown_option(cmd, o);
             if (i + 1 >= argc)
                 return usage_error("%s needs a value", o);
             if ((rc = parse_value(o, argv[++i], a)))
@@ -265,20 +291,24 @@ static int parse(int argc, char **argv, args *a)
     return 0;
 }
 
+/* Loads the trace at path into *t, saying what is wrong with it (path
+ * shown with control bytes as '?', as every path and name here). 0, or 1
+ * with nothing to free. */
 static int load(const char *path, trace *t)
 {
-    char why[512];
+    char why[1024], shown[1024];
     if (trace_load_any(path, t, why, sizeof(why))) {
-        fprintf(stderr, "%s: %s\n", me, why);
+        fprintf(stderr, "%s: %s\n", me, stats_printable(why, shown, sizeof(shown)));
         return 1;
     }
+    stats_printable(path, shown, sizeof(shown));
     if (t->partial_bytes)
         fprintf(stderr, "%s: %s: the trace ends in a partial record (%zu bytes, "
-                "ignored): the recording process was cut short\n", me, path,
+                "ignored): the recording process was cut short\n", me, shown,
                 t->partial_bytes);
     if (t->bad_records)
         fprintf(stderr, "%s: %s: %zu records with an unknown operation skipped\n",
-                me, path, t->bad_records);
+                me, shown, t->bad_records);
     return 0;
 }
 
@@ -295,7 +325,9 @@ static int load_devices(const args *a, trace *t, uint64_t devs[4])
         return 1;
     replay_devices(t, devs);
     if (a->device >= 0 && !has_dev(devs, a->device)) {
-        fprintf(stderr, "%s: %s has no records of device %d\n", me, a->trace, a->device);
+        char shown[1024];
+        fprintf(stderr, "%s: %s has no records of device %d\n", me,
+                stats_printable(a->trace, shown, sizeof(shown)), a->device);
         trace_free(t);
         return 1;
     }
@@ -307,12 +339,14 @@ static int load_devices(const args *a, trace *t, uint64_t devs[4])
 static int cmd_dump(const args *a)
 {
     trace t;
+    char comm[sizeof(t.hdr.comm)];
     if (!a->trace)
         return usage_error("dump: no trace given%s", "");
     if (load(a->trace, &t))
         return 1;
+    /* The name is the recorded program's to choose: never raw to a terminal. */
     printf("# cupool trace v%u: pid %d (%s), source %s, %zu records\n",
-           t.hdr.version, t.hdr.pid, t.hdr.comm,
+           t.hdr.version, t.hdr.pid, stats_printable(t.hdr.comm, comm, sizeof(comm)),
            t.hdr.source == TRACE_SRC_SHIM ? "libcupool.so"
            : t.hdr.source == TRACE_SRC_TORCH ? "torch" : "text", t.n);
     for (size_t i = 0; i < t.n; i++) {
@@ -345,9 +379,11 @@ static int cmd_encode(const args *a)
 {
     if (!a->out)
         return usage_error("encode: -o TRACE is required%s", "");
+    char shown[1024];
+    stats_printable(a->out, shown, sizeof(shown));
     FILE *f = fopen(a->out, "wb");
     if (!f) {
-        fprintf(stderr, "%s: cannot create %s: %s\n", me, a->out, strerror(errno));
+        fprintf(stderr, "%s: cannot create %s: %s\n", me, shown, strerror(errno));
         return 1;
     }
     trace_header h;
@@ -376,7 +412,7 @@ static int cmd_encode(const args *a)
         bad = trace_write_record(f, time, (trace_op)o, (trace_result)r, dev, addr, size);
     }
     if (fclose(f) || bad) {
-        fprintf(stderr, "%s: cannot write %s: %s\n", me, a->out, strerror(errno));
+        fprintf(stderr, "%s: cannot write %s: %s\n", me, shown, strerror(errno));
         return 1;
     }
     return 0;
@@ -457,9 +493,11 @@ static int policy_list(const char *list, const replay_policy **out, int *n)
 
 static int write_timeline(const char *path, const replay_result *r)
 {
+    char shown[1024];
+    stats_printable(path, shown, sizeof(shown));
     FILE *f = fopen(path, "w");
     if (!f) {
-        fprintf(stderr, "%s: cannot create %s: %s\n", me, path, strerror(errno));
+        fprintf(stderr, "%s: cannot create %s: %s\n", me, shown, strerror(errno));
         return 1;
     }
     fprintf(f, "time_ns,allocated,reserved,largest_free,fragmentation,recorded_reserved\n");
@@ -471,7 +509,7 @@ static int write_timeline(const char *path, const replay_result *r)
                 s->recorded_reserved);
     }
     if (fclose(f)) {
-        fprintf(stderr, "%s: cannot write %s\n", me, path);
+        fprintf(stderr, "%s: cannot write %s\n", me, shown);
         return 1;
     }
     return 0;
@@ -648,19 +686,19 @@ static int cmd_replay(const args *a)
 
 /* ---- plot ------------------------------------------------------------------- */
 
-/* plot's title: --title, else the program's name (or the trace's path)
- * with its pid (an imported snapshot has no process: no pid) and device. */
+/* plot's title: --title, else the program's name (or the trace's path,
+ * either shown with control bytes as '?') with its pid (an imported
+ * snapshot has no process: no pid) and device. */
 static void plot_title(const args *a, const trace *t, int dev, char *title, size_t len)
 {
-    int n = t->hdr.comm[0] ? (int)sizeof(t->hdr.comm) : 1024;
-    const char *who = t->hdr.comm[0] ? t->hdr.comm : a->trace;
-    char pid[32] = "";
+    char who[1024], pid[32] = "";
+    stats_printable(t->hdr.comm[0] ? t->hdr.comm : a->trace, who, sizeof(who));
     if (t->hdr.pid)
         snprintf(pid, sizeof(pid), " (pid %d)", t->hdr.pid);
     if (a->title)
         snprintf(title, len, "%s", a->title);
     else
-        snprintf(title, len, "%.*s%s, device %d: memory over time", n, who, pid, dev);
+        snprintf(title, len, "%s%s, device %d: memory over time", who, pid, dev);
 }
 
 /* Writes the SVG to a->out ("-": stdout, and the line about it to
@@ -668,18 +706,18 @@ static void plot_title(const args *a, const trace *t, int dev, char *title, size
 static int plot_write(const args *a, const trace *t, const replay_opts *o,
                       const replay_result *r, int dev)
 {
-    char title[256];
+    char title[1200], pr[32], name[1024];
     plot_title(a, t, dev, title, sizeof(title));
+    stats_printable(a->out, name, sizeof(name));
     bool to_stdout = !strcmp(a->out, "-");
     FILE *f = to_stdout ? stdout : fopen(a->out, "w");
     if (!f || plot_svg(f, t, o, r, title, a->by_event) ||
         (to_stdout ? fflush(f) : fclose(f))) {
-        fprintf(stderr, "%s: cannot write %s: %s\n", me, a->out, strerror(errno));
+        fprintf(stderr, "%s: cannot write %s: %s\n", me, name, strerror(errno));
         return 1;
     }
-    char pr[32], name[1024];
     fprintf(to_stdout ? stderr : stdout, "%s: device %d, %zu events under %s: peak reserved "
-            "%s%s\n", stats_printable(a->out, name, sizeof(name)), dev, t->n, o->policy->name,
+            "%s%s\n", name, dev, t->n, o->policy->name,
             stats_fmt_bytes(r->peak_reserved, pr, sizeof(pr)),
             r->ooms ? ", out of memory marked" : "");
     return 0;
@@ -705,7 +743,9 @@ static int cmd_plot(const args *a)
         if (has_dev(devs, d))
             dev = d;
     if (dev < 0) {
-        fprintf(stderr, "%s: %s has no records\n", me, a->trace);
+        char shown[1024];
+        fprintf(stderr, "%s: %s has no records\n", me,
+                stats_printable(a->trace, shown, sizeof(shown)));
         trace_free(&t);
         return 1;
     }
@@ -734,14 +774,12 @@ int main(int argc, char **argv)
                 "'cupool --help')\n");
         return 2;
     }
-    args a;
-    int rc = parse(argc - 2, argv + 2, &a);
-    if (rc == 3) {
-        for (size_t i = 0; i < sizeof(helps) / sizeof(helps[0]); i++)
-            if (!strcmp(argv[1], helps[i].cmd))
-                return fputs(helps[i].text, stdout) < 0;
+    if (!help_of(argv[1]))
         return usage_error("unknown command '%s'", argv[1]);
-    }
+    args a;
+    int rc = parse(argv[1], argc - 2, argv + 2, &a);
+    if (rc == 3)
+        return fputs(help_of(argv[1])->text, stdout) < 0;
     if (rc)
         return rc;
     if (!strcmp(argv[1], "replay"))

@@ -77,7 +77,7 @@ typedef struct shim_framework_view {
     uint64_t inactive[SHIM_MAX_DEVICES];
 } shim_framework_view;
 
-/* The wait for the main thread, in milliseconds. */
+/* The wait for the flush worker, in milliseconds. */
 #define SHIM_FRAMEWORK_WAIT_MS 2000
 
 /* Flushes: the frameworks' caches, then cupool's, in the worker, waiting

@@ -10,7 +10,11 @@ CUPOOL_STATS_FILE is set) and what the device gained. With STEP_STATS=PATH
 each rank also writes PATH.RANK: every step's time and what cupool did in
 it (stitches, device synchronizations to unmap, segments reserved and
 released, fences), its statistics read between steps outside the timed
-part, the ranks brought together again after the read."""
+part, the ranks brought together again after the read. Short steps:
+POSITIONS (1024) sets the model's positions, LENGTHS="128,256,512" cycles
+through those lengths instead of drawing them, AUTOCAST=bf16 runs the
+forward under bfloat16 autocast (its losses then need not match another
+allocator's bit for bit)."""
 import json
 import os
 import random
@@ -27,6 +31,9 @@ TOKENS = int(os.environ.get("TOKENS", "8192"))
 STEPS = int(os.environ.get("STEPS", "40"))
 LAYERS = int(os.environ.get("LAYERS", "6"))
 STEP_STATS = os.environ.get("STEP_STATS")
+POSITIONS = int(os.environ.get("POSITIONS", "1024"))
+LENGTHS = [int(x) for x in os.environ.get("LENGTHS", "").split(",") if x]
+AUTOCAST = os.environ.get("AUTOCAST") == "bf16"
 COUNTS = ("stitches", "vmm_syncs", "driver_allocs", "driver_frees", "fences",
           "fence_waits", "fence_orders", "syncs")
 
@@ -47,15 +54,15 @@ def main():
     base = device_baseline()
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
-    cfg = GPT2Config(n_layer=LAYERS)
+    cfg = GPT2Config(n_layer=LAYERS, n_positions=POSITIONS)
     cfg._attn_implementation = "eager"  # the fused kernels' backward is not deterministic
     model = DDP(GPT2LMHeadModel(cfg).cuda(), device_ids=[rank])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rng = random.Random(1)
     gen = torch.Generator(device="cpu").manual_seed(2 + rank)
     times, losses, steps = [], [], []
-    for _ in range(STEPS):
-        length = rng.randint(64, 1024)
+    for step in range(STEPS):
+        length = LENGTHS[step % len(LENGTHS)] if LENGTHS else rng.randint(64, 1024)
         ids = torch.randint(0, 50257, (max(1, TOKENS // length), length), generator=gen).cuda()
         torch.cuda.synchronize()
         c0 = None
@@ -64,7 +71,8 @@ def main():
             dist.barrier()
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=AUTOCAST):
+            loss = model(input_ids=ids, labels=ids).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
