@@ -93,9 +93,9 @@ static void add_processes(text *t, const node_scan *s)
             extra[i] = labels + i * 1024;
             node_labels(&s->procs[i], extra[i], 1024);
         }
-        /* Formatted once into room guessed large enough (about 30 KiB a
-         * process), a second time only if it was not. */
-        size_t room = (s->nprocs + 2) * 48 * 1024;
+        /* Formatted once into room guessed large enough (16 KiB a
+         * process, about 9 KiB written), a second time only if it was not. */
+        size_t room = (s->nprocs + 2) * 16 * 1024;
         for (int round = 0; round < 2 && !t->failed; round++) {
             if (t->cap - t->n < room) {
                 char *grown = realloc(t->s, t->n + room);
