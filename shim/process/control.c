@@ -281,10 +281,17 @@ static void framework_counted(const shim_framework_result *f, char *buf, size_t 
         shim_count(SHIM_framework_deferred);
     if (f->status == SHIM_FW_LATE) {
         shim_count(SHIM_framework_late);
+        if (f->waiting == SHIM_FW_WAIT_THREAD) {
+            snprintf(buf, len, "; no thread could be started for the framework's "
+                     "release: its cache stays");
+            return;
+        }
         snprintf(buf, len, "; %s: the framework's release runs as soon as it can, "
                  "and is said then", f->waiting == SHIM_FW_WAIT_CAPTURE
                  ? "a CUDA graph capture is under way"
-                 : "the program's Python lock (GIL) is held in a long call");
+                 : f->waiting == SHIM_FW_WAIT_GIL
+                 ? "the program's Python lock (GIL) is held in a long call"
+                 : "the framework's release is still running");
         return;
     }
     if (f->jax_seen)

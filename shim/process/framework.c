@@ -420,6 +420,7 @@ void shim_framework_flush(uint64_t want, shim_framework_result *r)
     if (!n) {
         pthread_mutex_unlock(&lock);
         r->status = SHIM_FW_LATE; /* no worker: the caller flushes its own */
+        r->waiting = SHIM_FW_WAIT_THREAD;
         return;
     }
     if (wait_locked(n, SHIM_FRAMEWORK_WAIT_MS)) {

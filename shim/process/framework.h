@@ -50,7 +50,8 @@ typedef enum shim_framework_status {
 typedef enum shim_framework_wait {
     SHIM_FW_WAIT_NONE,
     SHIM_FW_WAIT_CAPTURE, /* a graph capture to end */
-    SHIM_FW_WAIT_GIL      /* the interpreter's lock, held in a long call */
+    SHIM_FW_WAIT_GIL,     /* the interpreter's lock, held in a long call */
+    SHIM_FW_WAIT_THREAD   /* no worker thread could be started */
 } shim_framework_wait;
 
 typedef struct shim_framework_result {
