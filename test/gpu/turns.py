@@ -6,8 +6,9 @@ the device's memory in four tensors, multiplies matrices on a slice of
 them for WORK_S seconds (2), frees them (PyTorch's cache keeps the
 memory) and sleeps IDLE_S seconds (3) in time.sleep. Prints one JSON line:
 the turns done, each turn's seconds (from its first allocation, any wait
-for memory included, to its free), and the out-of-memory error if one
-came (exit 3)."""
+for memory included, to its free), each turn's wall-clock stamps (asked
+for its memory, got it, went idle: time.time()), and the out-of-memory
+error if one came (exit 3)."""
 import json
 import os
 import sys
@@ -24,11 +25,12 @@ cols = 8192
 rows = int(fraction * torch.cuda.get_device_properties(0).total_memory) // 4 // (4 * cols)
 torch.cuda.init()  # the context before the first turn, not in it
 time.sleep(float(os.environ.get("START_DELAY", "0")))
-times, error = [], ""
+times, stamps, error = [], [], ""
 try:
     for _ in range(turns):
-        t0 = time.perf_counter()
+        t0, asked = time.perf_counter(), time.time()
         xs = [torch.empty((rows, cols), device="cuda") for _ in range(4)]
+        got = time.time()
         for x in xs:
             x.normal_()
         a, b = xs[0][:cols], xs[1][cols:2 * cols]
@@ -40,9 +42,10 @@ try:
         c = None
         torch.cuda.synchronize()
         times.append(round(time.perf_counter() - t0, 3))
+        stamps.append([asked, got, time.time()])
         time.sleep(idle_s)
 except torch.OutOfMemoryError as e:
     error = str(e)[:200]
-print(json.dumps({"name": name, "turns": len(times), "times": times,
+print(json.dumps({"name": name, "turns": len(times), "times": times, "stamps": stamps,
                   "out_of_memory": bool(error), "error": error}))
 sys.exit(3 if error else 0)
