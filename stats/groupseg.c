@@ -182,13 +182,19 @@ int group_ask_others(group *g, uint64_t *tickets, uint64_t want)
     for (int i = 0; i < GROUP_MEMBERS; i++) {
         slot *s = &g->d->slots[i];
         tickets[i] = 0;
-        if (s != g->me && atomic_load(&s->pid)) {
-            bool pending = atomic_load(&s->asked) > atomic_load(&s->served);
-            atomic_store(&s->ask_want, pending ? want_merge(atomic_load(&s->ask_want), want)
-                                               : want);
-            tickets[i] = atomic_fetch_add(&s->asked, 1) + 1;
-            n++;
-        }
+        if (s == g->me || !atomic_load(&s->pid))
+            continue;
+        bool pending = atomic_load(&s->asked) > atomic_load(&s->served);
+        /* Asked again (want): not while its last request is unanswered,
+         * and not while it waits for a turn itself (its cache went back
+         * when it was refused; its framework's is held by its waiting
+         * thread), so that one slow member delays no one's next ask. */
+        if (want && (pending || atomic_load(&s->wait_seq)))
+            continue;
+        atomic_store(&s->ask_want, pending ? want_merge(atomic_load(&s->ask_want), want)
+                                           : want);
+        tickets[i] = atomic_fetch_add(&s->asked, 1) + 1;
+        n++;
     }
     unlock(g->d);
     return n;

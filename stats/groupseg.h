@@ -86,8 +86,9 @@ void group_set_cached(group *g, int dev, uint64_t cached);
 
 /* Asks every other live member to flush (want: 0 = everything, or the
  * shortfall of a member asking again while it waits, which a member
- * flushes for only where that is worth it: framework.h); returns how many
- * were asked. tickets (GROUP_MEMBERS of them) gets each asked slot's
+ * flushes for only where that is worth it: framework.h; asked again, a
+ * member is left out while its last request is unanswered or while it
+ * waits for a turn itself); returns how many were asked. tickets (GROUP_MEMBERS of them) gets each asked slot's
  * ticket, 0 for the others. */
 int group_ask_others(group *g, uint64_t *tickets, uint64_t want);
 /* Whether every member asked with tickets has flushed since, or died. */

@@ -160,8 +160,9 @@ static uint64_t shortfall(int dev, size_t size)
 
 /* Waits for a turn on dev for size bytes (group.h): true once this member
  * is first among the waiters on dev and the budget has room. Asks the
- * others again, for the shortfall, every SHIM_GROUP_ASK_MS once they
- * answered; reaps dead members every SHIM_GROUP_POLL_MS * 10. */
+ * others again, for the shortfall, every SHIM_GROUP_ASK_MS, each once it
+ * answered its last request (group_ask_others); reaps dead members every
+ * SHIM_GROUP_POLL_MS * 10. */
 static bool wait_turn(int dev, size_t size, uint64_t *tickets)
 {
     group_wait_begin(grp, dev, size);
@@ -192,7 +193,7 @@ static bool wait_turn(int dev, size_t size, uint64_t *tickets)
         }
         if (now - t0 >= shim_cfg.group_wait_ms)
             break;
-        if (now - asked_at >= SHIM_GROUP_ASK_MS && group_answered(grp, tickets)) {
+        if (now - asked_at >= SHIM_GROUP_ASK_MS) { /* each member once it answered */
             group_ask_others(grp, tickets, shortfall(dev, size));
             asked_at = now;
         }

@@ -19,8 +19,9 @@
  * release may take up to SHIM_FRAMEWORK_WAIT_MS of it), under
  * CUPOOL_GROUP_WAIT=0. */
 #define SHIM_GROUP_WAIT_MS 3000
-/* A waiter for a turn looks for room this often; asks the others to flush
- * again (for what it lacks) this often once they answered; and fails, the
+/* A waiter for a turn looks for room this often; asks each other member
+ * to flush again (for what it lacks) this often once that member answered
+ * its last request, a member waiting itself left out; and fails, the
  * last of a group whose every member waits, once that lasted this long. */
 #define SHIM_GROUP_POLL_MS 5
 #define SHIM_GROUP_ASK_MS 20
