@@ -126,9 +126,9 @@ $(eval $(call shim_rt,$(BUILD)/asan,$(WARN) $(DEFS) $(ASAN)))
 $(eval $(call shim_rt,$(BUILD)/tsan,$(WARN) $(DEFS) $(TSAN)))
 
 # The reader behind `cupool stat/top/flush`.
-$(BUILD)/cupool-stat: stats/cli.c stats/node.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/cupool-stat: stats/cli.c stats/node.c stats/jobview.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< stats/node.c $(STATS_SRC) -o $@
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< stats/node.c stats/jobview.c $(STATS_SRC) -o $@
 
 # cupool exporter: every process under cupool on the node, over HTTP.
 $(BUILD)/cupool-exporter: stats/exporter.c stats/node.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)

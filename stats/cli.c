@@ -10,6 +10,7 @@
  *   cupool-stat top [--interval SECONDS] [--count N] [--group NAME]
  *   cupool-stat flush [--timeout SECONDS] PID
  *   cupool-stat dump [--timeout SECONDS] PID
+ *   cupool-stat job [--json] PID
  *
  * Exit status: 0, 1 when a process has no page (another user's has none
  * this user may read, and is named as such) or did not answer in time, 2
@@ -30,6 +31,7 @@
 #include <unistd.h>
 
 #include "groupseg.h"
+#include "jobview.h"
 #include "node.h"
 #include "stats.h"
 #include "userns.h"
@@ -45,7 +47,8 @@ static int usage(void)
     fputs("usage: cupool stat [--json | --prometheus] [PID... | --group NAME]\n"
           "       cupool top [--interval SECONDS] [--count N] [--group NAME] [--all]\n"
           "       cupool flush [--timeout SECONDS] PID\n"
-          "       cupool dump [--timeout SECONDS] PID\n", stderr);
+          "       cupool dump [--timeout SECONDS] PID\n"
+          "       cupool job [--json] PID\n", stderr);
     return 2;
 }
 
@@ -67,6 +70,11 @@ static const char *help_of(const char *cmd)
         {"dump", "usage: cupool dump [--timeout SECONDS] PID\n"
                  "Makes PID write its statistics where CUPOOL_STATS_FILE says (else its\n"
                  "standard error), through its live page (no signal).\n"},
+        {"job", "usage: cupool job [--json] PID\n"
+                "The NCCL job of PID: each communicator it holds (id, its rank and the\n"
+                "size), the processes on this node that hold other ranks of it (read\n"
+                "from every page this user may read; root: every user's), and how\n"
+                "many ranks are on other nodes. Reads pages only.\n"},
     };
     for (size_t i = 0; i < sizeof(h) / sizeof(h[0]); i++)
         if (!strcmp(cmd, h[i].cmd))
@@ -688,6 +696,46 @@ static int cmd_ask(const char *name, stats_request r, int argc, char **argv)
     return 0;
 }
 
+/* cupool job [--json] PID: PID's communicators, matched on the node. */
+static int cmd_job(int argc, char **argv)
+{
+    bool json = false;
+    const char *arg = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (argv[i][0] == '-' || arg)
+            return unexpected("job", argv[i]);
+        else
+            arg = argv[i];
+    }
+    if (!arg)
+        return usage_error("job", "a process id is needed");
+    int pid = parse_pid(arg);
+    if (pid < 0)
+        return bad("not a process id:", arg);
+    if (others_process(pid))
+        return 1;
+    static stats_view v;
+    int err = stats_page_read(pid, &v);
+    if (err) {
+        fprintf(stderr, "cupool: %d: %s\n", pid, read_error(err));
+        return 1;
+    }
+    if (!v.ncomms) {
+        fprintf(stderr, "cupool: %d: holds no NCCL communicator (none made, or all "
+                "destroyed)\n", pid);
+        return 1;
+    }
+    node_scan s;
+    const char *dirs[] = {stats_page_dir(), "/dev/shm", "/tmp"}; /* each read once */
+    node_scan_run(&s, dirs, 3);
+    jobview_format(&v, &s, json, buf, sizeof(buf));
+    node_scan_free(&s);
+    fputs(buf, stdout);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -710,5 +758,7 @@ int main(int argc, char **argv)
         return cmd_ask("flush", STATS_REQ_FLUSH, argc - 2, argv + 2);
     if (!strcmp(argv[1], "dump"))
         return cmd_ask("dump", STATS_REQ_DUMP, argc - 2, argv + 2);
+    if (!strcmp(argv[1], "job"))
+        return cmd_job(argc - 2, argv + 2);
     return usage();
 }

@@ -52,7 +52,7 @@
 #include "stats.h"
 
 #define PAGE_MAGIC 0x3345474150504f43ull /* "COPPAGE3" */
-enum { PAGE_VERSION = 14 };
+enum { PAGE_VERSION = 15 };
 
 /* A block exported for IPC (stats_page_export): nonce is written last
  * (release) and read first and last by importers; 0 = free slot. */
@@ -546,7 +546,7 @@ static int read_view(int fd, stats_view *v)
             return -EPROTO;
         if (s1 != s2)
             continue;
-        if (v->ndevices > STATS_MAX_DEVICES)
+        if (v->ndevices > STATS_MAX_DEVICES || v->ncomms > STATS_MAX_COMMS)
             return -EPROTO;
         v->comm[sizeof(v->comm) - 1] = '\0';
         uint64_t pause[2]; /* paused_since, paused_needs: cupool pause's */

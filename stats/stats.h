@@ -50,6 +50,11 @@
     X(passed, BYTES, GAUGE, "bytes allocated through calls passed on "        \
       "(stream-ordered, managed, pitched, cuMemCreate), counted against the cap") \
     X(passed_peak, BYTES, GAUGE, "peak of passed")                            \
+    X(nccl_held, BYTES, GAUGE, "device memory the NCCL communicators on this " \
+      "device hold, as ncclCommMemStats tells (NCCL 2.29.7 on; null where NCCL " \
+      "cannot tell, 0 with no communicator here)")                            \
+    X(nccl_suspendable, BYTES, GAUGE, "of it, what ncclCommSuspend could give " \
+      "back (null where NCCL cannot tell)")                                   \
     X(framework_allocated, BYTES, GAUGE, "PyTorch's own figure: bytes of its " \
       "live tensors (read by cupool's flush worker; framework_read_at)")     \
     X(framework_reserved, BYTES, GAUGE, "PyTorch's own figure: bytes it "      \
@@ -150,6 +155,8 @@
       "CUPTI from cupool, which fences as without it after")                   \
     X(nccl_calls, COUNT, COUNTER, "NCCL calls the program made (cupool pause " \
       "refuses such a process: the driver cannot checkpoint NCCL)")           \
+    X(nccl_comms, COUNT, GAUGE, "NCCL communicators the program holds now "  \
+      "(made and not yet destroyed or aborted; cupool job lists them)")       \
     X(paused_since, COUNT, GAUGE, "when cupool pause checkpointed the process " \
       "(CLOCK_REALTIME, ns; 0 = running)")                                    \
     X(paused_needs, BYTES, GAUGE, "device memory the paused process held, "   \
@@ -166,6 +173,17 @@ typedef struct stats_process {
 #undef STATS_X_FIELD
 } stats_process;
 
+/* An NCCL communicator a process holds, as its page lists it (cupool
+ * job): id names it alike in every rank of its job (a hash of its
+ * ncclUniqueId, or of its parent's id and color for a split). */
+#define STATS_MAX_COMMS 16
+typedef struct stats_comm {
+    uint64_t id;
+    int32_t rank, nranks;
+    int32_t device;           /* -1 if NCCL could not tell */
+    uint32_t pad;
+} stats_comm;
+
 /* One process's view: what a page holds and what formatters print. */
 typedef struct stats_view {
     int32_t pid;
@@ -173,6 +191,8 @@ typedef struct stats_view {
     uint64_t updated_ns;      /* CLOCK_REALTIME of the last update */
     int32_t flush_signal;     /* 0 = none */
     uint32_t ndevices;        /* used entries of dev */
+    uint32_t ncomms;          /* used entries of comms (proc.nccl_comms may be more) */
+    stats_comm comms[STATS_MAX_COMMS];
     stats_process proc;
     stats_device dev[STATS_MAX_DEVICES];
 } stats_view;

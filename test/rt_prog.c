@@ -1090,6 +1090,80 @@ static int serve(void)
     return 0;
 }
 
+#ifdef SIMCUDA
+/* ---- an NCCL job: ranks in separate processes ---- */
+
+typedef struct { char internal[128]; } nccl_id;
+
+/* The job's unique id: made by rank 0 and written to path (whole, by a
+ * rename), read by the other ranks (waiting up to 5 s for it). */
+static nccl_id job_unique_id(const char *path, int rank)
+{
+    nccl_id id;
+    if (rank == 0) {
+        char tmp[4096];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        CHECK(((int (*)(nccl_id *))nccl("ncclGetUniqueId"))(&id) == 0);
+        FILE *f = fopen(tmp, "w");
+        CHECK(f && fwrite(&id, sizeof(id), 1, f) == 1 && fclose(f) == 0);
+        CHECK(rename(tmp, path) == 0);
+        return id;
+    }
+    FILE *f = NULL;
+    for (int i = 0; i < 500 && !(f = fopen(path, "r")); i++)
+        sleep_ms(10);
+    CHECK(f && fread(&id, sizeof(id), 1, f) == 1);
+    fclose(f);
+    return id;
+}
+
+static void touch(const char *path)
+{
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (f)
+        fclose(f);
+}
+
+/* Joins an NCCL job as rank JOB_RANK of JOB_NRANKS, its unique id in the
+ * file JOB_ID (rank 0 makes it); with JOB_SPLIT=COLOR, splits it (key: its
+ * rank). Touches $READY, then waits up to 20 s for SIGTERM; once the file
+ * JOB_DESTROY names appears, destroys the split's child (else the job's
+ * communicator) and touches JOB_DESTROY.done. Aborts what is left at the
+ * end. */
+static int nccl_job(void)
+{
+    struct sigaction sa = {.sa_handler = on_term};
+    sigaction(SIGTERM, &sa, NULL);
+    const char *idpath = getenv("JOB_ID"), *split = getenv("JOB_SPLIT");
+    const char *destroy = getenv("JOB_DESTROY");
+    CHECK(idpath && getenv("JOB_RANK") && getenv("JOB_NRANKS"));
+    int rank = atoi(getenv("JOB_RANK")), nranks = atoi(getenv("JOB_NRANKS"));
+    nccl_id id = job_unique_id(idpath, rank);
+    void *comm = NULL, *child = NULL;
+    CHECK(((int (*)(void **, int, nccl_id, int))nccl("ncclCommInitRank"))(&comm, nranks, id,
+                                                                          rank) == 0);
+    if (split)
+        CHECK(((int (*)(void *, int, int, void **, void *))nccl("ncclCommSplit"))(
+                  comm, atoi(split), rank, &child, NULL) == 0 && child);
+    touch(getenv("READY"));
+    int (*destroy_fn)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
+    for (int i = 0; i < 2000 && !stop; i++) {
+        if (destroy && access(destroy, F_OK) == 0) {
+            CHECK(destroy_fn(child ? child : comm) == 0);
+            *(child ? &child : &comm) = NULL;
+            char done[4096];
+            snprintf(done, sizeof(done), "%s.done", destroy);
+            touch(done);
+            destroy = NULL;
+        }
+        sleep_ms(10);
+    }
+    int (*abort_fn)(void *) = (int (*)(void *))nccl("ncclCommAbort");
+    CHECK(abort_fn(child) == 0 && abort_fn(comm) == 0);
+    return 0;
+}
+#endif
+
 /* ---- signals: cupool keeps its own, the program keeps its handlers ---- */
 
 #ifdef SIMCUDA
@@ -2276,6 +2350,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"sig_chain", sig_chain},
     {"sig_dispositions", sig_dispositions}, {"sig_blocked", sig_blocked},
     {"sig_flags", sig_flags}, {"sig_fork", sig_fork}, {"entrypoint", entrypoint},
+    {"job", nccl_job},
 #endif
 #ifndef SIMCUDA
     {"capture_real", capture_real},

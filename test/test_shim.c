@@ -769,7 +769,7 @@ static void test_cli_help_and_mistakes(void **s)
     if (runtime)
         skip_because(SKIP_PLAIN_ONLY);
     static const char *const cmds[] = {"run", "stat", "top", "flush", "dump", "replay",
-                                       "plot", "import-torch", "pause", "resume"};
+                                       "plot", "import-torch", "pause", "resume", "job"};
     char cmd[256], out[4096];
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         snprintf(cmd, sizeof(cmd), "scripts/cupool %s --help 2>&1", cmds[i]);
@@ -1781,6 +1781,163 @@ static void test_pause_refusals(void **s)
     waitpid(plain, NULL, 0);
 }
 
+/* ---- an NCCL job: cupool job ------------------------------------------------- */
+
+/* Starts rank of a 3-rank NCCL job (rt_prog job) with its page in the
+ * test's directory, the job's unique id in pages/job-id, and waits until it
+ * joined; extra environment strings (up to 3, NULL for none) follow. */
+static void job_rank_start(child *c, int rank, const char *e1, const char *e2, const char *e3)
+{
+    static char direnv[128], readyenv[160], idenv[160], rankenv[32];
+    char ready[128];
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    snprintf(ready, sizeof(ready), "%s/ready-rank%d", pages, rank);
+    snprintf(readyenv, sizeof(readyenv), "READY=%s", ready);
+    snprintf(idenv, sizeof(idenv), "JOB_ID=%s/job-id", pages);
+    snprintf(rankenv, sizeof(rankenv), "JOB_RANK=%d", rank);
+    spawn(c, "job", direnv, readyenv, idenv, rankenv, "JOB_NRANKS=3", e1, e2, e3, NULL);
+    wait_for_file(ready);
+}
+
+/* Ranks 0 and 1 of the job; the third never starts. With split, each also
+ * splits the job with color 5 into a communicator of 2 ranks. */
+static void job_start(child c[2], bool split, const char *e0)
+{
+    const char *sp = split ? "JOB_SPLIT=5" : NULL, *sn = split ? "SIMNCCL_SPLIT_NRANKS=2" : NULL;
+    job_rank_start(&c[0], 0, sp, sn, e0);
+    job_rank_start(&c[1], 1, sp, sn, NULL);
+}
+
+static void job_end(child c[2])
+{
+    for (int i = 0; i < 2; i++) {
+        kill(c[i].pid, SIGTERM);
+        assert_int_equal(finish(&c[i], "job", 0)->status, 0);
+    }
+}
+
+/* cupool job PID's output (text, or --json with json) into out; its exit
+ * status. */
+static int job_cli(int pid, bool json, char *out, size_t len)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " job %s%d 2>&1", pages,
+             json ? "--json " : "", pid);
+    return shell(cmd, out, len);
+}
+
+/* Whether out has a row of the table for pid's rank (pid, comm, rank,
+ * device 0). */
+static bool job_row(const char *out, int pid, int rank)
+{
+    char row[96];
+    snprintf(row, sizeof(row), "  %7d %-16s %4d %6d\n", pid, "rt_prog", rank, 0);
+    return strstr(out, row) != NULL;
+}
+
+/* Two ranks of a 3-rank job on this node: cupool job of either names the
+ * other with its rank, and says the third is elsewhere; --json the same. */
+static void test_nccl_job_names_the_other_rank(void **s)
+{
+    (void)s;
+    child c[2];
+    job_start(c, false, NULL);
+    static char out[16384];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(job_cli(c[i].pid, false, out, sizeof(out)), 0);
+        if (!job_row(out, c[1 - i].pid, 1 - i) || !strstr(out, "1 NCCL communicator\n") ||
+            !strstr(out, "1 of 3 ranks on other nodes") || !strstr(out, " of 3, device 0"))
+            fail_msg("cupool job %d said:\n%s", c[i].pid, out);
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " job --json %d | python3 -c '"
+             "import json,sys; d=json.loads(sys.stdin.read()); c=d[\"communicators\"]; "
+             "assert d[\"nccl_comms\"]==1 and len(c)==1, d; c=c[0]; "
+             "assert c[\"nranks\"]==3 and c[\"ranks\"]==[{\"rank\":0,\"device\":0}], c; "
+             "assert c[\"peers\"]==[{\"pid\":%d,\"comm\":\"rt_prog\",\"rank\":1,\"device\":0}], c; "
+             "assert c[\"ranks_elsewhere\"]==1, c; print(\"ok\")'", pages, c[0].pid, c[1].pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_string_equal(out, "ok\n");
+    job_end(c);
+}
+
+/* A split's child: one id in both ranks (its parent's id and color), its
+ * own size; cupool job lists it beside the parent. */
+static void test_nccl_job_split(void **s)
+{
+    (void)s;
+    child c[2];
+    job_start(c, true, NULL);
+    static char out[16384];
+    assert_int_equal(job_cli(c[1].pid, false, out, sizeof(out)), 0);
+    if (!strstr(out, "2 NCCL communicators\n") || !strstr(out, "rank 1 of 2, device 0") ||
+        !strstr(out, "all 2 ranks on this node") || !strstr(out, "1 of 3 ranks on other nodes"))
+        fail_msg("cupool job said:\n%s", out);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " job --json %d | python3 -c '"
+             "import json,sys; d=json.loads(sys.stdin.read()); c=d[\"communicators\"]; "
+             "assert sorted(x[\"nranks\"] for x in c)==[2,3], c; "
+             "assert all([p[\"pid\"] for p in x[\"peers\"]]==[%d] for x in c), c; "
+             "assert len(set(x[\"id\"] for x in c))==2, c; print(\"ok\")'", pages, c[0].pid,
+             c[1].pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 0);
+    assert_string_equal(out, "ok\n");
+    job_end(c);
+}
+
+/* A communicator destroyed leaves the page (and the other rank's cupool job
+ * sees its partner gone); a process with none is told apart. */
+static void test_nccl_job_destroy(void **s)
+{
+    (void)s;
+    child c[2];
+    char destroy[160], done[192];
+    snprintf(destroy, sizeof(destroy), "JOB_DESTROY=%s/destroy", pages);
+    job_start(c, true, destroy);
+    static char out[16384];
+    snprintf(done, sizeof(done), "%s/destroy", pages);
+    FILE *f = fopen(done, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(done, sizeof(done), "%s/destroy.done", pages);
+    wait_for_file(done);
+    assert_int_equal(wait_page(c[0].pid, "d[\"process\"][\"nccl_comms\"] == 1"), 0);
+    assert_int_equal(job_cli(c[0].pid, false, out, sizeof(out)), 0);
+    if (!strstr(out, "1 NCCL communicator\n") || strstr(out, " of 2,"))
+        fail_msg("cupool job of the rank that destroyed the split said:\n%s", out);
+    assert_int_equal(job_cli(c[1].pid, false, out, sizeof(out)), 0);
+    if (!strstr(out, "rank 1 of 2, device 0\n  no other process on this node holds a rank "
+                "of it\n  1 of 2 ranks on other nodes"))
+        fail_msg("cupool job of the other rank said:\n%s", out);
+    job_end(c);
+    child plain;
+    serve_start(&plain, "plain", NULL, NULL);
+    assert_int_equal(job_cli(plain.pid, false, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "holds no NCCL communicator"));
+    kill(plain.pid, SIGTERM);
+    assert_int_equal(finish(&plain, "serve", 0)->status, 0);
+}
+
+/* cupool stat --json: the communicators alive, and per device what NCCL
+ * holds and could suspend, where NCCL tells (ncclCommMemStats: rank 0
+ * only), else null. */
+static void test_nccl_stat_fields(void **s)
+{
+    (void)s;
+    child c[2];
+    job_start(c, true, "SIMNCCL_MEMSTATS=1");
+    static const char *const cond[] = {
+        "d[\"process\"][\"nccl_comms\"] == 2 and d[\"devices\"][0][\"nccl_held\"] == 2 * 2**20"
+        " and d[\"devices\"][0][\"nccl_suspendable\"] == 3 * 2**19",
+        "d[\"process\"][\"nccl_comms\"] == 2 and d[\"devices\"][0][\"nccl_held\"] is None"
+        " and d[\"devices\"][0][\"nccl_suspendable\"] is None",
+    };
+    for (int i = 0; i < 2; i++)
+        if (wait_page(c[i].pid, cond[i]))
+            fail_msg("rank %d's page never had: %s", i, cond[i]);
+    job_end(c);
+}
+
 /* ---- CUPOOL_GROUP ------------------------------------------------------------ */
 
 /* Two processes take phases in turn on one simulated device of 100 MiB
@@ -2782,7 +2939,7 @@ static void test_cli_every_command_help_and_unknown_option(void **s)
     if (runtime)
         skip_because(SKIP_PLAIN_ONLY);
     static const char *const cmds[] = {"run", "stat", "top", "flush", "dump", "pause",
-                                       "resume", "exporter", "options", "replay", "plot",
+                                       "resume", "job", "exporter", "options", "replay", "plot",
                                        "import-torch", "version", "help"};
     static char out[16384];
     char root[64], cmd[512], want[96];
@@ -2896,6 +3053,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_pause_and_resume, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_pause_failures, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_pause_refusals, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_nccl_job_names_the_other_rank, pages_setup,
+                                        pages_teardown),
+        cmocka_unit_test_setup_teardown(test_nccl_job_split, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_nccl_job_destroy, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_nccl_stat_fields, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_phases, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_race, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_killed_member, pages_setup, pages_teardown),

@@ -33,6 +33,7 @@
 #include "device.h"
 #include "framework.h"
 #include "group.h"
+#include "job.h"
 #include "log.h"
 #include "nvml.h"
 #include "process.h"
@@ -136,6 +137,7 @@ void shim_stats_view(stats_view *v)
         d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
         d->passed = cv.passed;
         d->passed_peak = cv.passed_peak;
+        shim_job_memory(i, &d->nccl_held, &d->nccl_suspendable);
         d->framework_allocated = fw.taken_ns ? fw.allocated[i] : STATS_UNKNOWN;
         d->framework_reserved = fw.taken_ns ? fw.reserved[i] : STATS_UNKNOWN;
         d->framework_inactive = fw.taken_ns ? fw.inactive[i] : STATS_UNKNOWN;
@@ -145,6 +147,7 @@ void shim_stats_view(stats_view *v)
     STATS_PROCESS_FIELDS(X)
 #undef X
     v->proc.framework_read_at = fw.taken_ns;
+    v->ncomms = shim_job_list(v->comms, STATS_MAX_COMMS);
 }
 
 /* Asks NVML what the process holds on each device with a pool, and keeps
@@ -367,6 +370,7 @@ static void handle(unsigned char b)
     } else if (b == shim_cfg.flush_signal) {
         flush(SHIM_signal_flushes, "a signal", 0);
     } else if (b == shim_cfg.stats_signal) {
+        shim_job_refresh();
         shim_framework_view_now();
         dump_stats();
     }
@@ -411,6 +415,11 @@ static void serve_requests(void)
         return;
     if (t[STATS_REQ_FLUSH])
         flush(SHIM_requested_flushes, "cupool flush", 0);
+    /* NCCL's memory figures only when a reader asks (cupool stat, dump):
+     * its calls are the program's, not to be made on every tick. Outside
+     * page_lock. */
+    if (t[STATS_REQ_VIEW] || t[STATS_REQ_DUMP])
+        shim_job_refresh();
     if (t[STATS_REQ_DUMP]) {
         shim_count(SHIM_requested_dumps);
         shim_framework_view_now();

@@ -7,9 +7,9 @@
  * end, where NCCL queues them), then calls NCCL's own. The CUPTI callback
  * (shim_comm_work) gives the window to the streams that get work while the
  * thread is inside. The NCCL calls that create, grow or tear down a
- * communicator are interposed only to count who is inside them: memory
+ * communicator are interposed to count who is inside them: memory
  * allocated or freed meanwhile may be NCCL's own, which its kernels use
- * without naming.
+ * without naming. Those that make or end one tell job.h too (cupool job).
  *
  * The streams the device tracks are known here too (shim_comm_track), each
  * with its marks. Nothing leaves a fence unless CUPTI watches
@@ -39,6 +39,7 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY3D_DESCRIP
 #include "driver.h"
 #include "symbols.h"
 #include "grow.h"
+#include "job.h"
 #include "log.h"
 #include "process.h"
 
@@ -575,8 +576,9 @@ EXPORT nccl_result ncclGroupEnd(void)
     return r;
 }
 
-/* Calls that set up, grow or tear down a communicator: only counted as
- * being inside NCCL (its own memory comes and goes meanwhile). */
+/* Calls that shrink, grow or finalize a communicator: only counted as
+ * being inside NCCL (its own memory comes and goes meanwhile). A shrunk or
+ * grown communicator is not listed in job.h's table. */
 #define INSIDE(name, params, args)                                            \
     EXPORT nccl_result name params;                                           \
     EXPORT nccl_result name params                                            \
@@ -589,20 +591,50 @@ EXPORT nccl_result ncclGroupEnd(void)
         return r;                                                             \
     }
 typedef struct { char internal[128]; } nccl_unique_id;
-INSIDE(ncclCommInitRank, (void **comm, int n, nccl_unique_id id, int rank), (comm, n, id, rank))
-INSIDE(ncclCommInitRankConfig, (void **comm, int n, nccl_unique_id id, int rank, void *cfg),
-       (comm, n, id, rank, cfg))
-INSIDE(ncclCommInitRankScalable, (void **comm, int n, int rank, int nids, nccl_unique_id *ids,
-                                  void *cfg), (comm, n, rank, nids, ids, cfg))
-INSIDE(ncclCommInitAll, (void **comm, int n, const int *devs), (comm, n, devs))
-INSIDE(ncclCommSplit, (void *comm, int color, int key, void **out, void *cfg),
-       (comm, color, key, out, cfg))
 INSIDE(ncclCommShrink, (void *comm, int *excluded, int nexcluded, void **out, void *cfg,
                         int flags), (comm, excluded, nexcluded, out, cfg, flags))
 INSIDE(ncclCommGrow, (void *comm, int n, const nccl_unique_id *id, int rank, void **out,
                       void *cfg), (comm, n, id, rank, out, cfg))
 INSIDE(ncclCommFinalize, (void *comm), (comm))
-INSIDE(ncclCommDestroy, (void *comm), (comm))
-INSIDE(ncclCommAbort, (void *comm), (comm))
 #undef INSIDE
+
+/* The calls that make or end a communicator tell job.h as well: an end
+ * before NCCL's own call (job.c then asks nothing more of it), a making
+ * after, once NCCL gave the communicator (ncclInProgress: a non-blocking
+ * one, still setting up, whose handle is good). */
+enum { NCCL_IN_PROGRESS = 7 };
+#define RECORDED(name, params, args, before, after)                           \
+    EXPORT nccl_result name params;                                           \
+    EXPORT nccl_result name params                                            \
+    {                                                                         \
+        NCCL_REAL(name, params);                                              \
+        before;                                                               \
+        enter();                                                              \
+        window_all = true;                                                    \
+        nccl_result r = f args;                                               \
+        leave();                                                              \
+        if (r == 0 || r == NCCL_IN_PROGRESS) {                                \
+            after;                                                            \
+        }                                                                     \
+        return r;                                                             \
+    }
+#define ID_HASH(id) shim_job_hash(SHIM_JOB_FNV_BASIS, &(id), sizeof(id))
+RECORDED(ncclCommInitRank, (void **comm, int n, nccl_unique_id id, int rank),
+         (comm, n, id, rank), (void)0, shim_job_made(*comm, ID_HASH(id), rank, n))
+RECORDED(ncclCommInitRankConfig, (void **comm, int n, nccl_unique_id id, int rank, void *cfg),
+         (comm, n, id, rank, cfg), (void)0, shim_job_made(*comm, ID_HASH(id), rank, n))
+RECORDED(ncclCommInitRankScalable, (void **comm, int n, int rank, int nids,
+                                    nccl_unique_id *ids, void *cfg),
+         (comm, n, rank, nids, ids, cfg), (void)0,
+         shim_job_made(*comm, shim_job_hash(SHIM_JOB_FNV_BASIS, ids,
+                                            nids > 0 ? (size_t)nids * sizeof(*ids) : 0),
+                       rank, n))
+RECORDED(ncclCommInitAll, (void **comm, int n, const int *devs), (comm, n, devs), (void)0,
+         shim_job_made_all(comm, n))
+RECORDED(ncclCommSplit, (void *comm, int color, int key, void **out, void *cfg),
+         (comm, color, key, out, cfg), (void)0, shim_job_split(comm, color, *out))
+RECORDED(ncclCommDestroy, (void *comm), (comm), shim_job_gone(comm), (void)0)
+RECORDED(ncclCommAbort, (void *comm), (comm), shim_job_gone(comm), (void)0)
+#undef ID_HASH
+#undef RECORDED
 #undef NCCL_REAL

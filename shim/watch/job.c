@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * job.c - see job.h.
+ *
+ * One fixed table of the communicators alive, under one lock: the calls
+ * that make and end communicators are rare, and a fixed table needs no
+ * allocation on NCCL's paths. A communicator past the table's room is
+ * counted, not listed. NCCL's own functions are found the way comm.c finds
+ * them (shim_dlsym_loaded in libnccl.so.2), each once; those this module
+ * asks are optional (ncclCommMemStats is 2.29.7's), so a missing one is no
+ * error here.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#include "job.h"
+#include "process.h"
+#include "symbols.h"
+
+enum {
+    JOB_COMMS_MAX = 256,     /* communicators listed; more are counted */
+    STAT_GPU_MEM_SUSPEND = 0, /* ncclCommMemStat_t's ncclStatGpuMemSuspend */
+    STAT_GPU_MEM_TOTAL = 3,   /* ... and ncclStatGpuMemTotal */
+};
+
+typedef int nccl_result; /* ncclResult_t */
+
+typedef struct job_comm {
+    void *comm;
+    stats_comm info;
+    uint32_t splits;          /* splits of it so far: its children's ids */
+    uint64_t held, suspendable; /* as last asked; STATS_UNKNOWN if not told */
+} job_comm;
+
+/* Guards the table. Taken by the wrappers of the calls that make and end
+ * communicators (never around NCCL's own call) and by the helper thread,
+ * which asks NCCL for each one's memory under it, so that a communicator
+ * is never asked about once its destroy began. */
+static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
+static job_comm comms[JOB_COMMS_MAX];
+static size_t ncomms;
+static uint64_t unlisted;     /* alive past the table's room */
+
+uint64_t shim_job_hash(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* NCCL's function name, found once; NULL if this NCCL has none. */
+static void *job_fn(_Atomic(void *) *slot, const char *name)
+{
+    void *f = atomic_load_explicit(slot, memory_order_acquire);
+    if (f)
+        return f;
+    static const char *const nccl[] = {"libnccl.so.2", NULL};
+    f = shim_dlsym_loaded(name, nccl);
+    atomic_store_explicit(slot, f, memory_order_release);
+    return f;
+}
+
+/* An int NCCL tells of comm (ncclCommCuDevice, ncclCommUserRank,
+ * ncclCommCount: all (comm, int *)), or fallback. */
+static int ask_int(_Atomic(void *) *slot, const char *name, void *comm, int fallback)
+{
+    nccl_result (*f)(void *, int *) = (nccl_result (*)(void *, int *))job_fn(slot, name);
+    int v = fallback;
+    return f && f(comm, &v) == 0 ? v : fallback;
+}
+
+static int device_of(void *comm)
+{
+    static _Atomic(void *) fn;
+    return ask_int(&fn, "ncclCommCuDevice", comm, -1);
+}
+
+/* comm's entry, or NULL. Needs comms_lock. */
+static job_comm *find_locked(void *comm)
+{
+    for (size_t i = 0; i < ncomms; i++)
+        if (comms[i].comm == comm)
+            return &comms[i];
+    return NULL;
+}
+
+static void publish_count_locked(void)
+{
+    shim_gauge_set(SHIM_nccl_comms, ncomms + unlisted);
+}
+
+/* Records comm (its device found beforehand, outside the lock). */
+static void add(void *comm, uint64_t id, int rank, int nranks, int device)
+{
+    if (!comm)
+        return;
+    pthread_mutex_lock(&comms_lock);
+    job_comm *c = find_locked(comm); /* the same handle again: NCCL reused it */
+    if (!c && ncomms < JOB_COMMS_MAX)
+        c = &comms[ncomms++];
+    if (c)
+        *c = (job_comm){comm, {id, rank, nranks, device, 0}, 0, STATS_UNKNOWN,
+                        STATS_UNKNOWN};
+    else
+        unlisted++;
+    publish_count_locked();
+    pthread_mutex_unlock(&comms_lock);
+}
+
+void shim_job_made(void *comm, uint64_t id, int rank, int nranks)
+{
+    if (comm)
+        add(comm, id, rank, nranks, device_of(comm));
+}
+
+void shim_job_made_all(void *const *comms_made, int n)
+{
+    static atomic_uint made;
+    struct { int32_t pid; uint32_t seq; uint64_t ns; } seed = {
+        (int32_t)getpid(), atomic_fetch_add(&made, 1), shim_unix_ns()};
+    uint64_t id = shim_job_hash(SHIM_JOB_FNV_BASIS, &seed, sizeof(seed));
+    for (int i = 0; i < n; i++)
+        shim_job_made(comms_made[i], id, i, n);
+}
+
+/* The id of parent's next child of color (counting the split either way:
+ * every rank of parent splits, a rank with no color too). The parent not
+ * known (made by a call not recorded): its id counts as 0. */
+static uint64_t child_id(void *parent, int color)
+{
+    struct { uint64_t parent; uint32_t seq; int32_t color; } key = {0, 0, color};
+    pthread_mutex_lock(&comms_lock);
+    job_comm *p = find_locked(parent);
+    if (p) {
+        key.parent = p->info.id;
+        key.seq = p->splits++;
+    }
+    pthread_mutex_unlock(&comms_lock);
+    return shim_job_hash(SHIM_JOB_FNV_BASIS, &key, sizeof(key));
+}
+
+void shim_job_split(void *parent, int color, void *child)
+{
+    static _Atomic(void *) rank_fn, count_fn;
+    uint64_t id = child_id(parent, color);
+    if (!child)
+        return;
+    int rank = ask_int(&rank_fn, "ncclCommUserRank", child, -1);
+    int nranks = ask_int(&count_fn, "ncclCommCount", child, 0);
+    add(child, id, rank, nranks, device_of(child));
+}
+
+void shim_job_gone(void *comm)
+{
+    pthread_mutex_lock(&comms_lock);
+    job_comm *c = find_locked(comm);
+    if (c)
+        *c = comms[--ncomms];
+    else if (unlisted && comm)
+        unlisted--;
+    publish_count_locked();
+    pthread_mutex_unlock(&comms_lock);
+}
+
+/* One of NCCL's memory figures of comm, or STATS_UNKNOWN. */
+static uint64_t mem_stat(nccl_result (*f)(void *, int, uint64_t *), void *comm, int stat)
+{
+    uint64_t v = 0;
+    return f && f(comm, stat, &v) == 0 ? v : STATS_UNKNOWN;
+}
+
+void shim_job_refresh(void)
+{
+    static _Atomic(void *) fn;
+    pthread_mutex_lock(&comms_lock);
+    nccl_result (*f)(void *, int, uint64_t *) =
+        ncomms ? (nccl_result (*)(void *, int, uint64_t *))job_fn(&fn, "ncclCommMemStats")
+               : NULL;
+    for (size_t i = 0; i < ncomms; i++) {
+        comms[i].held = mem_stat(f, comms[i].comm, STAT_GPU_MEM_TOTAL);
+        comms[i].suspendable = mem_stat(f, comms[i].comm, STAT_GPU_MEM_SUSPEND);
+    }
+    pthread_mutex_unlock(&comms_lock);
+}
+
+/* a + b, STATS_UNKNOWN if either is. */
+static uint64_t add_known(uint64_t a, uint64_t b)
+{
+    return a == STATS_UNKNOWN || b == STATS_UNKNOWN ? STATS_UNKNOWN : a + b;
+}
+
+void shim_job_memory(int dev, uint64_t *held, uint64_t *suspendable)
+{
+    *held = *suspendable = 0;
+    pthread_mutex_lock(&comms_lock);
+    for (size_t i = 0; i < ncomms; i++)
+        if (comms[i].info.device == dev) {
+            *held = add_known(*held, comms[i].held);
+            *suspendable = add_known(*suspendable, comms[i].suspendable);
+        }
+    pthread_mutex_unlock(&comms_lock);
+}
+
+uint32_t shim_job_list(stats_comm *out, uint32_t max)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&comms_lock);
+    for (size_t i = 0; i < ncomms && n < max; i++)
+        out[n++] = comms[i].info;
+    pthread_mutex_unlock(&comms_lock);
+    return n;
+}
