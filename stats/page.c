@@ -52,7 +52,7 @@
 #include "stats.h"
 
 #define PAGE_MAGIC 0x3345474150504f43ull /* "COPPAGE3" */
-enum { PAGE_VERSION = 15 };
+enum { PAGE_VERSION = 16 };
 
 /* A block exported for IPC (stats_page_export): nonce is written last
  * (release) and read first and last by importers; 0 = free slot. */
@@ -70,6 +70,9 @@ typedef struct page_data {
     int32_t pid;
     uint32_t uid;
     uint64_t start_time;       /* /proc/PID/stat field 22 */
+    uint64_t map_addr;         /* where its process maps it: a reader of
+                                  the node checks /proc/PID/map_files there
+                                  instead of reading all of its maps */
     _Atomic uint64_t asked[STATS_NREQUESTS];  /* raised by readers */
     _Atomic uint64_t served[STATS_NREQUESTS]; /* raised by the helper */
     _Atomic uint64_t paused_since, paused_needs; /* written by cupool pause */
@@ -279,6 +282,7 @@ stats_page *stats_page_create(const char **why, bool *passed_over)
         p->d->pid = (int32_t)getpid();
         p->d->uid = (uint32_t)geteuid();
         p->d->start_time = stats_start_time((int)getpid());
+        p->d->map_addr = (uint64_t)(uintptr_t)p->d;
         atomic_thread_fence(memory_order_release);
         p->d->magic = PAGE_MAGIC; /* a reader trusts nothing before it */
         /* Whole: under its name (what was there is this pid's stale page). */
@@ -559,6 +563,23 @@ static int read_view(int fd, stats_view *v)
     return -EAGAIN;
 }
 
+/* Whether process pid maps the file with device dev and inode ino at addr
+ * (the page's own claim, proven by the kernel: /proc/PID/map_files links
+ * each mapping to its file): 1 or 0; -1 if map_files cannot be followed
+ * (it takes CAP_SYS_ADMIN: root only), which leaves maps_file to judge. */
+static int maps_file_at(int pid, uint64_t addr, dev_t dev, ino_t ino)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    uint64_t end = addr + ((sizeof(page_data) + (size_t)pg - 1) / (size_t)pg) * (size_t)pg;
+    char path[96];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%d/map_files/%lx-%lx", pid, (unsigned long)addr,
+             (unsigned long)end);
+    if (!addr || stat(path, &st) != 0)
+        return !addr || errno == EPERM || errno == EACCES ? -1 : 0;
+    return st.st_dev == dev && st.st_ino == ino;
+}
+
 int stats_page_read_node(int dfd, const char *name, int proc_pid, int page_pid, uid_t owner,
                          stats_view *v)
 {
@@ -567,15 +588,18 @@ int stats_page_read_node(int dfd, const char *name, int proc_pid, int page_pid, 
         return -ENOENT;
     struct stat st;
     page_data h;
-    int err = 0;
+    int err = 0, mapped = 0;
     uint64_t start;
     if (!file_ok(f, owner, &st))
         err = -EPERM;
     else if (!pread_all(f, &h, offsetof(page_data, asked), 0) || h.magic != PAGE_MAGIC ||
              h.version != PAGE_VERSION || h.size != sizeof(page_data) || h.pid != page_pid)
         err = -EPROTO;
-    else if (!(start = stats_start_time(proc_pid)) || (h.start_time && start != h.start_time) ||
-             maps_file(proc_pid, st.st_dev, st.st_ino) != 1)
+    else if (!(start = stats_start_time(proc_pid)) || (h.start_time && start != h.start_time))
+        err = -ESRCH;
+    else if ((mapped = maps_file_at(proc_pid, h.map_addr, st.st_dev, st.st_ino)) < 0)
+        mapped = maps_file(proc_pid, st.st_dev, st.st_ino);
+    if (!err && mapped != 1)
         err = -ESRCH; /* the process must map this very file */
     if (!err)
         err = read_view(f, v);
