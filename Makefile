@@ -25,7 +25,7 @@ TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := trace/sim_backend.c
 TEST_INC := -Ipool -Itrace -Itest
 
-STATS_SRC := stats/format.c stats/page.c stats/trace.c stats/safefile.c stats/groupseg.c \
+STATS_SRC := stats/format.c stats/page.c stats/page_node.c stats/trace.c stats/safefile.c stats/groupseg.c \
              stats/userns.c
 STATS_HDR := $(wildcard stats/*.h)
 # The shim, by layer (docs/DESIGN.md): base (options, log, process state,

@@ -48,38 +48,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "page_internal.h"
 #include "safefile.h"
 #include "stats.h"
-
-#define PAGE_MAGIC 0x3345474150504f43ull /* "COPPAGE3" */
-enum { PAGE_VERSION = 16 };
-
-/* A block exported for IPC (stats_page_export): nonce is written last
- * (release) and read first and last by importers; 0 = free slot. */
-typedef struct page_export {
-    _Atomic uint64_t nonce;
-    uint8_t handle[STATS_IPC_HANDLE];
-    uint64_t offset, size;
-    int32_t device;
-    uint32_t pad;
-} page_export;
-
-typedef struct page_data {
-    uint64_t magic;
-    uint32_t version, size;
-    int32_t pid;
-    uint32_t uid;
-    uint64_t start_time;       /* /proc/PID/stat field 22 */
-    uint64_t map_addr;         /* where its process maps it: a reader of
-                                  the node checks /proc/PID/map_files there
-                                  instead of reading all of its maps */
-    _Atomic uint64_t asked[STATS_NREQUESTS];  /* raised by readers */
-    _Atomic uint64_t served[STATS_NREQUESTS]; /* raised by the helper */
-    _Atomic uint64_t paused_since, paused_needs; /* written by cupool pause */
-    _Atomic uint64_t seq;      /* odd while the writer writes */
-    stats_view view;
-    page_export exports[STATS_IPC_EXPORTS];
-} page_data;
 
 struct stats_page {
     page_data *d;
@@ -396,7 +367,7 @@ void stats_page_forget(stats_page *p)
 /* Whether process pid maps the file with device dev and inode ino: 1 or 0;
  * -1 if its maps cannot be read (a process that made itself not dumpable:
  * only its start time can tell then). */
-static int maps_file(int pid, dev_t dev, ino_t ino)
+int page_maps_file(int pid, dev_t dev, ino_t ino)
 {
     char path[64], want[64], line[512], chunk[8192];
     snprintf(path, sizeof(path), "/proc/%d/maps", pid);
@@ -426,14 +397,14 @@ static int maps_file(int pid, dev_t dev, ino_t ino)
 
 /* Checks an open candidate: a regular file of uid, 0600, one link, the
  * page's size. */
-static bool file_ok(int fd, uid_t uid, struct stat *st)
+bool page_file_ok(int fd, uid_t uid, struct stat *st)
 {
     return fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_uid == uid &&
            (st->st_mode & 07777) == 0600 && st->st_nlink == 1 &&
            st->st_size == (off_t)sizeof(page_data);
 }
 
-static bool pread_all(int fd, void *buf, size_t len, off_t off)
+bool page_pread_all(int fd, void *buf, size_t len, off_t off)
 {
     return pread(fd, buf, len, off) == (ssize_t)len;
 }
@@ -445,15 +416,15 @@ static int page_check(int fd, int pid, uid_t uid)
 {
     struct stat st;
     page_data h;
-    if (!file_ok(fd, uid, &st))
+    if (!page_file_ok(fd, uid, &st))
         return -EPERM;
-    if (!pread_all(fd, &h, offsetof(page_data, asked), 0))
+    if (!page_pread_all(fd, &h, offsetof(page_data, asked), 0))
         return -EPROTO;
     if (h.magic != PAGE_MAGIC || h.version != PAGE_VERSION ||
         h.size != sizeof(page_data) || h.pid != pid || h.uid != uid)
         return -EPROTO;
     uint64_t now = stats_start_time(pid);
-    if (!now || (h.start_time && now != h.start_time) || !maps_file(pid, st.st_dev, st.st_ino))
+    if (!now || (h.start_time && now != h.start_time) || !page_maps_file(pid, st.st_dev, st.st_ino))
         return -ESRCH; /* (an unreadable map, -1, leaves the start time to judge) */
     return 0;
 }
@@ -537,16 +508,16 @@ static int page_open(int pid, int flags, int *fd)
 }
 
 /* Copies the view under the seqlock, with pread. */
-static int read_view(int fd, stats_view *v)
+int page_read_view(int fd, stats_view *v)
 {
     const off_t seq = offsetof(page_data, seq), view = offsetof(page_data, view);
     for (int tries = 0; tries < 1000; tries++) {
         uint64_t s1, s2;
-        if (!pread_all(fd, &s1, sizeof(s1), seq))
+        if (!page_pread_all(fd, &s1, sizeof(s1), seq))
             return -EPROTO;
         if (s1 & 1)
             continue;
-        if (!pread_all(fd, v, sizeof(*v), view) || !pread_all(fd, &s2, sizeof(s2), seq))
+        if (!page_pread_all(fd, v, sizeof(*v), view) || !page_pread_all(fd, &s2, sizeof(s2), seq))
             return -EPROTO;
         if (s1 != s2)
             continue;
@@ -554,7 +525,7 @@ static int read_view(int fd, stats_view *v)
             return -EPROTO;
         v->comm[sizeof(v->comm) - 1] = '\0';
         uint64_t pause[2]; /* paused_since, paused_needs: cupool pause's */
-        if (!pread_all(fd, pause, sizeof(pause), offsetof(page_data, paused_since)))
+        if (!page_pread_all(fd, pause, sizeof(pause), offsetof(page_data, paused_since)))
             return -EPROTO;
         v->proc.paused_since = pause[0];
         v->proc.paused_needs = pause[0] ? pause[1] : 0;
@@ -563,56 +534,12 @@ static int read_view(int fd, stats_view *v)
     return -EAGAIN;
 }
 
-/* Whether process pid maps the file with device dev and inode ino at addr
- * (the page's own claim, proven by the kernel: /proc/PID/map_files links
- * each mapping to its file): 1 or 0; -1 if map_files cannot be followed
- * (it takes CAP_SYS_ADMIN: root only), which leaves maps_file to judge. */
-static int maps_file_at(int pid, uint64_t addr, dev_t dev, ino_t ino)
-{
-    long pg = sysconf(_SC_PAGESIZE);
-    uint64_t end = addr + ((sizeof(page_data) + (size_t)pg - 1) / (size_t)pg) * (size_t)pg;
-    char path[96];
-    struct stat st;
-    snprintf(path, sizeof(path), "/proc/%d/map_files/%lx-%lx", pid, (unsigned long)addr,
-             (unsigned long)end);
-    if (!addr || stat(path, &st) != 0)
-        return !addr || errno == EPERM || errno == EACCES ? -1 : 0;
-    return st.st_dev == dev && st.st_ino == ino;
-}
-
-int stats_page_read_node(int dfd, const char *name, int proc_pid, int page_pid, uid_t owner,
-                         stats_view *v)
-{
-    int f = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (f < 0)
-        return -ENOENT;
-    struct stat st;
-    page_data h;
-    int err = 0, mapped = 0;
-    uint64_t start;
-    if (!file_ok(f, owner, &st))
-        err = -EPERM;
-    else if (!pread_all(f, &h, offsetof(page_data, asked), 0) || h.magic != PAGE_MAGIC ||
-             h.version != PAGE_VERSION || h.size != sizeof(page_data) || h.pid != page_pid)
-        err = -EPROTO;
-    else if (!(start = stats_start_time(proc_pid)) || (h.start_time && start != h.start_time))
-        err = -ESRCH;
-    else if ((mapped = maps_file_at(proc_pid, h.map_addr, st.st_dev, st.st_ino)) < 0)
-        mapped = maps_file(proc_pid, st.st_dev, st.st_ino);
-    if (!err && mapped != 1)
-        err = -ESRCH; /* the process must map this very file */
-    if (!err)
-        err = read_view(f, v);
-    close(f);
-    return err;
-}
-
 int stats_page_read(int pid, stats_view *v)
 {
     int fd, err = page_open(pid, O_RDONLY, &fd);
     if (err)
         return err;
-    err = read_view(fd, v);
+    err = page_read_view(fd, v);
     close(fd);
     return err;
 }
@@ -677,8 +604,8 @@ int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
     off_t at = (off_t)(offsetof(page_data, exports) + slot * sizeof(page_export));
     page_export e;
     uint64_t again = 0;
-    bool ok = pread_all(fd, &e, sizeof(e), at) &&
-              pread_all(fd, &again, sizeof(again), at + (off_t)offsetof(page_export, nonce));
+    bool ok = page_pread_all(fd, &e, sizeof(e), at) &&
+              page_pread_all(fd, &again, sizeof(again), at + (off_t)offsetof(page_export, nonce));
     close(fd);
     if (!ok)
         return -EPROTO;
@@ -735,7 +662,7 @@ int stats_page_answered(int pid, stats_request r, uint64_t ticket)
     if (err)
         return err;
     uint64_t served;
-    bool ok = pread_all(fd, &served, sizeof(served),
+    bool ok = page_pread_all(fd, &served, sizeof(served),
                         offsetof(page_data, served) + r * sizeof(uint64_t));
     close(fd);
     return !ok ? -EPROTO : served >= ticket;
