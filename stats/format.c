@@ -492,10 +492,15 @@ static int group_turn(const group_view *g, const group_member_view *m)
 /* Seconds since a CLOCK_REALTIME stamp. */
 static double group_waited_s(uint64_t since_ns)
 {
+    uint64_t now = stats_unix_ns();
+    return now > since_ns ? (double)(now - since_ns) / 1e9 : 0.0;
+}
+
+uint64_t stats_unix_ns(void)
+{
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    uint64_t now = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-    return now > since_ns ? (double)(now - since_ns) / 1e9 : 0.0;
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 /* The members waiting for a turn, in the order they will get it. */

@@ -171,9 +171,6 @@ void group_set_cached(group *g, int dev, uint64_t cached)
     unlock(g->d);
 }
 
-/* 0 if a == 0 or b == 0, else the smaller: what two requests want. */
-static uint64_t want_merge(uint64_t a, uint64_t b) { return !a || !b ? 0 : a < b ? a : b; }
-
 int group_ask_others(group *g, uint64_t *tickets, uint64_t want)
 {
     int n = 0;
@@ -191,7 +188,7 @@ int group_ask_others(group *g, uint64_t *tickets, uint64_t want)
          * thread), so that one slow member delays no one's next ask. */
         if (want && (pending || atomic_load(&s->wait_seq)))
             continue;
-        atomic_store(&s->ask_want, pending ? want_merge(atomic_load(&s->ask_want), want)
+        atomic_store(&s->ask_want, pending ? stats_want_merge(atomic_load(&s->ask_want), want)
                                            : want);
         tickets[i] = atomic_fetch_add(&s->asked, 1) + 1;
         n++;
@@ -224,20 +221,13 @@ uint64_t group_flush_pending(group *g, uint64_t *want)
 
 /* ---- waiting for a turn ---------------------------------------------------------- */
 
-static uint64_t unix_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 void group_wait_begin(group *g, int dev, uint64_t bytes)
 {
     lock(g->d);
     if (!atomic_load(&g->left)) {
         atomic_store(&g->me->wait_dev, dev);
         atomic_store(&g->me->wait_bytes, bytes);
-        atomic_store(&g->me->wait_since_ns, unix_ns());
+        atomic_store(&g->me->wait_since_ns, stats_unix_ns());
         atomic_store(&g->me->wait_seq, atomic_fetch_add(&g->d->wait_next, 1) + 1);
     }
     unlock(g->d);

@@ -166,14 +166,6 @@ static bool page_name_parse(const char *name, unsigned long *ns, int *pid)
     return !*end && v > 0 && v < (1L << 30);
 }
 
-static bool counted(const node_scan *s, int pid)
-{
-    for (size_t i = 0; i < s->nprocs; i++)
-        if (s->procs[i].pid == pid)
-            return true;
-    return false;
-}
-
 static enum node_skip skip_reason(int err)
 {
     return err == -EPERM ? NODE_SKIP_foreign : err == -EPROTO ? NODE_SKIP_corrupt
@@ -201,8 +193,6 @@ static int scan_user_dir(node_scan *s, walk *w, int dfd)
             s->skipped[NODE_SKIP_unknown_pid]++;
             continue;
         }
-        if (counted(s, owner->pid))
-            continue; /* the same directory, reached from another namespace */
         node_proc p;
         memset(&p, 0, sizeof(p));
         int r = stats_page_read_node(dirfd(d), e->d_name, owner->pid, nspid, owner->uid,
@@ -214,12 +204,16 @@ static int scan_user_dir(node_scan *s, walk *w, int dfd)
         p.pid = p.view.pid = owner->pid;
         p.uid = owner->uid;
         label_proc(&p);
-        node_proc *grown = realloc(s->procs, (s->nprocs + 1) * sizeof(*grown));
-        if (!grown) {
-            err = -ENOMEM;
-            break;
+        /* Room doubles when nprocs reaches a power of two (from 8). */
+        size_t n = s->nprocs;
+        if (n >= 8 ? !(n & (n - 1)) : !n) {
+            node_proc *grown = realloc(s->procs, (n ? 2 * n : 8) * sizeof(*grown));
+            if (!grown) {
+                err = -ENOMEM;
+                break;
+            }
+            s->procs = grown;
         }
-        s->procs = grown;
         s->procs[s->nprocs++] = p;
     }
     closedir(d);
@@ -242,11 +236,11 @@ static int scan_page_dir(node_scan *s, walk *w, int base)
         struct stat st;
         if (u < 0)
             continue;
-        bool again = false;
-        for (size_t k = 0; !fstat(u, &st) && k < w->ndirs; k++)
-            again |= w->dirs[k].dev == st.st_dev && w->dirs[k].ino == st.st_ino;
+        bool again = fstat(u, &st) != 0;
+        for (size_t k = 0; !again && k < w->ndirs; k++)
+            again = w->dirs[k].dev == st.st_dev && w->dirs[k].ino == st.st_ino;
         /* a user's own is 0700; one read already is not read again */
-        if (fstat(u, &st) || (st.st_mode & 022) || again || w->ndirs == MAX_USER_DIRS) {
+        if (again || (st.st_mode & 022) || w->ndirs == MAX_USER_DIRS) {
             close(u);
             continue;
         }

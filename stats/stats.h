@@ -228,6 +228,16 @@ const char *stats_printable(const char *s, char *buf, size_t len);
  * the length it needed (at most 6 per byte of s, plus 2). */
 size_t stats_json_string(const char *s, char *buf, size_t len);
 
+/* CLOCK_REALTIME in nanoseconds since the epoch. */
+uint64_t stats_unix_ns(void);
+
+/* What two flush requests want together (0 = everything: framework.h and
+ * groupseg.h): 0 if either is 0, else the smaller. */
+static inline uint64_t stats_want_merge(uint64_t a, uint64_t b)
+{
+    return !a || !b ? 0 : a < b ? a : b;
+}
+
 /* Parses a size: digits with an optional K, M, G or T suffix, an optional
  * i after it and an optional B (all binary: "512M", "20GiB", "4096").
  * Returns 0 with *size set, or -EINVAL (anything else, or overflow). The

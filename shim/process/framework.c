@@ -359,9 +359,6 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* 0 if a == 0 or b == 0, else the smaller: two wants merged. */
-static uint64_t want_merge(uint64_t a, uint64_t b) { return !a || !b ? 0 : a < b ? a : b; }
-
 /* Asks for a job of kind (with want), joining one queued or running that
  * does as much: the number of the job to wait for, or 0 if the worker
  * cannot start. Needs lock. */
@@ -381,7 +378,7 @@ static uint64_t submit_locked(int kind, uint64_t want)
         landed = false;
     }
     if (asked > taken) { /* queued: widen it */
-        job_want = job_kind == JOB_FLUSH && kind == JOB_FLUSH ? want_merge(job_want, want)
+        job_want = job_kind == JOB_FLUSH && kind == JOB_FLUSH ? stats_want_merge(job_want, want)
                    : kind == JOB_FLUSH ? want : job_want;
         job_kind = kind > job_kind ? kind : job_kind;
         return asked;
