@@ -101,7 +101,11 @@ $(1)/sim/libcudart.so.13: test/simcuda/simcudart.c test/simcuda/libcudart.map $(
 $(1)/sim/libnccl.so.2: test/simcuda/simnccl.c $(1)/sim/libcudart.so.13
 	$$(CC) $(2) -fPIC -shared $$(CUDA_INC) -Wl,-soname,libnccl.so.2 $$< \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) -o $$@
-$(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2
+$(1)/sim/libnccl-nosuspend.so: test/simcuda/simnccl.c $(1)/sim/libcudart.so.13
+	$$(CC) $(2) -DSIMNCCL_NO_SUSPEND -fPIC -shared $$(CUDA_INC) -Wl,-soname,libnccl.so.2 $$< \
+	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) -o $$@
+$(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2 \
+                 $(1)/sim/libnccl-nosuspend.so
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) \
