@@ -240,6 +240,22 @@ static void *reuse(void *p, size_t size, cudaStream_t nb, unsigned long waits)
     return q;
 }
 
+/* Queues work on s (a memset of p): it must make the given number of
+ * stream waits, and follow the legacy stream's latest event (what a fence
+ * that ordered the streams recorded last). */
+static void paid_by_work(cudaStream_t s, void *p, unsigned long waits)
+{
+    simcuda_stats s0 = sim(0);
+    OK(cudaMemsetAsync(p, 0, MIB, s));
+    unsigned long legacy, seen = simcuda_work_order(s, &legacy);
+    printf("work on %p: %lu stream waits, follows legacy record %lu of %lu\n", (void *)s,
+           sim(0).stream_waits - s0.stream_waits, seen, legacy);
+    CHECK(sim(0).stream_waits - s0.stream_waits == waits);
+    CHECK(seen == legacy);
+}
+
+static void program_subscribes(void);
+
 /* CUPOOL_FENCE=poll, CUPOOL_CUPTI=1: a non-blocking stream with no work
  * queued since a fence covered it is left out of the next (as the idle
  * streams of PyTorch's stream pool), however busy it was before; work on
@@ -259,10 +275,13 @@ static int fence_idle(void)
     a = reuse(a, MIB, nb, 0); /* new and idle: only the legacy stream's event */
     CHECK(sim(0).event_records - s0.event_records == 1);
     /* Left out, but there: with the legacy stream's work running, both
-     * non-blocking streams are made to wait for it before the block is
-     * reused. */
+     * non-blocking streams owe a wait for it as the block is reused; none
+     * waits yet. */
     OK(cudaMemsetAsync(a, 0, MIB, cudaStreamLegacy));
-    a = reuse(a, MIB, cudaStreamLegacy, 2);
+    a = reuse(a, MIB, cudaStreamLegacy, 0);
+    /* Work on one pays first, once: it follows the fence's event. */
+    paid_by_work(nb, a, 1);
+    paid_by_work(nb, a, 0);
     /* Forced from here: the legacy stream waits for nb, and both
      * non-blocking streams for the legacy stream. */
     OK(cudaMemsetAsync(a, 0, MIB, nb));
@@ -272,6 +291,19 @@ static int fence_idle(void)
     simcuda_report_call(CUPTI_DRIVER_TRACE_CBID_cuStreamBatchMemOp);
     a = reuse(a, MIB, nb, 3);
     a = reuse(a, MIB, nb, 0);
+    /* Both owe again; a call whose stream cannot be read makes both pay
+     * (FENCE_IDLE_HANDOVER=1: the program takes CUPTI instead, and both
+     * pay as cupool lets it go). */
+    OK(cudaMemsetAsync(a, 0, MIB, cudaStreamLegacy));
+    a = reuse(a, MIB, cudaStreamLegacy, 0);
+    simcuda_stats s1 = sim(0);
+    if (getenv("FENCE_IDLE_HANDOVER"))
+        program_subscribes();
+    else
+        simcuda_report_call(CUPTI_DRIVER_TRACE_CBID_cuStreamBatchMemOp);
+    CHECK(sim(0).stream_waits - s1.stream_waits == 2);
+    paid_by_work(early, a, 0);
+    paid_by_work(nb, a, 0);
     OK(cudaStreamDestroy(nb));
     OK(cudaStreamDestroy(early));
     return 0;

@@ -309,6 +309,8 @@ static void test_fence_comm(void **s)
     /* CUPTI starting inside an NCCL group whose collective came before */
     PASSES("comm_straddle", "CUPOOL_FENCE=poll", sim_cupti());
     PASSES("fence_idle", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti());
+    PASSES("fence_idle", "CUPOOL_FENCE=poll", "CUPOOL_CUPTI=1", sim_cupti(),
+           "FENCE_IDLE_HANDOVER=1");
 }
 /* Threads fencing one device at once share fences (fence.c's
  * combined_locked): with each record taking 200 us, at least ten of 396

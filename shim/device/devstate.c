@@ -6,6 +6,7 @@
 
 #include "cupti.h"
 #include "devstate.h"
+#include "fence.h"
 #include "process.h"
 #include "real.h"
 
@@ -17,7 +18,9 @@ void shim_devices_init(void)
         shim_devices[i].id = i;
         shim_devices[i].fenced_work = SHIM_WORK_NEVER;
         pthread_mutex_init(&shim_devices[i].lock, NULL);
+        pthread_mutex_init(&shim_devices[i].order_lock, NULL);
     }
+    shim_comm_on_pay(shim_fence_pay);
 }
 
 int shim_device_api(int dev)

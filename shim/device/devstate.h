@@ -24,6 +24,7 @@ typedef struct shim_stream {
     cudaEvent_t event;     /* recorded on it by the fence (non-blocking) */
     bool nonblocking;
     bool comm_due;         /* the fence being begun includes it (poll) */
+    bool lazy;             /* comm.h knows it: it may owe its order */
     shim_comm_mark comm_mark; /* what shim_comm_needs said then */
 } shim_stream;
 
@@ -79,7 +80,11 @@ typedef struct shim_device {
     _Atomic uint64_t tickets_done; /* every fence up to this ticket is done:
                                       written under lock */
     cudaEvent_t order_event;   /* the legacy event non-blocking streams
-                                  last waited for: a new one waits too */
+                                  last waited for, or owe (comm.h): a new
+                                  one waits too */
+    pthread_mutex_t order_lock; /* guards order_event's swap against a
+                                   stream paying (taken under lock, or
+                                   alone) */
     _Atomic uint64_t fences_begun; /* fences begun (FULL or BEGIN): written
                                       under lock, read before it */
     uint64_t full_seq, begin_seq; /* the last full fence and poll fence

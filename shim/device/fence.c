@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "cupti.h"
 #include "devstate.h"
+#include "driver.h"
 #include "fence.h"
 #include "grow.h"
 #include "log.h"
@@ -221,17 +222,51 @@ enum poll_level {
 
 /* Makes every non-blocking stream wait for e, a legacy-stream event; 0 or
  * the first error. *waits counts the streams made to wait (may be NULL).
- * Needs d->lock. */
-static int order_after(shim_device *d, cudaEvent_t e, size_t *waits)
+ * With lazy, those comm.h knows owe it instead, while CUPTI watches: e is
+ * then d->order_event (the event they pay on). Needs d->lock. */
+static int order_after(shim_device *d, cudaEvent_t e, bool lazy, size_t *waits)
 {
     int err = 0;
     size_t n = 0;
-    for (size_t i = 0; !err && i < d->nstreams; i++)
-        if (d->streams[i].nonblocking && (err = wait_on(d, d->streams[i].stream, e)) == 0)
+    lazy = lazy && shim_comm_owe(d->id);
+    for (size_t i = 0; !err && i < d->nstreams; i++) {
+        const shim_stream *st = &d->streams[i];
+        if (st->nonblocking && !(lazy && st->lazy) && (err = wait_on(d, st->stream, e)) == 0)
             n++;
+    }
     if (waits)
         *waits = n;
     return err;
+}
+
+/* Makes f's legacy event the one non-blocking streams are ordered after
+ * (made later, or owing). Needs d->lock. */
+static void order_event_set(shim_device *d, shim_fence *f)
+{
+    pthread_mutex_lock(&d->order_lock);
+    event_give(d, d->order_event);
+    d->order_event = f->legacy;
+    f->legacy = NULL;
+    pthread_mutex_unlock(&d->order_lock);
+}
+
+bool shim_fence_pay(int dev, void *s)
+{
+    shim_device *d = &shim_devices[dev];
+    /* The driver's calls: this runs inside one of the driver's calls, on
+     * the thread making it. */
+    const shim_cuda *cu = shim_drv.cuStreamWaitEvent ? &shim_cuda_driver : shim_device_cuda(d);
+    if (cu->capturing(s))
+        return false;
+    pthread_mutex_lock(&d->order_lock);
+    if (d->order_event) {
+        atomic_fetch_add_explicit(&d->fence_waits, 1, memory_order_relaxed);
+        if (cu->wait(s, d->order_event) != 0)
+            shim_log(SHIM_LOG_ERROR, "device %d: a stream cannot wait for a fence it "
+                     "owes: a block reused on it may still be in use", d->id);
+    }
+    pthread_mutex_unlock(&d->order_lock);
+    return true;
 }
 
 /* Forces fence f done: the legacy stream waits for its events still
@@ -247,7 +282,7 @@ static int force_locked(shim_device *d, shim_fence *f)
             e = wait_on(d, cudaStreamLegacy, f->events[i]);
     if (!e)
         e = shim_device_cuda(d)->record(d->legacy_event, cudaStreamLegacy);
-    return e ? e : order_after(d, d->legacy_event, NULL);
+    return e ? e : order_after(d, d->legacy_event, false, NULL);
 }
 
 /* Retires the poll fences that are done, oldest first, going as far as
@@ -263,16 +298,12 @@ static int poll_locked(shim_device *d, enum poll_level level)
         if (!e)
             e = shim_cuda_query(shim_device_cuda(d), f->legacy);
         if (e == cudaErrorNotReady && level >= POLL_ORDER && f->ndone == f->nevents) {
+            /* Streams made later wait for it too (track_stream), even when
+             * there is none now; those owing it pay on it. */
             size_t waits = 0;
-            if ((e = order_after(d, f->legacy, &waits)) == 0) {
-                /* Streams made later wait for it too (track_stream), even
-                 * when there is none now. */
-                event_give(d, d->order_event);
-                d->order_event = f->legacy;
-                f->legacy = NULL;
-                if (waits)
-                    atomic_fetch_add_explicit(&d->fence_orders, 1, memory_order_relaxed);
-            }
+            order_event_set(d, f);
+            if ((e = order_after(d, d->order_event, true, &waits)) == 0 && d->nstreams)
+                atomic_fetch_add_explicit(&d->fence_orders, 1, memory_order_relaxed);
         } else if (e == cudaErrorNotReady && level == POLL_FORCE && !forced) {
             forced = true;
             e = force_locked(d, f);
@@ -485,11 +516,11 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
                  "reuse after free may not be ordered on it", dev);
         return;
     }
-    if (nb)
-        shim_comm_track(s);
+    bool lazy = nb && shim_comm_track(s, dev);
     pthread_mutex_lock(&d->lock);
     if (pool_grow((void **)&d->streams, &d->streams_cap, d->nstreams, sizeof(*d->streams)))
-        d->streams[d->nstreams++] = (shim_stream){.stream = s, .event = ev, .nonblocking = nb};
+        d->streams[d->nstreams++] =
+            (shim_stream){.stream = s, .event = ev, .nonblocking = nb, .lazy = lazy};
     /* A block a fence made clean by ordering the non-blocking streams after
      * the legacy stream's work may still be in use by that work: a new
      * non-blocking stream is ordered after it too. */

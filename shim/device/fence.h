@@ -45,6 +45,9 @@ int shim_fence_full(void *ctx);
 int shim_fence_begin(void *ctx, uint64_t *ticket);
 int shim_fence_poll(void *ctx, bool force, uint64_t *done);
 
+/* A stream owing its order pays it (comm.h's pay: shim_comm_on_pay). */
+bool shim_fence_pay(int dev, void *s);
+
 /* Stream tracking for the fence. */
 void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags);
 void shim_device_untrack_stream(cudaStream_t s);

@@ -65,6 +65,8 @@ typedef struct comm_stream {
     comm_range *ranges;       /* COMM_RANGES_MAX, once it is a comm stream */
     size_t nranges;
     bool told_foreign;        /* CUPOOL_LOG=debug said so once */
+    int dev;                  /* the device that tracks it, or -1 */
+    uint64_t owed, paid;      /* waits owed and paid (owing: they differ) */
 } comm_stream;
 
 /* Guards the streams and their buffers; the counters are atomic so that a
@@ -83,6 +85,8 @@ static uint64_t seq;           /* buffers named so far */
 static atomic_int inside;      /* threads inside an NCCL call now */
 static atomic_bool watching;   /* CUPTI reports work (shim_comm_watching) */
 static pool_addrmap own;       /* blocks allocated while one was: NCCL's */
+static atomic_int owing;       /* streams owing a wait (shim_comm_owe) */
+static bool (*pay_fn)(int dev, void *s); /* set at start-up */
 
 /* The calling thread: how deep inside NCCL calls, how deep in a group,
  * and the memory named since its outermost call or group began. */
@@ -123,6 +127,7 @@ static comm_stream *add_locked(void *s, bool fresh)
     }
     c->stream = s;
     c->pos = nknown;
+    c->dev = -1;
     if (!fresh)
         mark(c);
     streams[nknown++] = c;
@@ -269,15 +274,9 @@ static enum call_kind call_stream(unsigned cbid, const void *p, void **s)
 #undef HSTREAM
 #undef NO_WORK
 
-void shim_comm_work(unsigned cbid, const void *params)
+/* A driver call's return: its work is queued (marks). Needs lock. */
+static void work_locked(unsigned cbid, enum call_kind k, void *s)
 {
-    if (!depth && !atomic_load_explicit(&nstreams, memory_order_acquire))
-        return;
-    void *s = NULL;
-    enum call_kind k = call_stream(cbid, params, &s);
-    if (k == CALL_NO_WORK || (k == CALL_STREAM && is_default(s)))
-        return;
-    pthread_mutex_lock(&lock);
     if (k == CALL_UNKNOWN) {
         tell_unknown(cbid);
         mark_all_locked();
@@ -294,15 +293,84 @@ void shim_comm_work(unsigned cbid, const void *params)
             }
         }
     }
+}
+
+static void due_locked(enum call_kind k, void *s);
+
+void shim_comm_call(unsigned cbid, const void *params, bool entry)
+{
+    if (entry ? !atomic_load_explicit(&owing, memory_order_acquire)
+              : !depth && !atomic_load_explicit(&nstreams, memory_order_acquire))
+        return;
+    void *s = NULL;
+    enum call_kind k = call_stream(cbid, params, &s);
+    if (k == CALL_NO_WORK || (k == CALL_STREAM && is_default(s)))
+        return;
+    pthread_mutex_lock(&lock);
+    if (entry)
+        due_locked(k, s);
+    else
+        work_locked(cbid, k, s);
     pthread_mutex_unlock(&lock);
 }
 
-void shim_comm_track(void *s)
+bool shim_comm_track(void *s, int dev)
 {
     pthread_mutex_lock(&lock);
-    if (!find_locked(s))
-        add_locked(s, true);
+    comm_stream *c = find_locked(s);
+    if (!c)
+        c = add_locked(s, true);
+    if (c)
+        c->dev = dev;
     pthread_mutex_unlock(&lock);
+    return c != NULL;
+}
+
+/* ---- ordering streams lazily ------------------------------------------ */
+
+void shim_comm_on_pay(bool (*pay)(int dev, void *s)) { pay_fn = pay; }
+
+bool shim_comm_owe(int dev)
+{
+    pthread_mutex_lock(&lock);
+    bool lazy = pay_fn && atomic_load(&watching);
+    for (size_t i = 0; lazy && i < nknown; i++) {
+        comm_stream *c = streams[i];
+        if (c->dev != dev)
+            continue;
+        if (c->owed++ == c->paid)
+            atomic_fetch_add_explicit(&owing, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&lock);
+    return lazy;
+}
+
+/* c pays what it owes, if it owes and can wait now. Needs lock. */
+static void pay_locked(comm_stream *c)
+{
+    if (c->owed == c->paid || c->dev < 0 || !pay_fn(c->dev, c->stream))
+        return;
+    c->paid = c->owed;
+    atomic_fetch_sub_explicit(&owing, 1, memory_order_relaxed);
+}
+
+static void pay_all_locked(void)
+{
+    for (size_t i = 0; atomic_load_explicit(&owing, memory_order_relaxed) && i < nknown; i++)
+        pay_locked(streams[i]);
+}
+
+/* A driver call's entry: a stream owing pays before its work is queued.
+ * Needs lock. */
+static void due_locked(enum call_kind k, void *s)
+{
+    if (k == CALL_UNKNOWN) {
+        pay_all_locked();
+    } else {
+        comm_stream *c = find_locked(s);
+        if (c)
+            pay_locked(c);
+    }
 }
 
 bool shim_comm_begin(void)
@@ -393,7 +461,16 @@ void shim_comm_watching(void)
 
 void shim_comm_unwatching(void)
 {
+    /* No stream owes from now on; those that do pay while CUPTI still
+     * reports their work (a call entering meanwhile pays too). */
+    pthread_mutex_lock(&lock);
     atomic_store(&watching, false);
+    pay_all_locked();
+    if (atomic_load(&owing))
+        shim_log(SHIM_LOG_ERROR, "%d streams could not be ordered as CUPTI was let go "
+                 "(capturing a graph): a block reused on one may still be in use",
+                 atomic_load(&owing));
+    pthread_mutex_unlock(&lock);
 }
 
 bool shim_comm_active(void)
@@ -408,6 +485,8 @@ void shim_comm_forget(void *s)
     pthread_mutex_lock(&lock);
     comm_stream *c = pool_addrmap_take(&index_, (uintptr_t)s);
     if (c) {
+        if (c->owed != c->paid)
+            atomic_fetch_sub(&owing, 1);
         streams[c->pos] = streams[--nknown];
         streams[c->pos]->pos = c->pos;
         atomic_store(&nstreams, (int)nknown);

@@ -63,9 +63,11 @@ void shim_comm_watching(void);
  * is in every fence again. */
 void shim_comm_unwatching(void);
 
-/* A driver call's return, as CUPTI reports it (cbid, its parameters; NULL
- * if unknown): attributes its work to a stream. */
-void shim_comm_work(unsigned cbid, const void *params);
+/* A driver call, as CUPTI reports it (cbid, its parameters; NULL if
+ * unknown): at its entry a stream owing its order pays (below), before the
+ * call queues work on it; at its return the work is attributed to a
+ * stream. */
+void shim_comm_call(unsigned cbid, const void *params, bool entry);
 
 /* A fence's questions and answers about its streams, under one lock:
  * shim_comm_begin takes it and returns true, unless CUPTI does not watch
@@ -94,9 +96,34 @@ void shim_comm_freed(uintptr_t addr, size_t size);
 /* Whether any stream is a comm stream now. */
 bool shim_comm_active(void);
 
-/* A non-blocking stream the device tracks, just made: a fence may leave
- * it out while no work was queued on it since a fence covered it. */
-void shim_comm_track(void *s);
+/* A non-blocking stream device dev tracks, just made: a fence may leave
+ * it out while no work was queued on it since a fence covered it, and
+ * order it lazily (below). False if it could not be noted (host memory):
+ * every fence then includes and orders it. */
+bool shim_comm_track(void *s, int dev);
+
+/* Ordering streams lazily. A poll fence whose legacy event is still
+ * running when its other events are done is finished by making the
+ * non-blocking streams wait for that event: a block it frees may be handed
+ * to work on any of them. PyTorch's stream pool holds over a hundred such
+ * streams, nearly all idle, and a data-parallel job finishes fences that
+ * way about 150 times a step. While CUPTI watches, a stream is instead
+ * noted as owing the wait, and pays it when CUPTI reports a call that
+ * queues work on it, at that call's entry, before the work is queued:
+ * work that can touch the block comes after it is handed out, so after
+ * the note. A call whose stream cannot be read makes every stream pay.
+ * When CUPTI stops watching (the program took it), every stream owing
+ * pays at once, before CUPTI is let go.
+ *
+ * shim_comm_on_pay, at start-up: pay(dev, s) makes stream s wait for the
+ * event device dev's streams owe (the latest such), without blocking on
+ * any lock a thread queuing work may hold; it returns false if s cannot
+ * wait now (it is capturing a graph), and s keeps owing.
+ * shim_comm_owe: every stream of dev noted here now owes; false (nothing
+ * owed) if CUPTI does not watch, and the caller orders them itself (and
+ * always those shim_comm_track could not note). */
+void shim_comm_on_pay(bool (*pay)(int dev, void *s));
+bool shim_comm_owe(int dev);
 
 /* Stream s is being destroyed: it is known no more. */
 void shim_comm_forget(void *s);

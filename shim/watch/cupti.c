@@ -4,7 +4,8 @@
  *
  * CUPTI is loaded with dlopen only when asked for, so libcupool.so does not
  * depend on it. The callback runs on every driver call not listed in
- * quiet_calls, at its entry and at its return; it counts returns only.
+ * quiet_calls, at its entry and at its return; it counts returns only,
+ * and at the entry a stream owing its order pays (comm.h).
  */
 #include <dlfcn.h>
 #include <libgen.h>
@@ -80,10 +81,10 @@ static void CUPTIAPI on_call(void *ud, CUpti_CallbackDomain domain,
 {
     (void)ud, (void)domain;
     const CUpti_CallbackData *cd = data;
-    if (cd->callbackSite == CUPTI_API_EXIT) {
+    bool entry = cd->callbackSite != CUPTI_API_EXIT;
+    if (!entry)
         atomic_fetch_add_explicit(&work, 1, memory_order_release);
-        shim_comm_work(id, cd->functionParams);
-    }
+    shim_comm_call(id, cd->functionParams, entry);
 }
 
 typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);

@@ -50,18 +50,34 @@ static _Thread_local enum cudaStreamCaptureMode thread_mode; /* global: 0 */
 static _Thread_local int current;
 bool sim_work_pending[SIM_MAX_DEV]; /* recorded since the last sync */
 /* Streams running long work (simcuda_set_busy): an event recorded on one
- * is not ready until its work ends; gen counts the ends. */
-static struct { cudaStream_t s; unsigned long gen; bool busy; } busy_streams[MAX_STREAMS];
-typedef struct sim_event { cudaStream_t s; unsigned long gen; bool pending; } sim_event;
+ * is not ready until its work ends; gen counts the ends. And the order of
+ * work: records on the legacy stream are numbered; seen is the latest a
+ * stream's work queued from now on follows (through waits on events, whose
+ * order carries over), work_seen what its last work followed. */
+static struct {
+    cudaStream_t s;
+    unsigned long gen;
+    bool busy;
+    unsigned long seen, work_seen;
+} busy_streams[MAX_STREAMS];
+static unsigned long legacy_seq;
+typedef struct sim_event {
+    cudaStream_t s;
+    unsigned long gen;
+    bool pending;
+    unsigned long seq; /* the legacy record its work follows */
+} sim_event;
 
 /* The stream's entry in busy_streams, made if missing; needs lock. */
 static int busy_slot(cudaStream_t s)
 {
     int free_slot = -1;
     for (int i = 0; i < MAX_STREAMS; i++) {
-        if (busy_streams[i].s == s && (busy_streams[i].busy || busy_streams[i].gen))
+        bool used = busy_streams[i].busy || busy_streams[i].gen || busy_streams[i].seen ||
+                    busy_streams[i].work_seen;
+        if (busy_streams[i].s == s && used)
             return i;
-        if (free_slot < 0 && !busy_streams[i].busy && !busy_streams[i].gen)
+        if (free_slot < 0 && !used)
             free_slot = i;
     }
     busy_streams[free_slot].s = s;
@@ -458,7 +474,9 @@ EXPORT cudaError_t simrt_cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     sim_event *ev = (sim_event *)e;
     pthread_mutex_lock(&sim_lock);
     int b = busy_slot(s);
-    *ev = (sim_event){s, busy_streams[b].gen, busy_streams[b].busy};
+    bool legacy = s == cudaStreamLegacy || !s;
+    *ev = (sim_event){s, busy_streams[b].gen, busy_streams[b].busy,
+                      legacy ? ++legacy_seq : busy_streams[b].seen};
     sim_st[current].event_records++;
     sim_st[current].legacy_records += s == cudaStreamLegacy;
     sim_work_pending[current] = true;
@@ -487,24 +505,48 @@ EXPORT cudaError_t simrt_cudaEventQuery(cudaEvent_t e)
 EXPORT cudaError_t simrt_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f)
 {
     sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent);
-    (void)s, (void)e, (void)f;
+    (void)f;
+    const sim_event *ev = (const sim_event *)e;
     pthread_mutex_lock(&sim_lock);
+    int b = busy_slot(s);
+    if (ev->seq > busy_streams[b].seen)
+        busy_streams[b].seen = ev->seq;
     sim_st[current].stream_waits++;
     sim_work_pending[current] = true;
     pthread_mutex_unlock(&sim_lock);
     return cudaSuccess;
 }
 
-/* Work: sets bytes of (simulated) device memory, at once. */
-EXPORT cudaError_t simrt_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+/* Work queued on s: what it follows is noted. */
+static void work_on(cudaStream_t s)
 {
-    memset(p, v, n);
     pthread_mutex_lock(&sim_lock);
     sim_work_pending[current] = true;
+    int b = busy_slot(s);
+    busy_streams[b].work_seen = busy_streams[b].seen;
     pthread_mutex_unlock(&sim_lock);
+}
+
+unsigned long simcuda_work_order(cudaStream_t s, unsigned long *legacy) EXPORT;
+unsigned long simcuda_work_order(cudaStream_t s, unsigned long *legacy)
+{
+    pthread_mutex_lock(&sim_lock);
+    unsigned long seen = busy_streams[busy_slot(s)].work_seen;
+    *legacy = legacy_seq;
+    pthread_mutex_unlock(&sim_lock);
+    return seen;
+}
+
+/* Work: sets bytes of (simulated) device memory, at once; reported to
+ * CUPTI with its stream (its entry before the work, its return after). */
+EXPORT cudaError_t simrt_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+{
     cuMemsetD8Async_params params = {.dstDevice = (CUdeviceptr)p, .uc = (unsigned char)v,
                                      .N = n, .hStream = (CUstream)s};
-    sim_drv_call_params(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, &params);
+    sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, &params, CUPTI_API_ENTER);
+    memset(p, v, n);
+    work_on(s);
+    sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, &params, CUPTI_API_EXIT);
     return cudaSuccess;
 }
 
@@ -514,11 +556,10 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
                                unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                CUstream s, void **args, void **extra)
 {
-    pthread_mutex_lock(&sim_lock);
-    sim_work_pending[current] = true;
-    pthread_mutex_unlock(&sim_lock);
     cuLaunchKernel_params params = {f, gx, gy, gz, bx, by, bz, shmem, s, args, extra};
-    sim_drv_call_params(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, &params);
+    sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, &params, CUPTI_API_ENTER);
+    work_on((cudaStream_t)s);
+    sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, &params, CUPTI_API_EXIT);
     return CUDA_SUCCESS;
 }
 

@@ -42,6 +42,10 @@ void simcuda_set_busy(cudaStream_t s, int on);
 /* The devices (a bit each) granted access to the VMM mapping at addr
  * (cuMemSetAccess), or 0 if none is mapped there. */
 unsigned simcuda_vmm_access(uintptr_t addr);
+/* The order of work: the number of the legacy stream's latest event
+ * record that the last work queued on s follows (through stream waits;
+ * 0: none), and in *legacy the number of the latest record there is. */
+unsigned long simcuda_work_order(cudaStream_t s, unsigned long *legacy);
 /* Reports a driver call (its CUPTI id), without parameters, to CUPTI's
  * subscriber: what a call the shim cannot read looks like. */
 void simcuda_report_call(unsigned cbid);

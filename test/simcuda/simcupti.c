@@ -24,19 +24,22 @@ void sim_drv_call(CUpti_CallbackId id)
     sim_drv_call_params(id, NULL);
 }
 
-void sim_drv_call_params(CUpti_CallbackId id, const void *params)
+void sim_drv_site(CUpti_CallbackId id, const void *params, CUpti_ApiCallbackSite site)
 {
     if (!atomic_load(&cupti_domain_on) || id >= CUPTI_DRIVER_TRACE_CBID_SIZE ||
         atomic_load(&cupti_off[id]))
         return;
-    /* One subscriber for the call's two sites, even if it changes now. */
     CUpti_CallbackFunc cb = atomic_load(&cupti_cb);
     if (!cb)
         return;
-    CUpti_CallbackData d = {.callbackSite = CUPTI_API_ENTER, .functionParams = params};
+    CUpti_CallbackData d = {.callbackSite = site, .functionParams = params};
     cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
-    d.callbackSite = CUPTI_API_EXIT;
-    cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+}
+
+void sim_drv_call_params(CUpti_CallbackId id, const void *params)
+{
+    sim_drv_site(id, params, CUPTI_API_ENTER);
+    sim_drv_site(id, params, CUPTI_API_EXIT);
 }
 
 EXPORT void simcuda_report_call(unsigned cbid)
