@@ -130,9 +130,11 @@ $(eval $(call shim_rt,$(BUILD)/asan,$(WARN) $(DEFS) $(ASAN)))
 $(eval $(call shim_rt,$(BUILD)/tsan,$(WARN) $(DEFS) $(TSAN)))
 
 # The reader behind `cupool stat/top/flush`.
-$(BUILD)/cupool-stat: stats/cli.c stats/node.c stats/jobview.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/cupool-stat: stats/cli.c stats/node.c stats/jobview.c stats/jobgate.c $(STATS_SRC) \
+                      $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< stats/node.c stats/jobview.c $(STATS_SRC) -o $@
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< stats/node.c stats/jobview.c stats/jobgate.c \
+	    $(STATS_SRC) -o $@
 
 # cupool exporter: every process under cupool on the node, over HTTP.
 $(BUILD)/cupool-exporter: stats/exporter.c stats/node.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
@@ -141,9 +143,11 @@ $(BUILD)/cupool-exporter: stats/exporter.c stats/node.c $(STATS_SRC) $(STATS_HDR
 
 # cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
 # time, as the shim finds CUDA), a process's page for its flush.
-$(BUILD)/cupool-pause: pause/pause.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/cupool-pause: pause/pause.c pause/job.c pause/pause.h stats/jobgate.c stats/node.c \
+                       $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats $(CUDA_INC) $< $(STATS_SRC) -ldl -o $@
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats $(CUDA_INC) $< pause/job.c stats/jobgate.c stats/node.c \
+	    $(STATS_SRC) -ldl -o $@
 
 # The shim's option table for `cupool run` (check and translate options).
 $(BUILD)/cupool-options: shim/base/options_cli.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
@@ -180,7 +184,7 @@ $(BUILD)/tsan/test_owner: test/test_owner.c shim/device/owner.c shim/device/owne
 	$(CC) $(WARN) $(DEFS) $(TSAN) -Ipool -Ishim/device -Ishim/base $< shim/device/owner.c -lcmocka -lpthread -o $@
 
 $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
-	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' \
+	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' -DBUILT='"$(BUILD)"' \
 	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan

@@ -11,11 +11,12 @@
  *
  * A process is never left stuck by a failure here: a failed checkpoint is
  * unlocked before cupool-pause exits, and every line that reports a failure
- * says the state the process is in and what brings it back. A process that
- * made NCCL calls is refused before anything is done (the driver cannot
- * checkpoint NCCL), as is another user's process: whose it is is told as
- * the initial user namespace sees it (root of a namespace of its own is
- * not root: stats/userns.h), before the driver is even loaded.
+ * says the state the process is in and what brings it back. A process
+ * holding NCCL communicators is paused with its whole job (job.c: the
+ * communicators suspended first, which the driver's checkpoint needs).
+ * Another user's process is refused: whose it is is told as the initial
+ * user namespace sees it (root of a namespace of its own is not root:
+ * stats/userns.h), before the driver is even loaded.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -30,27 +31,18 @@
 
 #include <cuda.h>
 
+#include "pause.h"
 #include "stats.h"
 #include "userns.h"
 
 static const char *me = "cupool";
 
-/* The driver's calls cupool-pause makes, from libcuda.so.1. */
-static struct {
-    CUresult (*init)(unsigned int);
-    CUresult (*state)(int, CUprocessState *);
-    CUresult (*lock)(int, CUcheckpointLockArgs *);
-    CUresult (*checkpoint)(int, CUcheckpointCheckpointArgs *);
-    CUresult (*restore)(int, CUcheckpointRestoreArgs *);
-    CUresult (*unlock)(int, CUcheckpointUnlockArgs *);
-    CUresult (*error_string)(CUresult, const char **);
-} drv;
+pause_driver pause_drv;
 
 static const char *const state_names[] = {"running", "locked", "checkpointed (paused)",
                                           "failed"};
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
+void pause_say(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -60,17 +52,17 @@ static void say(const char *fmt, ...)
     va_end(ap);
 }
 
-static const char *cu_text(CUresult r)
+const char *pause_cu_text(CUresult r)
 {
     const char *s = NULL;
-    if (drv.error_string && drv.error_string(r, &s) == CUDA_SUCCESS && s)
+    if (pause_drv.error_string && pause_drv.error_string(r, &s) == CUDA_SUCCESS && s)
         return s;
     static char buf[32];
     snprintf(buf, sizeof(buf), "CUDA error %d", (int)r);
     return buf;
 }
 
-static double now_s(void)
+double pause_now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -78,29 +70,29 @@ static double now_s(void)
 }
 
 /* Loads the driver's checkpoint calls: 0, or 1 with the reason said. */
-static int driver_load(void)
+int pause_driver_load(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        say("cannot load the CUDA driver (libcuda.so.1): %s", dlerror());
+        pause_say("cannot load the CUDA driver (libcuda.so.1): %s", dlerror());
         return 1;
     }
-    *(void **)&drv.init = dlsym(h, "cuInit");
-    *(void **)&drv.state = dlsym(h, "cuCheckpointProcessGetState");
-    *(void **)&drv.lock = dlsym(h, "cuCheckpointProcessLock");
-    *(void **)&drv.checkpoint = dlsym(h, "cuCheckpointProcessCheckpoint");
-    *(void **)&drv.restore = dlsym(h, "cuCheckpointProcessRestore");
-    *(void **)&drv.unlock = dlsym(h, "cuCheckpointProcessUnlock");
-    *(void **)&drv.error_string = dlsym(h, "cuGetErrorString");
-    if (!drv.init || !drv.state || !drv.lock || !drv.checkpoint || !drv.restore ||
-        !drv.unlock) {
-        say("this CUDA driver has no checkpoint calls (cuCheckpointProcess*: driver 550 "
+    *(void **)&pause_drv.init = dlsym(h, "cuInit");
+    *(void **)&pause_drv.state = dlsym(h, "cuCheckpointProcessGetState");
+    *(void **)&pause_drv.lock = dlsym(h, "cuCheckpointProcessLock");
+    *(void **)&pause_drv.checkpoint = dlsym(h, "cuCheckpointProcessCheckpoint");
+    *(void **)&pause_drv.restore = dlsym(h, "cuCheckpointProcessRestore");
+    *(void **)&pause_drv.unlock = dlsym(h, "cuCheckpointProcessUnlock");
+    *(void **)&pause_drv.error_string = dlsym(h, "cuGetErrorString");
+    if (!pause_drv.init || !pause_drv.state || !pause_drv.lock || !pause_drv.checkpoint ||
+        !pause_drv.restore || !pause_drv.unlock) {
+        pause_say("this CUDA driver has no checkpoint calls (cuCheckpointProcess*: driver 550 "
             "or later)");
         return 1;
     }
-    CUresult r = drv.init(0);
+    CUresult r = pause_drv.init(0);
     if (r != CUDA_SUCCESS) {
-        say("the CUDA driver does not start here: %s", cu_text(r));
+        pause_say("the CUDA driver does not start here: %s", pause_cu_text(r));
         return 1;
     }
     return 0;
@@ -112,32 +104,32 @@ static int driver_load(void)
  * a process whose owner that namespace does not map is refused. Checked
  * before the driver is loaded: a refusal touches nothing. 0, or 1 with
  * the reason said. */
-static int owner_check(int pid)
+int pause_owner_check(int pid)
 {
     uint32_t owner;
     userns_whose w = userns_process_whose(pid, &owner);
     if (w == USERNS_GONE) {
-        say("no process %d (no such process): nothing done", pid);
+        pause_say("no process %d (no such process): nothing done", pid);
         return 1;
     }
     if (w == USERNS_MINE || userns_caller_is_root())
         return 0;
     if (w == USERNS_UNMAPPED)
-        say("process %d is another user's, one this user namespace does not map (it "
+        pause_say("process %d is another user's, one this user namespace does not map (it "
             "reads as uid %u here): refused", pid, owner);
     else
-        say("process %d is another user's (uid %u): refused", pid, owner);
+        pause_say("process %d is another user's (uid %u): refused", pid, owner);
     return 1;
 }
 
 /* The driver's state of pid into *s: 0, or 1 with the reason said. */
-static int state_of(int pid, CUprocessState *s)
+int pause_state_of(int pid, CUprocessState *s)
 {
-    CUresult r = drv.state(pid, s);
+    CUresult r = pause_drv.state(pid, s);
     if (r != CUDA_SUCCESS) {
-        say("the driver cannot tell the state of process %d (%s): it uses no CUDA, or "
+        pause_say("the driver cannot tell the state of process %d (%s): it uses no CUDA, or "
             "this user may not checkpoint it (see docs/GUIDE.md, \"Pause and resume\")", pid,
-            cu_text(r));
+            pause_cu_text(r));
         return 1;
     }
     if ((unsigned)*s > CU_PROCESS_STATE_FAILED)
@@ -148,7 +140,7 @@ static int state_of(int pid, CUprocessState *s)
 /* What the process holds on its devices as its page says: cupool's pool,
  * and outside it what NVML told (memory passed on included; the context
  * and the libraries' own), else the memory passed on alone. */
-static uint64_t held_of(const stats_view *v)
+uint64_t pause_held_of(const stats_view *v)
 {
     uint64_t sum = 0;
     for (uint32_t k = 0; k < v->ndevices; k++) {
@@ -160,17 +152,17 @@ static uint64_t held_of(const stats_view *v)
 
 /* Flushes a process under cupool through its page, waiting up to
  * timeout seconds: 0 (*v its view after), 1 with the reason said. */
-static int flush(int pid, double timeout, stats_view *v)
+int pause_flush(int pid, double timeout, stats_view *v)
 {
     stats_view before;
-    double t0 = now_s();
+    double t0 = pause_now_s();
     int err = stats_page_request(pid, STATS_REQ_FLUSH, timeout, &before, v);
     if (err == -ETIMEDOUT) {
-        say("process %d did not flush within %.0f s: nothing else done", pid, timeout);
+        pause_say("process %d did not flush within %.0f s: nothing else done", pid, timeout);
         return 1;
     }
     if (err) {
-        say("process %d could not be asked to flush, or ended during its flush "
+        pause_say("process %d could not be asked to flush, or ended during its flush "
             "(its page: %s): nothing else done", pid, strerror(-err));
         return 1;
     }
@@ -182,8 +174,8 @@ static int flush(int pid, double timeout, stats_view *v)
             usleep(10000); /* the view published after the flush */
     }
     char r[32], fw[32];
-    say("flushed %d in %.2f s: returned %s to the driver (of it, the framework's cache %s)",
-        pid, now_s() - t0,
+    pause_say("flushed %d in %.2f s: returned %s to the driver (of it, the framework's cache %s)",
+        pid, pause_now_s() - t0,
         stats_fmt_bytes(v->proc.flushed - before.proc.flushed, r, sizeof(r)),
         stats_fmt_bytes(v->proc.framework_flushed - before.proc.framework_flushed, fw,
                         sizeof(fw)));
@@ -196,48 +188,49 @@ static int flush(int pid, double timeout, stats_view *v)
 static int checkpoint_failed(int pid, CUresult why)
 {
     CUprocessState st = CU_PROCESS_STATE_LOCKED;
-    bool known = drv.state(pid, &st) == CUDA_SUCCESS && (unsigned)st <= CU_PROCESS_STATE_FAILED;
+    bool known = pause_drv.state(pid, &st) == CUDA_SUCCESS &&
+                 (unsigned)st <= CU_PROCESS_STATE_FAILED;
     if (known && st == CU_PROCESS_STATE_RUNNING) {
-        say("cannot checkpoint process %d (%s): it runs on", pid, cu_text(why));
+        pause_say("cannot checkpoint process %d (%s): it runs on", pid, pause_cu_text(why));
         return 1;
     }
     if (known && st == CU_PROCESS_STATE_FAILED) {
-        say("cannot checkpoint process %d (%s), and the driver left it failed: it "
-            "cannot bring it back", pid, cu_text(why));
+        pause_say("cannot checkpoint process %d (%s), and the driver left it failed: it "
+            "cannot bring it back", pid, pause_cu_text(why));
         return 1;
     }
     if (known && st == CU_PROCESS_STATE_CHECKPOINTED) {
-        say("the checkpoint of process %d reported %s, yet it is checkpointed: cupool "
-            "resume restores it", pid, cu_text(why));
+        pause_say("the checkpoint of process %d reported %s, yet it is checkpointed: cupool "
+            "resume restores it", pid, pause_cu_text(why));
         return 1;
     }
     CUcheckpointUnlockArgs ua = {{0}};
-    CUresult u = drv.unlock(pid, &ua);
+    CUresult u = pause_drv.unlock(pid, &ua);
     if (u == CUDA_SUCCESS)
-        say("cannot checkpoint process %d (%s): unlocked, it runs on", pid, cu_text(why));
+        pause_say("cannot checkpoint process %d (%s): unlocked, it runs on", pid, pause_cu_text(why));
     else
-        say("cannot checkpoint process %d (%s), and it is left %s: cupool resume tries to "
-            "unlock it (the unlock said %s)", pid, cu_text(why),
-            known ? "locked" : "in a state the driver does not tell", cu_text(u));
+        pause_say("cannot checkpoint process %d (%s), and it is left %s: cupool resume tries to "
+            "unlock it (the unlock said %s)", pid, pause_cu_text(why),
+            known ? "locked" : "in a state the driver does not tell", pause_cu_text(u));
     return 1;
 }
 
 /* Lock and checkpoint; a failed checkpoint is unlocked. 0, or 1 with the
  * state the process is left in said. */
-static int lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
+int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
 {
     CUcheckpointLockArgs la = {.timeoutMs = 30000};
-    double t0 = now_s();
-    CUresult r = drv.lock(pid, &la);
-    *t_lock = now_s() - t0;
+    double t0 = pause_now_s();
+    CUresult r = pause_drv.lock(pid, &la);
+    *t_lock = pause_now_s() - t0;
     if (r != CUDA_SUCCESS) {
-        say("cannot lock process %d (%s): it runs on, untouched", pid, cu_text(r));
+        pause_say("cannot lock process %d (%s): it runs on, untouched", pid, pause_cu_text(r));
         return 1;
     }
     CUcheckpointCheckpointArgs ca = {{0}};
-    t0 = now_s();
-    r = drv.checkpoint(pid, &ca);
-    *t_ckpt = now_s() - t0;
+    t0 = pause_now_s();
+    r = pause_drv.checkpoint(pid, &ca);
+    *t_ckpt = pause_now_s() - t0;
     if (r == CUDA_SUCCESS)
         return 0;
     return checkpoint_failed(pid, r);
@@ -248,52 +241,59 @@ static int lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
 static int pause_check(int pid, stats_view *v, bool *paged)
 {
     CUprocessState st;
-    if (state_of(pid, &st))
+    if (pause_state_of(pid, &st))
         return 1;
     if (st != CU_PROCESS_STATE_RUNNING) {
-        say("process %d is %s already: %s", pid, state_names[st],
+        pause_say("process %d is %s already: %s", pid, state_names[st],
             st == CU_PROCESS_STATE_FAILED ? "the driver cannot bring it back"
                                           : "cupool resume brings it back");
         return 1;
     }
     *paged = stats_page_read(pid, v) == 0;
-    if (*paged && v->proc.nccl_calls) {
-        say("process %d uses NCCL (%lu calls), which the driver's checkpoint does not "
-            "support: refused, nothing done", pid, (unsigned long)v->proc.nccl_calls);
+    if (*paged && v->proc.nccl_calls && !v->ncomms) {
+        pause_say("process %d used NCCL (%lu calls) and holds no communicator now: the "
+                  "driver's checkpoint may not support what NCCL left; refused, nothing "
+                  "done", pid, (unsigned long)v->proc.nccl_calls);
         return 1;
     }
     if (!*paged)
-        say("process %d is not under cupool: nothing flushes its caches first, so "
+        pause_say("process %d is not under cupool: nothing flushes its caches first, so "
             "they move with it (the NCCL check is not possible either)", pid);
     return 0;
+}
+
+void pause_signals_block(sigset_t *old)
+{
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
+    sigaddset(&stop, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &stop, old);
 }
 
 static int cmd_pause(int pid, double timeout, bool no_flush)
 {
     stats_view v;
     bool paged;
-    if (pause_check(pid, &v, &paged) || (paged && !no_flush && flush(pid, timeout, &v)))
+    if (pause_check(pid, &v, &paged) || (paged && !no_flush && pause_flush(pid, timeout, &v)))
         return 1;
     /* From the lock until the page says paused, a Ctrl-C or a TERM must not
      * leave the process locked with nothing said: they wait to the end. */
-    sigset_t stop, old;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    sigaddset(&stop, SIGHUP);
-    sigaddset(&stop, SIGQUIT);
-    sigprocmask(SIG_BLOCK, &stop, &old);
+    sigset_t old;
+    pause_signals_block(&old);
     double t_lock = 0, t_ckpt = 0;
-    if (lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
+    if (pause_lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         return 1;
     }
-    uint64_t needs = paged ? held_of(&v) : 0;
+    uint64_t needs = paged ? pause_held_of(&v) : 0;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     if (paged && stats_page_mark_paused(pid, (uint64_t)now.tv_sec * 1000000000u +
                                         (uint64_t)now.tv_nsec, needs ? needs : 1))
-        say("process %d paused, but its page could not say so", pid);
+        pause_say("process %d paused, but its page could not say so", pid);
     fflush(stderr);
     char b[32];
     if (paged)
@@ -309,45 +309,45 @@ static int cmd_pause(int pid, double timeout, bool no_flush)
     return 0;
 }
 
-static int cmd_resume(int pid)
+int pause_resume_one(int pid)
 {
     CUprocessState st;
-    if (state_of(pid, &st))
+    if (pause_state_of(pid, &st))
         return 1;
     if (st == CU_PROCESS_STATE_RUNNING || st == CU_PROCESS_STATE_FAILED) {
-        say("process %d is %s: %s", pid, state_names[st], st == CU_PROCESS_STATE_RUNNING
+        pause_say("process %d is %s: %s", pid, state_names[st], st == CU_PROCESS_STATE_RUNNING
             ? "not paused, nothing to do" : "the driver cannot bring it back");
         return 1;
     }
-    double t0 = now_s(), t_restore = 0;
+    double t0 = pause_now_s(), t_restore = 0;
     CUresult r = CUDA_SUCCESS;
     if (st == CU_PROCESS_STATE_CHECKPOINTED) {
         CUcheckpointRestoreArgs ra;
         memset(&ra, 0, sizeof(ra));
-        r = drv.restore(pid, &ra);
-        t_restore = now_s() - t0;
+        r = pause_drv.restore(pid, &ra);
+        t_restore = pause_now_s() - t0;
         if (r != CUDA_SUCCESS) {
             CUprocessState now = CU_PROCESS_STATE_CHECKPOINTED;
-            drv.state(pid, &now);
+            pause_drv.state(pid, &now);
             if (now == CU_PROCESS_STATE_FAILED)
-                say("cannot restore process %d (%s): the driver left it failed, and "
-                    "cannot bring it back", pid, cu_text(r));
+                pause_say("cannot restore process %d (%s): the driver left it failed, and "
+                    "cannot bring it back", pid, pause_cu_text(r));
             else
-                say("cannot restore process %d (%s): it stays paused (is there room on "
-                    "the device? cupool resume tries again)", pid, cu_text(r));
+                pause_say("cannot restore process %d (%s): it stays paused (is there room on "
+                    "the device? cupool resume tries again)", pid, pause_cu_text(r));
             return 1;
         }
     }
     CUcheckpointUnlockArgs ua = {{0}};
-    t0 = now_s();
-    r = drv.unlock(pid, &ua);
+    t0 = pause_now_s();
+    r = pause_drv.unlock(pid, &ua);
     if (r != CUDA_SUCCESS) {
-        say("cannot unlock process %d (%s): it is %s, locked (cupool resume tries again)",
-            pid, cu_text(r), t_restore > 0 ? "restored" : "still");
+        pause_say("cannot unlock process %d (%s): it is %s, locked (cupool resume tries again)",
+            pid, pause_cu_text(r), t_restore > 0 ? "restored" : "still");
         return 1;
     }
     stats_page_mark_paused(pid, 0, 0); /* no page (not under cupool): nothing to say */
-    printf("resumed %d: restore %.3f s, unlock %.3f s\n", pid, t_restore, now_s() - t0);
+    printf("resumed %d: restore %.3f s, unlock %.3f s\n", pid, t_restore, pause_now_s() - t0);
     return 0;
 }
 
@@ -358,8 +358,10 @@ static const char help[] =
     "first returns every cache (cupool's, its framework's) within SECONDS (10), then\n"
     "the driver locks it and checkpoints its device memory to host memory, context\n"
     "included. resume restores it and lets it go on where it was, its addresses\n"
-    "unchanged. A process that uses NCCL is refused (the driver cannot checkpoint\n"
-    "NCCL); so is another user's. --no-flush moves the caches with the process (to\n"
+    "unchanged. A process holding NCCL communicators is paused with every rank of\n"
+    "its job on this node (their communicators suspended first: NCCL 2.29.7 or\n"
+    "later), and resumed with them; a job with ranks on other nodes is refused, as\n"
+    "is another user's process. --no-flush moves the caches with the process (to\n"
     "keep them, or to compare). Needs the driver's checkpoint calls (550 or later).\n";
 
 /* What the command line asks for. */
@@ -371,7 +373,7 @@ typedef struct pause_args {
 
 static int usage(const char *why)
 {
-    say("%s (see 'cupool pause --help')", why);
+    pause_say("%s (see 'cupool pause --help')", why);
     return 2;
 }
 
@@ -412,7 +414,7 @@ static int options_parse(int argc, char **argv, int *i, pause_args *a)
         a->timeout = strtod(argv[++*i], &end);
         if (*end || !(a->timeout > 0 && a->timeout <= 3600)) {
             char shown[64];
-            say("--timeout takes seconds above 0, up to 3600, not '%s'",
+            pause_say("--timeout takes seconds above 0, up to 3600, not '%s'",
                 stats_printable(argv[*i], shown, sizeof(shown)));
             return 2;
         }
@@ -438,7 +440,13 @@ int main(int argc, char **argv)
         return usage("not a process id");
     a.pid = (int)pid;
     /* Whose it is first: no driver is loaded for a process not to touch. */
-    if (owner_check(a.pid) || driver_load())
+    if (pause_owner_check(a.pid))
         return 1;
-    return a.pause ? cmd_pause(a.pid, a.timeout, a.no_flush) : cmd_resume(a.pid);
+    static stats_view v;
+    if (stats_page_read(a.pid, &v) == 0 && v.ncomms) /* an NCCL job: job.c */
+        return a.pause ? pause_job(&v, a.timeout, a.no_flush)
+                       : pause_job_resume(&v, a.timeout);
+    if (pause_driver_load())
+        return 1;
+    return a.pause ? cmd_pause(a.pid, a.timeout, a.no_flush) : pause_resume_one(a.pid);
 }

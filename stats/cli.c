@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "groupseg.h"
+#include "jobgate.h"
 #include "jobview.h"
 #include "node.h"
 #include "stats.h"
@@ -46,7 +47,7 @@ static int usage(void)
 {
     fputs("usage: cupool stat [--json | --prometheus] [PID... | --group NAME]\n"
           "       cupool top [--interval SECONDS] [--count N] [--group NAME] [--all]\n"
-          "       cupool flush [--timeout SECONDS] PID\n"
+          "       cupool flush [--timeout SECONDS] [--nccl] PID\n"
           "       cupool dump [--timeout SECONDS] PID\n"
           "       cupool job [--json] PID\n", stderr);
     return 2;
@@ -64,9 +65,12 @@ static const char *help_of(const char *cmd)
                 "The same, refreshed in place, sorted by reserved memory. --all: every\n"
                 "process under cupool on the node (root: every user's, in containers\n"
                 "too), with its user and job (Slurm job, pod, or group).\n"},
-        {"flush", "usage: cupool flush [--timeout SECONDS] PID\n"
+        {"flush", "usage: cupool flush [--timeout SECONDS] [--nccl] PID\n"
                   "Makes PID return its cached memory to the driver, through its live\n"
-                  "page (no signal), and prints the bytes returned.\n"},
+                  "page (no signal), and prints the bytes returned. --nccl: first\n"
+                  "suspends the communicators of PID's whole NCCL job (NCCL 2.29.7 on),\n"
+                  "every rank stopped between operations, then flushes every rank; each\n"
+                  "communicator resumes at its rank's next NCCL call on it.\n"},
         {"dump", "usage: cupool dump [--timeout SECONDS] PID\n"
                  "Makes PID write its statistics where CUPOOL_STATS_FILE says (else its\n"
                  "standard error), through its live page (no signal).\n"},
@@ -661,12 +665,40 @@ static void print_flush(int pid, const stats_view *before, const stats_view *aft
                "outside\n", pid);
 }
 
-/* flush and dump: [--timeout SECONDS] PID. */
+/* cupool flush --nccl: the communicators of pid's job suspended (each
+ * resumes at its rank's next NCCL call), then every rank flushed. */
+static int flush_job(int pid, double timeout)
+{
+    static jobgate g;
+    static stats_view before, after;
+    int err = stats_page_read(pid, &after);
+    if (err || jobgate_suspend_idle(&g, &after, timeout)) {
+        fprintf(stderr, "cupool: %d: %s\n", pid, err ? read_error(err) : g.why);
+        return 1;
+    }
+    char f[32];
+    printf("%d: suspended the %zu NCCL communicator%s of its job (%zu process%s here): "
+           "NCCL gave back %s; each resumes at its rank's next NCCL call\n", pid, g.nids,
+           g.nids == 1 ? "" : "s", g.n, g.n == 1 ? "" : "es", stats_fmt_bytes(jobgate_freed(&g), f, 32));
+    for (size_t r = 0; r < g.n; r++) {
+        if (ask(g.pid[r], STATS_REQ_FLUSH, timeout, &before, &after))
+            return 1;
+        print_flush(g.pid[r], &before, &after);
+    }
+    return 0;
+}
+
+/* flush and dump: [--timeout SECONDS] PID; flush also [--nccl]. */
 static int cmd_ask(const char *name, stats_request r, int argc, char **argv)
 {
     double timeout = 10.0;
+    bool nccl = false;
     int i = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
+        if (r == STATS_REQ_FLUSH && !strcmp(argv[i], "--nccl")) {
+            nccl = true;
+            continue;
+        }
         if (strcmp(argv[i], "--timeout"))
             return unexpected(name, argv[i]);
         if (i + 1 >= argc)
@@ -684,6 +716,8 @@ static int cmd_ask(const char *name, stats_request r, int argc, char **argv)
         return bad("not a process id:", argv[i]);
     if (others_process(pid))
         return 1;
+    if (nccl)
+        return flush_job(pid, timeout);
     static stats_view before, after;
     if (ask(pid, r, timeout, &before, &after))
         return 1;

@@ -574,7 +574,11 @@ static int page_write(int pid, void (*fn)(page_data *, void *), void *arg)
     return err;
 }
 
-typedef struct page_count { stats_request r; uint64_t got; } page_count;
+typedef struct page_count {
+    stats_request r;
+    uint64_t got;
+    const stats_nccl_ask *ask; /* STATS_REQ_NCCL's */
+} page_count;
 
 static void count_up(page_data *d, void *arg)
 {
@@ -620,10 +624,35 @@ int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
 
 int stats_page_ask(int pid, stats_request r, uint64_t *ticket)
 {
-    page_count c = {r, 0};
+    page_count c = {r, 0, NULL};
     int err = page_write(pid, count_up, &c);
     *ticket = c.got;
     return err;
+}
+
+/* Writes the gate's request, then counts it up (the helper reads the
+ * request once it sees the count: acquire). */
+static void ask_nccl(page_data *d, void *arg)
+{
+    const stats_nccl_ask *a = ((const page_count *)arg)->ask;
+    memcpy(&d->nccl_ask, a, sizeof(*a));
+    page_count *c = arg;
+    c->got = atomic_fetch_add(&d->asked[STATS_REQ_NCCL], 1) + 1;
+}
+
+int stats_page_ask_nccl(int pid, const stats_nccl_ask *a, uint64_t *ticket)
+{
+    page_count c = {STATS_REQ_NCCL, 0, a};
+    int err = page_write(pid, ask_nccl, &c);
+    *ticket = c.got;
+    return err;
+}
+
+void stats_page_nccl_asked(const stats_page *p, stats_nccl_ask *a)
+{
+    memcpy(a, &p->d->nccl_ask, sizeof(*a));
+    if (a->ntargets > STATS_MAX_COMMS)
+        a->ntargets = STATS_MAX_COMMS;
 }
 
 int stats_page_mark_paused(int pid, uint64_t since_ns, uint64_t needs)

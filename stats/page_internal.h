@@ -15,7 +15,7 @@
 #include "stats.h"
 
 #define PAGE_MAGIC 0x3345474150504f43ull /* "COPPAGE3" */
-enum { PAGE_VERSION = 16 };
+enum { PAGE_VERSION = 17 };
 
 /* A block exported for IPC (stats_page_export): nonce is written last
  * (release) and read first and last by importers; 0 = free slot. */
@@ -39,6 +39,7 @@ typedef struct page_data {
     _Atomic uint64_t asked[STATS_NREQUESTS];  /* raised by readers */
     _Atomic uint64_t served[STATS_NREQUESTS]; /* raised by the helper */
     _Atomic uint64_t paused_since, paused_needs; /* written by cupool pause */
+    stats_nccl_ask nccl_ask;   /* written by a controller before it asks */
     _Atomic uint64_t seq;      /* odd while the writer writes */
     stats_view view;
     page_export exports[STATS_IPC_EXPORTS];

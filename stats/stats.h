@@ -154,7 +154,14 @@
     X(cupti_handovers, COUNT, COUNTER, "times the program (a profiler) took " \
       "CUPTI from cupool, which fences as without it after")                   \
     X(nccl_calls, COUNT, COUNTER, "NCCL calls the program made (cupool pause " \
-      "refuses such a process: the driver cannot checkpoint NCCL)")           \
+      "pauses such a process with its whole job, its communicators suspended " \
+      "first: NCCL 2.29.7 on)")                                               \
+    X(nccl_suspends, COUNT, COUNTER, "communicators cupool suspended (cupool " \
+      "pause, cupool flush --nccl)")                                          \
+    X(nccl_freed, BYTES, COUNTER, "bytes those suspends gave back, as NCCL "  \
+      "tells (ncclCommMemStats)")                                             \
+    X(nccl_lazy_resumes, COUNT, COUNTER, "communicators resumed at the "      \
+      "program's next call on them, after cupool flush --nccl")               \
     X(nccl_comms, COUNT, GAUGE, "NCCL communicators the program holds now "  \
       "(made and not yet destroyed or aborted; cupool job lists them)")       \
     X(paused_since, COUNT, GAUGE, "when cupool pause checkpointed the process " \
@@ -181,8 +188,26 @@ typedef struct stats_comm {
     uint64_t id;
     int32_t rank, nranks;
     int32_t device;           /* -1 if NCCL could not tell */
-    uint32_t pad;
+    uint32_t suspended;       /* 1 while cupool holds it suspended */
+    uint64_t issued;          /* NCCL operations the program issued on it */
 } stats_comm;
+
+/* A process's NCCL gate (cupool pause of a job, cupool flush --nccl): the
+ * controller closes it, lets ranks that are behind catch up to its
+ * targets, has the communicators suspended and resumed, opens it. */
+enum stats_gate_state { STATS_GATE_OPEN, STATS_GATE_CLOSED };
+typedef struct stats_gate {
+    uint32_t state;           /* stats_gate_state */
+    uint32_t active;          /* threads past it, inside an NCCL call or group */
+    uint32_t waiting;         /* threads held at it */
+    uint32_t can_suspend;     /* 1: this NCCL has ncclCommSuspend/Resume */
+    int32_t error;            /* the last gate request's: 0, or an NCCL result,
+                                 or a negative errno */
+    uint32_t pad;
+    uint64_t freed;           /* bytes the last suspend gave back, as NCCL
+                                 tells (STATS_UNKNOWN if it cannot) */
+    char why[160];            /* the last failure, in words */
+} stats_gate;
 
 /* One process's view: what a page holds and what formatters print. */
 typedef struct stats_view {
@@ -193,6 +218,7 @@ typedef struct stats_view {
     uint32_t ndevices;        /* used entries of dev */
     uint32_t ncomms;          /* used entries of comms (proc.nccl_comms may be more) */
     stats_comm comms[STATS_MAX_COMMS];
+    stats_gate gate;
     stats_process proc;
     stats_device dev[STATS_MAX_DEVICES];
 } stats_view;
@@ -297,8 +323,30 @@ typedef enum stats_request {
     STATS_REQ_DUMP,  /* write the statistics where CUPOOL_STATS_FILE says */
     STATS_REQ_VIEW,  /* read the framework's own figures (at most once a
                         second; answered when read, or at once without) */
+    STATS_REQ_NCCL,  /* act on the NCCL gate as stats_nccl_ask says */
     STATS_NREQUESTS
 } stats_request;
+
+/* What a controller asks of a process's NCCL gate (STATS_REQ_NCCL):
+ *   CLOSE    close it (again: new targets): a thread at an NCCL call
+ *            outside any group waits there, unless its communicator's count
+ *            of operations is below its target (id[i]: target[i]; none: it
+ *            stops where it is); it opens by itself after hold_s seconds
+ *            unless a suspend came;
+ *   SUSPEND  with the gate closed and no thread past it: wait for the
+ *            devices' work, suspend every communicator (all or none);
+ *   RESUME   resume every communicator suspended (a barrier across ranks);
+ *   OPEN     open it; a communicator still suspended is resumed at the
+ *            program's next call on it. */
+enum stats_nccl_want { STATS_NCCL_CLOSE = 1, STATS_NCCL_SUSPEND, STATS_NCCL_RESUME,
+                       STATS_NCCL_OPEN };
+typedef struct stats_nccl_ask {
+    uint32_t want;            /* stats_nccl_want */
+    uint32_t ntargets;
+    uint32_t hold_s;
+    uint32_t pad;
+    uint64_t id[STATS_MAX_COMMS], target[STATS_MAX_COMMS];
+} stats_nccl_ask;
 
 /* Where the users' page directories are: $CUPOOL_PAGE_DIR, else
  * /dev/shm, else /tmp. */
@@ -371,6 +419,11 @@ int stats_page_read_node(int dfd, const char *name, int proc_pid, int page_pid, 
  * stats_page_read. Catches SIGBUS while it runs: for readers, not for the
  * shim. */
 int stats_page_ask(int pid, stats_request r, uint64_t *ticket);
+/* Asks pid's NCCL gate for *a (STATS_REQ_NCCL): *ticket is the ticket to
+ * wait for. 0 or as stats_page_ask. */
+int stats_page_ask_nccl(int pid, const stats_nccl_ask *a, uint64_t *ticket);
+/* The writer's side: what the last STATS_REQ_NCCL asked, into *a. */
+void stats_page_nccl_asked(const stats_page *p, stats_nccl_ask *a);
 /* Marks pid's page as paused by cupool pause since since_ns (CLOCK_REALTIME;
  * 0: running again), needing needs bytes back: its views then say so
  * (paused_since, paused_needs), whatever the process publishes. 0 or as

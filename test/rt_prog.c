@@ -214,8 +214,9 @@ static void *sim_lib(const char *name, int flags)
 static void *nccl(const char *name)
 {
     static void *lib;
-    if (!lib)
-        lib = sim_lib("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) /* SIMNCCL_LIB: another build of it (libnccl-nosuspend.so) */
+        lib = sim_lib(getenv("SIMNCCL_LIB") ? getenv("SIMNCCL_LIB") : "libnccl.so.2",
+                      RTLD_NOW | RTLD_GLOBAL);
     void *f = dlsym(RTLD_DEFAULT, name);
     CHECK(f != NULL);
     return f;
@@ -1160,7 +1161,9 @@ static void touch(const char *path)
  * file JOB_ID (rank 0 makes it); with JOB_SPLIT=COLOR, splits it (key: its
  * rank). Touches $READY, then waits up to 20 s for SIGTERM; once the file
  * JOB_DESTROY names appears, destroys the split's child (else the job's
- * communicator) and touches JOB_DESTROY.done. Aborts what is left at the
+ * communicator) and touches JOB_DESTROY.done. With JOB_EVERY=N, an
+ * all-reduce on the job's communicator every N ticks of 10 ms, its count
+ * written to the file JOB_COUNT after each (by a rename). Aborts what is left at the
  * end. */
 static int nccl_job(void)
 {
@@ -1179,7 +1182,18 @@ static int nccl_job(void)
                   comm, atoi(split), rank, &child, NULL) == 0 && child);
     touch(getenv("READY"));
     int (*destroy_fn)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
+    nccl_allreduce_fn allreduce = (nccl_allreduce_fn)nccl("ncclAllReduce");
+    int every = getenv("JOB_EVERY") ? atoi(getenv("JOB_EVERY")) : 0;
+    unsigned long ops = 0;
     for (int i = 0; i < 2000 && !stop; i++) {
+        if (every > 0 && i % every == 0) {
+            CHECK(allreduce(NULL, NULL, 0, 7, 0, comm, NULL) == 0);
+            char tmp[4096];
+            snprintf(tmp, sizeof(tmp), "%s.tmp", getenv("JOB_COUNT"));
+            FILE *f = fopen(tmp, "w");
+            CHECK(f && fprintf(f, "%lu\n", ++ops) > 0 && fclose(f) == 0);
+            CHECK(rename(tmp, getenv("JOB_COUNT")) == 0); /* whole, for the reader */
+        }
         if (destroy && access(destroy, F_OK) == 0) {
             CHECK(destroy_fn(child ? child : comm) == 0);
             *(child ? &child : &comm) = NULL;

@@ -72,6 +72,9 @@ static void slurp(const char *path, char *buf, size_t len)
 #ifndef TRACER
 #define TRACER "build/cupool-trace"
 #endif
+#ifndef BUILT
+#define BUILT "build" /* the plain build: cupool-pause, the simulated libraries */
+#endif
 
 typedef struct child {
     pid_t pid;
@@ -1635,9 +1638,9 @@ static int pause_run(const char *args, const char *fail, char *out, size_t len, 
 {
     char cmd[1024];
     snprintf(cmd, sizeof(cmd), "mkdir -p %s/ckpt && rm -f %s/ckpt.log && CUPOOL_PAGE_DIR=%s "
-             "LD_LIBRARY_PATH=build/sim SIMCUDA_CKPT_DIR=%s/ckpt SIMCUDA_CKPT_LOG=%s/ckpt.log "
-             "SIMCUDA_CKPT_FAIL=%s scripts/cupool %s 2>&1", pages, pages, pages, pages,
-             pages, fail ? fail : "", args);
+             "LD_LIBRARY_PATH=" BUILT "/sim SIMCUDA_CKPT_DIR=%s/ckpt "
+             "SIMCUDA_CKPT_LOG=%s/ckpt.log SIMCUDA_CKPT_FAIL=%s " BUILT "/cupool-pause %s 2>&1",
+             pages, pages, pages, pages, pages, fail ? fail : "", args);
     int st = shell(cmd, out, len);
     snprintf(cmd, sizeof(cmd), "cat %s/ckpt.log 2>/dev/null | tr '\\n' ';'", pages);
     shell(cmd, calls, clen);
@@ -1937,6 +1940,138 @@ static void test_nccl_stat_fields(void **s)
     for (int i = 0; i < 2; i++)
         if (wait_page(c[i].pid, cond[i]))
             fail_msg("rank %d's page never had: %s", i, cond[i]);
+    job_end(c);
+}
+
+/* ---- cupool pause of an NCCL job, cupool flush --nccl ------------------------- */
+
+/* Starts both ranks of a 2-rank job (rt_prog job) that all-reduce every
+ * every[rank] ticks of 10 ms, counting into pages/count-RANK; e0, e1: one
+ * more environment string for each rank, or NULL. */
+static void duo_start(child c[2], const int every[2], const char *e0, const char *e1)
+{
+    static char direnv[128], readyenv[2][160], idenv[160], rankenv[2][32], everyenv[2][32],
+        countenv[2][160], simdir[160];
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    snprintf(idenv, sizeof(idenv), "JOB_ID=%s/duo-id", pages);
+    snprintf(simdir, sizeof(simdir), "SIMNCCL_DIR=%s", pages);
+    char cmd[256], out[64];
+    snprintf(cmd, sizeof(cmd), "rm -f %s/duo-id %s/count-* %s/ready-duo*", pages, pages, pages);
+    shell(cmd, out, sizeof(out));
+    for (int r = 0; r < 2; r++) {
+        snprintf(readyenv[r], sizeof(readyenv[r]), "READY=%s/ready-duo%d", pages, r);
+        snprintf(rankenv[r], sizeof(rankenv[r]), "JOB_RANK=%d", r);
+        snprintf(everyenv[r], sizeof(everyenv[r]), "JOB_EVERY=%d", every[r]);
+        snprintf(countenv[r], sizeof(countenv[r]), "JOB_COUNT=%s/count-%d", pages, r);
+        spawn(&c[r], "job", direnv, readyenv[r], idenv, rankenv[r], "JOB_NRANKS=2",
+              everyenv[r], countenv[r], simdir, "SIMNCCL_MEMSTATS=1", r ? e1 : e0, NULL);
+    }
+    for (int r = 0; r < 2; r++)
+        wait_for_file(readyenv[r] + strlen("READY="));
+}
+
+/* The all-reduces rank has issued, as it counted them. */
+static long duo_count(int rank)
+{
+    char path[160], buf[32];
+    snprintf(path, sizeof(path), "%s/count-%d", pages, rank);
+    slurp(path, buf, sizeof(buf));
+    return atol(buf);
+}
+
+/* Whether both ranks go on issuing all-reduces (0.3 s). */
+static bool duo_runs(void)
+{
+    long a = duo_count(0), b = duo_count(1);
+    usleep(300000);
+    return duo_count(0) > a && duo_count(1) > b;
+}
+
+/* A two-rank job, one rank three times slower: cupool pause of either
+ * rank stops both at the same all-reduce, suspends their communicators
+ * (NCCL gives back 768 KiB each), checkpoints both; a collective issued
+ * meanwhile waits at the gate until cupool resume. A checkpoint failing on
+ * the second rank brings the first back, named, and the job runs on. */
+static void test_nccl_job_pause_and_resume(void **s)
+{
+    (void)s;
+    child c[2];
+    duo_start(c, (const int[]){1, 3}, NULL, NULL);
+    char args[64], out[4096], calls[1024];
+    usleep(100000);
+    snprintf(args, sizeof(args), "pause %d", c[0].pid);
+    int st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s%s\n", out, calls);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "paused the NCCL job"));
+    assert_non_null(strstr(out, "NCCL gave back 1.50 MiB"));
+    assert_int_equal(pause_state(c[0].pid), 2);
+    assert_int_equal(pause_state(c[1].pid), 2);
+    long n0 = duo_count(0), n1 = duo_count(1);
+    if (n0 != n1) /* the slower rank caught up to the same all-reduce */
+        fail_msg("paused at all-reduces %ld and %ld", n0, n1);
+    usleep(300000); /* the next all-reduce waits at the gate */
+    assert_int_equal(duo_count(0), n0);
+    snprintf(args, sizeof(args), "resume %d", c[1].pid);
+    st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s\n", out);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "communicators resumed"));
+    assert_int_equal(pause_state(c[0].pid), 0);
+    assert_true(duo_runs());
+    /* The second rank's checkpoint fails: the first is restored. */
+    char fail[64], names[96];
+    snprintf(fail, sizeof(fail), "checkpoint@%d", c[1].pid);
+    snprintf(args, sizeof(args), "pause %d", c[0].pid);
+    st = pause_run(args, fail, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s%s\n", out, calls);
+    assert_int_equal(st, 1);
+    snprintf(names, sizeof(names), "process %d (a rank of it) could not be checkpointed",
+             c[1].pid);
+    assert_non_null(strstr(out, names));
+    assert_non_null(strstr(out, "the ranks checkpointed before were restored and unlocked"));
+    assert_int_equal(pause_state(c[0].pid), 0);
+    assert_int_equal(pause_state(c[1].pid), 0);
+    assert_true(duo_runs());
+    job_end(c);
+}
+
+/* A suspend refused on one rank rolls the job back; an NCCL without
+ * ncclCommSuspend is refused with nothing done; cupool flush --nccl
+ * suspends the idle communicators and the next all-reduce resumes them. */
+static void test_nccl_job_suspend_refusals_and_flush(void **s)
+{
+    (void)s;
+    child c[2];
+    char args[64], out[4096], calls[1024], cmd[512], names[96];
+    duo_start(c, (const int[]){2, 2}, NULL, "SIMNCCL_SUSPEND_FAIL=1");
+    snprintf(args, sizeof(args), "pause %d", c[0].pid);
+    int st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s%s\n", out, calls);
+    assert_int_equal(st, 1);
+    snprintf(names, sizeof(names), "process %d could not suspend", c[1].pid);
+    assert_non_null(strstr(out, names));
+    assert_null(strstr(calls, "lock"));
+    assert_true(duo_runs());
+    job_end(c);
+    duo_start(c, (const int[]){2, 2}, "SIMNCCL_LIB=libnccl-nosuspend.so",
+              "SIMNCCL_LIB=libnccl-nosuspend.so");
+    snprintf(args, sizeof(args), "pause %d", c[0].pid);
+    st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s%s\n", out, calls);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, "has no ncclCommSuspend"));
+    assert_null(strstr(calls, "lock"));
+    job_end(c);
+    duo_start(c, (const int[]){5, 5}, NULL, NULL);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush --nccl %d 2>&1", pages,
+             c[1].pid);
+    st = shell(cmd, out, sizeof(out));
+    print_message("%s\n", out);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "NCCL gave back 1.50 MiB"));
+    assert_true(duo_runs()); /* each all-reduce resumed its communicator first */
+    assert_int_equal(wait_page(c[0].pid, "d[\"process\"][\"nccl_lazy_resumes\"] == 1"), 0);
     job_end(c);
 }
 
@@ -3060,6 +3195,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_nccl_job_split, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_nccl_job_destroy, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_nccl_stat_fields, pages_setup, pages_teardown),
+        cmocka_unit_test_setup_teardown(test_nccl_job_pause_and_resume, pages_setup,
+                                        pages_teardown),
+        cmocka_unit_test_setup_teardown(test_nccl_job_suspend_refusals_and_flush, pages_setup,
+                                        pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_phases, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_race, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_killed_member, pages_setup, pages_teardown),

@@ -35,6 +35,7 @@
 #include "group.h"
 #include "job.h"
 #include "log.h"
+#include "ncclgate.h"
 #include "nvml.h"
 #include "process.h"
 #include "recorder.h"
@@ -148,6 +149,7 @@ void shim_stats_view(stats_view *v)
 #undef X
     v->proc.framework_read_at = fw.taken_ns;
     v->ncomms = shim_job_list(v->comms, STATS_MAX_COMMS);
+    shim_ncclgate_view(&v->gate);
 }
 
 /* Asks NVML what the process holds on each device with a pool, and keeps
@@ -411,8 +413,16 @@ static void serve_requests(void)
     pthread_mutex_unlock(&page_lock);
     if (!view_ready(&t[STATS_REQ_VIEW]))
         t[STATS_REQ_VIEW] = 0;
-    if (!t[STATS_REQ_FLUSH] && !t[STATS_REQ_DUMP] && !t[STATS_REQ_VIEW])
+    if (!t[STATS_REQ_FLUSH] && !t[STATS_REQ_DUMP] && !t[STATS_REQ_VIEW] &&
+        !t[STATS_REQ_NCCL])
         return;
+    if (t[STATS_REQ_NCCL]) { /* before a flush asked with it: what it frees flushes too */
+        stats_nccl_ask a;
+        pthread_mutex_lock(&page_lock);
+        stats_page_nccl_asked(page, &a);
+        pthread_mutex_unlock(&page_lock);
+        shim_ncclgate_serve(&a);
+    }
     if (t[STATS_REQ_FLUSH])
         flush(SHIM_requested_flushes, "cupool flush", 0);
     /* NCCL's memory figures only when a reader asks (cupool stat, dump):

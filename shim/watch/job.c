@@ -9,13 +9,22 @@
  * them (shim_dlsym_loaded in libnccl.so.2), each once; those this module
  * asks are optional (ncclCommMemStats is 2.29.7's), so a missing one is no
  * error here.
+ *
+ * Suspending: the table's lock is held around ncclCommSuspend and
+ * ncclCommResume (so that a destroy waits for them, never the reverse);
+ * a resume is a barrier with the other ranks, bounded by NCCL's own
+ * timeout. The memory a resume allocates from the helper thread is not
+ * noted as NCCL's own (comm.h): its later free comes inside a destroy or
+ * a suspend, both after the work on it ended.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "job.h"
+#include "log.h"
 #include "process.h"
 #include "symbols.h"
 
@@ -23,6 +32,8 @@ enum {
     JOB_COMMS_MAX = 256,     /* communicators listed; more are counted */
     STAT_GPU_MEM_SUSPEND = 0, /* ncclCommMemStat_t's ncclStatGpuMemSuspend */
     STAT_GPU_MEM_TOTAL = 3,   /* ... and ncclStatGpuMemTotal */
+    SUSPEND_MEM = 1,          /* ncclCommSuspend's NCCL_SUSPEND_MEM */
+    NCCL_SYSTEM_ERROR = 2,
 };
 
 typedef int nccl_result; /* ncclResult_t */
@@ -104,7 +115,7 @@ static void add(void *comm, uint64_t id, int rank, int nranks, int device)
     if (!c && ncomms < JOB_COMMS_MAX)
         c = &comms[ncomms++];
     if (c)
-        *c = (job_comm){comm, {id, rank, nranks, device, 0}, 0, STATS_UNKNOWN,
+        *c = (job_comm){comm, {id, rank, nranks, device, 0, 0}, 0, STATS_UNKNOWN,
                         STATS_UNKNOWN};
     else
         unlisted++;
@@ -214,4 +225,167 @@ uint32_t shim_job_list(stats_comm *out, uint32_t max)
         out[n++] = comms[i].info;
     pthread_mutex_unlock(&comms_lock);
     return n;
+}
+
+/* ---- suspending ------------------------------------------------------- */
+
+typedef nccl_result (*suspend_fn)(void *, int);
+typedef nccl_result (*resume_fn)(void *);
+
+static suspend_fn suspend_call(void)
+{
+    static _Atomic(void *) fn;
+    return (suspend_fn)job_fn(&fn, "ncclCommSuspend");
+}
+
+static resume_fn resume_call(void)
+{
+    static _Atomic(void *) fn;
+    return (resume_fn)job_fn(&fn, "ncclCommResume");
+}
+
+bool shim_job_can_suspend(void)
+{
+    return suspend_call() && resume_call();
+}
+
+/* Resumes c, which cupool suspended. Needs comms_lock. */
+static nccl_result resume_locked(job_comm *c)
+{
+    resume_fn f = resume_call();
+    nccl_result r = f ? f(c->comm) : NCCL_SYSTEM_ERROR;
+    if (r == 0)
+        c->info.suspended = 0;
+    return r;
+}
+
+int shim_job_issue(void *comm)
+{
+    nccl_result r = 0;
+    pthread_mutex_lock(&comms_lock);
+    job_comm *c = find_locked(comm);
+    if (c && c->info.suspended) {
+        r = resume_locked(c);
+        if (r == 0)
+            shim_count(SHIM_nccl_lazy_resumes);
+        else
+            shim_log(SHIM_LOG_ERROR, "cannot resume NCCL communicator %016llx (rank %d of "
+                     "%d), suspended by cupool flush --nccl: NCCL result %d",
+                     (unsigned long long)c->info.id, c->info.rank, c->info.nranks, r);
+    }
+    if (c && r == 0)
+        c->info.issued++;
+    pthread_mutex_unlock(&comms_lock);
+    return r;
+}
+
+/* id's target into *t: false if it has none. */
+static bool target_of(uint64_t id, const uint64_t *ids, const uint64_t *targets, size_t n,
+                      uint64_t *t)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id) {
+            *t = targets[i];
+            return true;
+        }
+    return false;
+}
+
+bool shim_job_behind(void *comm, const uint64_t *ids, const uint64_t *targets, size_t n)
+{
+    bool behind = false;
+    pthread_mutex_lock(&comms_lock);
+    for (size_t i = 0; i < ncomms && !behind; i++) {
+        uint64_t t;
+        if ((!comm || comms[i].comm == comm) &&
+            target_of(comms[i].info.id, ids, targets, n, &t))
+            behind = comms[i].info.issued < t;
+    }
+    pthread_mutex_unlock(&comms_lock);
+    return behind;
+}
+
+uint64_t shim_job_devices(void)
+{
+    uint64_t bits = 0;
+    pthread_mutex_lock(&comms_lock);
+    for (size_t i = 0; i < ncomms; i++) {
+        int d = comms[i].info.device;
+        bits |= d >= 0 && d < 63 ? 1ull << d : 1ull << 63;
+    }
+    pthread_mutex_unlock(&comms_lock);
+    return bits;
+}
+
+/* why, for communicator c: "what c: NCCL result r". */
+static void say_comm(char *why, size_t len, const char *what, const job_comm *c,
+                     nccl_result r)
+{
+    snprintf(why, len, "%s %016llx (rank %d of %d): NCCL result %d%s", what,
+             (unsigned long long)c->info.id, c->info.rank, c->info.nranks, r,
+             r == 5 ? " (ncclInvalidUsage: an operation outstanding?)" : "");
+}
+
+int shim_job_suspend_all(uint64_t *freed, char *why, size_t len)
+{
+    static _Atomic(void *) stats_fn;
+    suspend_fn f = suspend_call();
+    if (!f || !resume_call()) {
+        snprintf(why, len, "this NCCL has no ncclCommSuspend (2.29.7 or later)");
+        return NCCL_SYSTEM_ERROR;
+    }
+    nccl_result (*ms)(void *, int, uint64_t *) =
+        (nccl_result (*)(void *, int, uint64_t *))job_fn(&stats_fn, "ncclCommMemStats");
+    nccl_result r = 0;
+    size_t done = 0, now = 0;
+    *freed = 0;
+    pthread_mutex_lock(&comms_lock);
+    for (; done < ncomms && r == 0; done++) {
+        job_comm *c = &comms[done];
+        if (c->info.suspended)
+            continue;
+        uint64_t gives = mem_stat(ms, c->comm, STAT_GPU_MEM_SUSPEND);
+        r = f(c->comm, SUSPEND_MEM);
+        if (r) {
+            say_comm(why, len, "ncclCommSuspend refused communicator", c, r);
+            break;
+        }
+        c->info.suspended = 2; /* suspended here: undone on a refusal */
+        *freed = add_known(*freed, gives);
+        now++;
+    }
+    for (size_t i = 0; i < done; i++) {
+        if (comms[i].info.suspended != 2)
+            continue;
+        if (r && resume_locked(&comms[i]))
+            shim_log(SHIM_LOG_ERROR, "NCCL communicator %016llx stays suspended after "
+                     "another's suspend was refused: it resumes at its next call",
+                     (unsigned long long)comms[i].info.id);
+        if (comms[i].info.suspended)
+            comms[i].info.suspended = 1;
+    }
+    if (r == 0) {
+        shim_count_add(SHIM_nccl_suspends, now);
+        if (*freed != STATS_UNKNOWN)
+            shim_count_add(SHIM_nccl_freed, *freed);
+    }
+    pthread_mutex_unlock(&comms_lock);
+    return r;
+}
+
+int shim_job_resume_all(char *why, size_t len)
+{
+    nccl_result first = 0;
+    pthread_mutex_lock(&comms_lock);
+    for (size_t i = 0; i < ncomms; i++) {
+        if (!comms[i].info.suspended)
+            continue;
+        nccl_result r = resume_locked(&comms[i]);
+        if (r && !first) {
+            first = r;
+            say_comm(why, len, "ncclCommResume failed for communicator", &comms[i], r);
+        }
+    }
+    pthread_mutex_unlock(&comms_lock);
+    return first;
 }

@@ -23,9 +23,11 @@
 #ifndef CUPOOL_SHIM_JOB_H
 #define CUPOOL_SHIM_JOB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gate.h" /* the wrappers that count operations pass the gate */
 #include "stats.h"
 
 /* The 64-bit FNV-1a hash of n bytes at p, continuing from h (start with
@@ -62,5 +64,39 @@ void shim_job_memory(int dev, uint64_t *held, uint64_t *suspendable);
 
 /* Copies up to max communicators into out; returns how many. */
 uint32_t shim_job_list(stats_comm *out, uint32_t max);
+
+/* ---- suspending (cupool pause of a job, cupool flush --nccl) ------------
+ * Each communicator counts the operations the program issued on it (a
+ * collective or a point-to-point call, in a group or not), so that a
+ * controller can stop every rank at the same one (gate.h). Those below are
+ * NCCL results: 0, or ncclResult_t's code. */
+
+/* An operation on comm is about to be issued: counted; a communicator
+ * cupool left suspended (cupool flush --nccl) is resumed first, a barrier
+ * with its other ranks, which come to the same operation. The resume's
+ * failure is returned, and the operation is not issued then. */
+int shim_job_issue(void *comm);
+
+/* Whether comm (NULL: any communicator) is below its target: ids[i]'s
+ * target is targets[i]; one not named has none (it is not below). */
+bool shim_job_behind(void *comm, const uint64_t *ids, const uint64_t *targets, size_t n);
+
+/* Whether this NCCL has ncclCommSuspend and ncclCommResume (2.29.7 on). */
+bool shim_job_can_suspend(void);
+
+/* The devices of the communicators, a bit each (those NCCL could not
+ * tell: bit 63). */
+uint64_t shim_job_devices(void);
+
+/* Suspends every communicator not suspended (NCCL_SUSPEND_MEM), all or
+ * none: one refused, those suspended here are resumed again. 0 with
+ * *freed the bytes NCCL said they would give back (STATS_UNKNOWN if it
+ * cannot tell), or NCCL's result with why said (bufsize len). */
+int shim_job_suspend_all(uint64_t *freed, char *why, size_t len);
+
+/* Resumes every communicator cupool suspended: 0, or the first failure's
+ * NCCL result with why said; those that failed stay suspended (resumed at
+ * the program's next call on them). */
+int shim_job_resume_all(char *why, size_t len);
 
 #endif

@@ -6,7 +6,8 @@
  * (RUNNING when there is none), so that the controller, the process and
  * the tests all see it. A pid with no process is CUDA_ERROR_INVALID_VALUE,
  * as the real driver answers. SIMCUDA_CKPT_FAIL names calls to fail with
- * CUDA_ERROR_UNKNOWN, the state unchanged ("lock,restore": those two);
+ * CUDA_ERROR_UNKNOWN, the state unchanged ("lock,restore": those two;
+ * "checkpoint@1234": for process 1234 alone);
  * "checkpoint=failed" also leaves the process FAILED. SIMCUDA_CKPT_LOG, a
  * file, gets one line per call ("lock 1234 -> 0", "state 1234 -> 0").
  */
@@ -51,15 +52,23 @@ static void state_set(int pid, CUprocessState s)
     }
 }
 
-/* Whether call is to fail; *failed when it also leaves the process FAILED. */
-static bool fails(const char *call, bool *failed)
+/* Whether call on pid is to fail; *failed when it also leaves the
+ * process FAILED. "call@PID" fails it for that process alone. */
+static bool fails(const char *call, int pid, bool *failed)
 {
     const char *list = getenv("SIMCUDA_CKPT_FAIL");
     size_t n = strlen(call);
     *failed = false;
     for (const char *p = list; p && (p = strstr(p, call)); p += n) {
-        if ((p == list || p[-1] == ',') && (!p[n] || p[n] == ',' || p[n] == '=')) {
-            *failed = !strncmp(p + n, "=failed", 7);
+        if (p != list && p[-1] != ',')
+            continue;
+        const char *q = p + n;
+        if (*q == '@' && atoi(q + 1) != pid)
+            continue;
+        if (*q == '@')
+            q += strspn(q + 1, "0123456789") + 1;
+        if (!*q || *q == ',' || *q == '=') {
+            *failed = !strncmp(q, "=failed", 7);
             return true;
         }
     }
@@ -85,7 +94,7 @@ static CUresult step(const char *call, int pid, CUprocessState from, CUprocessSt
         return logged(call, pid, CUDA_ERROR_INVALID_VALUE);
     if (state_of(pid) != from)
         return logged(call, pid, CUDA_ERROR_ILLEGAL_STATE);
-    if (fails(call, &failed)) {
+    if (fails(call, pid, &failed)) {
         if (failed)
             state_set(pid, CU_PROCESS_STATE_FAILED);
         return logged(call, pid, CUDA_ERROR_UNKNOWN);

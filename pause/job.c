@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * job.c - cupool pause and resume of a whole NCCL job (pause.h): every
+ * rank of it on this node, found the way cupool job finds them.
+ *
+ *   pause   refuse before touching anything: ranks on other nodes,
+ *           another user's rank, an NCCL without ncclCommSuspend, a rank
+ *           not running. Then stop every rank at the same NCCL operation,
+ *           suspend every communicator, flush every rank, lock and
+ *           checkpoint each rank in turn.
+ *   resume  restore and unlock every rank, then resume the communicators
+ *           (a barrier across the ranks) and open the gates.
+ *
+ * A rank that fails brings the others back: those checkpointed are
+ * restored and unlocked, the communicators resumed, the gates opened; the
+ * message names the rank (its pid) and why. Signals wait from the first
+ * gate closed to the last line said.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "jobgate.h"
+#include "pause.h"
+
+static jobgate g;
+static stats_view views[JOBGATE_RANKS_MAX];
+
+/* The job's ranks are this user's, and their views read: 0, or 1 said. */
+static int ranks_check(void)
+{
+    for (size_t r = 0; r < g.n; r++) {
+        if (pause_owner_check(g.pid[r]))
+            return 1;
+        if (stats_page_read(g.pid[r], &views[r])) {
+            pause_say("the page of process %d (a rank of the job) cannot be read: nothing "
+                      "done", g.pid[r]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Finds the job of v's process and checks it: 0, or 1 said. */
+static int job_find(const stats_view *v, double timeout)
+{
+    if (jobgate_find(&g, v, timeout)) {
+        pause_say("%snothing done", g.why);
+        return 1;
+    }
+    return ranks_check();
+}
+
+/* Every rank's NCCL can suspend and every rank runs: 0, or 1 said. */
+static int pause_check_ranks(void)
+{
+    for (size_t r = 0; r < g.n; r++)
+        if (!views[r].gate.can_suspend) {
+            pause_say("the NCCL in process %d has no ncclCommSuspend (NCCL 2.29.7 or later "
+                      "has it; PyTorch 2.11's wheels ship 2.28.9): its job cannot be paused, "
+                      "nothing done", g.pid[r]);
+            return 1;
+        }
+    if (pause_driver_load())
+        return 1;
+    for (size_t r = 0; r < g.n; r++) {
+        CUprocessState st;
+        if (pause_state_of(g.pid[r], &st))
+            return 1;
+        if (st != CU_PROCESS_STATE_RUNNING) {
+            pause_say("process %d (a rank of the job) is not running (driver state %d): "
+                      "cupool resume %d brings the job back; nothing done", g.pid[r],
+                      (int)st, g.pid[r]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Brings back the ranks before k, checkpointed, and the communicators;
+ * says which rank failed and how the job is left. Returns 1. */
+static int pause_undo(size_t k, const char *step)
+{
+    int left = 0;
+    for (size_t r = 0; r < k; r++)
+        left |= pause_resume_one(g.pid[r]);
+    g.why[0] = '\0';
+    int comms = jobgate_release(&g, false);
+    pause_say("the job was not paused: process %d (a rank of it) %s; %s%s%s", g.pid[k], step,
+              left ? "some of the ranks checkpointed before could not be brought back (said "
+                     "above: cupool resume tries again)" :
+                     k ? "the ranks checkpointed before were restored and unlocked" :
+                         "no rank was checkpointed",
+              comms ? ", and: " : ", the communicators resumed and the gates open",
+              comms ? g.why : "");
+    return 1;
+}
+
+/* The job's communicators are suspended: flushes (unless no_flush) and
+ * checkpoints each rank. 0, or 1 with everything brought back. */
+static int pause_ranks(double timeout, bool no_flush, uint64_t *needs)
+{
+    for (size_t r = 0; r < g.n; r++) {
+        if (!no_flush && pause_flush(g.pid[r], timeout, &views[r]))
+            return pause_undo(r, "could not be flushed");
+        needs[r] = pause_held_of(&views[r]);
+    }
+    for (size_t r = 0; r < g.n; r++) {
+        double t_lock, t_ckpt;
+        if (pause_lock_and_checkpoint(g.pid[r], &t_lock, &t_ckpt))
+            return pause_undo(r, "could not be checkpointed (said above)");
+        printf("paused %d: lock %.3f s, checkpoint %.3f s\n", g.pid[r], t_lock, t_ckpt);
+    }
+    return 0;
+}
+
+int pause_job(const stats_view *v, double timeout, bool no_flush)
+{
+    if (job_find(v, timeout) || pause_check_ranks())
+        return 1;
+    sigset_t old;
+    pause_signals_block(&old);
+    double t0 = pause_now_s();
+    int rc = 1;
+    uint64_t needs[JOBGATE_RANKS_MAX];
+    if (jobgate_stop(&g)) {
+        pause_say("%sthe job was not paused: its gates are open again, nothing else done",
+                  g.why);
+    } else if (jobgate_suspend(&g)) {
+        pause_say("%sthe job was not paused: its communicators are resumed and its gates "
+                  "open", g.why);
+    } else if (pause_ranks(timeout, no_flush, needs) == 0) {
+        char b[32], f[32];
+        uint64_t held = 0;
+        for (size_t r = 0; r < g.n; r++) {
+            held += needs[r];
+            stats_page_mark_paused(g.pid[r], stats_unix_ns(), needs[r] ? needs[r] : 1);
+        }
+        fflush(stderr);
+        printf("paused the NCCL job of %d: %zu process%s on this node in %.3f s, its %zu "
+               "communicator%s suspended first (NCCL gave back %s); they held %s on the "
+               "device\n", g.pid[0], g.n, g.n == 1 ? "" : "es", pause_now_s() - t0, g.nids,
+               g.nids == 1 ? "" : "s", stats_fmt_bytes(jobgate_freed(&g), f, sizeof(f)),
+               stats_fmt_bytes(held, b, sizeof(b)));
+        rc = 0;
+    }
+    fflush(stdout);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+int pause_job_resume(const stats_view *v, double timeout)
+{
+    if (job_find(v, timeout) || pause_driver_load())
+        return 1;
+    sigset_t old;
+    pause_signals_block(&old);
+    int rc = 0;
+    for (size_t r = 0; r < g.n && !rc; r++) {
+        CUprocessState st;
+        if (pause_state_of(g.pid[r], &st))
+            rc = 1;
+        else if (st != CU_PROCESS_STATE_RUNNING)
+            rc = pause_resume_one(g.pid[r]);
+        if (rc)
+            pause_say("the job's communicators stay suspended and its gates closed until "
+                      "every rank runs again (cupool resume %d tries again)", v->pid);
+    }
+    for (size_t r = 0; r < g.n && !rc; r++) {
+        stats_page_read(g.pid[r], &views[r]);
+        for (uint32_t k = 0; k < views[r].ncomms && k < STATS_MAX_COMMS; k++)
+            g.suspended[r] |= views[r].comms[k].suspended != 0;
+    }
+    if (!rc && jobgate_release(&g, false)) {
+        pause_say("%sthe job runs, its gates open", g.why);
+        rc = 1;
+    }
+    if (!rc)
+        printf("resumed the NCCL job of %d: %zu process%s, communicators resumed\n",
+               v->pid, g.n, g.n == 1 ? "" : "es");
+    fflush(stdout);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}

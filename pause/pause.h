@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * pause.h - cupool-pause's parts: the one-process steps (pause.c) that
+ * the pause of a whole NCCL job (job.c) repeats per rank. Each returns 0,
+ * or 1 with what happened said on stderr (pause_say), the process's state
+ * included.
+ */
+#ifndef CUPOOL_PAUSE_H
+#define CUPOOL_PAUSE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include "stats.h"
+
+/* The driver's calls cupool-pause makes, from libcuda.so.1. */
+typedef struct pause_driver {
+    CUresult (*init)(unsigned int);
+    CUresult (*state)(int, CUprocessState *);
+    CUresult (*lock)(int, CUcheckpointLockArgs *);
+    CUresult (*checkpoint)(int, CUcheckpointCheckpointArgs *);
+    CUresult (*restore)(int, CUcheckpointRestoreArgs *);
+    CUresult (*unlock)(int, CUcheckpointUnlockArgs *);
+    CUresult (*error_string)(CUresult, const char **);
+} pause_driver;
+extern pause_driver pause_drv;
+
+/* "cupool: " and the line, on stderr. */
+void pause_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *pause_cu_text(CUresult r);
+double pause_now_s(void);
+
+/* Loads the driver's checkpoint calls. */
+int pause_driver_load(void);
+/* pid exists and is this user's (as the initial user namespace sees it). */
+int pause_owner_check(int pid);
+/* The driver's state of pid into *s. */
+int pause_state_of(int pid, CUprocessState *s);
+/* What pid's page says it holds on its devices. */
+uint64_t pause_held_of(const stats_view *v);
+/* Flushes pid through its page (*v its view after). */
+int pause_flush(int pid, double timeout, stats_view *v);
+/* Lock and checkpoint; a failed checkpoint is unlocked. */
+int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt);
+/* Restore (when checkpointed) and unlock; the page says running. */
+int pause_resume_one(int pid);
+/* Blocks the signals that would stop cupool-pause halfway (*old: the mask
+ * to put back). */
+void pause_signals_block(sigset_t *old);
+
+/* The pause and the resume of pid's whole NCCL job (v: pid's view). */
+int pause_job(const stats_view *v, double timeout, bool no_flush);
+int pause_job_resume(const stats_view *v, double timeout);
+
+#endif

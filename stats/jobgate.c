@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * jobgate.c - see jobgate.h.
+ *
+ * Every step asks all ranks at once, then waits for each answer: a
+ * resume is a barrier across the ranks, and the others' steps should not
+ * wait in turn either. A rank answers a request after publishing its page,
+ * so the view read after the answer tells what the step did.
+ *
+ * Stopping at the same operation: each rank counts the operations issued
+ * on each communicator. The controller closes the gates with no targets
+ * (every rank stops where it is), reads the counts, and sets each
+ * communicator's target to the highest count any rank reached; a rank
+ * below goes on until it reaches it. A rank that went past on another
+ * communicator meanwhile (a group's start passes while any of its
+ * communicators is behind) raises that target in turn, until every count
+ * matches or the step's time runs out. Each ask closes again, which also
+ * renews the hold after which a gate opens by itself.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "jobgate.h"
+#include "node.h"
+#include "userns.h"
+
+/* The views read after each step's answers, one per rank. */
+static stats_view views[JOBGATE_RANKS_MAX];
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Appends a sentence to g->why. */
+static void say(jobgate *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(jobgate *g, const char *fmt, ...)
+{
+    size_t at = strlen(g->why);
+    va_list ap;
+    va_start(ap, fmt);
+    if (at < sizeof(g->why))
+        vsnprintf(g->why + at, sizeof(g->why) - at, fmt, ap);
+    va_end(ap);
+}
+
+static bool has_pid(const jobgate *g, int pid)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->pid[i] == pid)
+            return true;
+    return false;
+}
+
+static int add_id(jobgate *g, uint64_t id)
+{
+    for (size_t i = 0; i < g->nids; i++)
+        if (g->id[i] == id)
+            return 0;
+    if (g->nids == STATS_MAX_COMMS)
+        return -1;
+    g->id[g->nids] = id;
+    g->target[g->nids++] = 0;
+    return 0;
+}
+
+/* Whether v lists a communicator of g's. */
+static bool shares(const jobgate *g, const stats_view *v)
+{
+    for (uint32_t k = 0; k < v->ncomms && k < STATS_MAX_COMMS; k++)
+        for (size_t i = 0; i < g->nids; i++)
+            if (v->comms[k].id == g->id[i])
+                return true;
+    return false;
+}
+
+/* Adds v's process and its communicators: 0, or -1 (too many). */
+static int add_rank(jobgate *g, const stats_view *v, int pid)
+{
+    if (g->n == JOBGATE_RANKS_MAX)
+        return -1;
+    g->pid[g->n++] = pid;
+    for (uint32_t k = 0; k < v->ncomms && k < STATS_MAX_COMMS; k++)
+        if (add_id(g, v->comms[k].id))
+            return -1;
+    return 0;
+}
+
+/* Says which communicators have ranks no page of g's holds: 0 if none. */
+static int ranks_elsewhere(jobgate *g, const node_scan *s)
+{
+    int away = 0;
+    for (size_t i = 0; i < g->nids; i++) {
+        long here = 0, nranks = 0;
+        for (size_t p = 0; p < s->nprocs; p++) {
+            const stats_view *v = &s->procs[p].view;
+            for (uint32_t k = 0; has_pid(g, s->procs[p].pid) && k < v->ncomms &&
+                                 k < STATS_MAX_COMMS; k++)
+                if (v->comms[k].id == g->id[i]) {
+                    here++;
+                    nranks = v->comms[k].nranks;
+                }
+        }
+        if (nranks > here) {
+            say(g, "%scommunicator %016llx has %ld of its %ld ranks on other nodes (or in "
+                "processes not under cupool)", away ? "; " : "", (unsigned long long)g->id[i],
+                nranks - here, nranks);
+            away = 1;
+        }
+    }
+    if (away)
+        say(g, ": a job spanning nodes cannot be paused from one node. ");
+    return away;
+}
+
+int jobgate_find(jobgate *g, const stats_view *v, double timeout)
+{
+    memset(g, 0, sizeof(*g));
+    g->timeout = timeout;
+    node_scan s;
+    const char *dirs[] = {stats_page_dir(), "/dev/shm", "/tmp"};
+    node_scan_run(&s, dirs, 3);
+    int err = add_rank(g, v, v->pid);
+    for (bool grew = true; grew && !err;) {
+        grew = false;
+        for (size_t p = 0; p < s.nprocs && !err; p++) {
+            const stats_view *o = &s.procs[p].view;
+            if (!has_pid(g, s.procs[p].pid) && shares(g, o)) {
+                err = add_rank(g, o, s.procs[p].pid);
+                grew = true;
+            }
+        }
+    }
+    if (err)
+        say(g, "the job of process %d has more than %d processes or %d communicators on "
+            "this node: refused. ", v->pid, JOBGATE_RANKS_MAX, STATS_MAX_COMMS);
+    else
+        err = ranks_elsewhere(g, &s);
+    node_scan_free(&s);
+    return err ? 1 : 0;
+}
+
+/* Asks rank i for want (with g's targets), or -errno. */
+static int ask(jobgate *g, size_t i, uint32_t want, uint64_t *ticket)
+{
+    static stats_nccl_ask a;
+    memset(&a, 0, sizeof(a));
+    a.want = want;
+    a.ntargets = (uint32_t)g->nids;
+    a.hold_s = (uint32_t)(g->timeout * 2 + 5);
+    memcpy(a.id, g->id, sizeof(a.id));
+    memcpy(a.target, g->target, sizeof(a.target));
+    return stats_page_ask_nccl(g->pid[i], &a, ticket);
+}
+
+/* Asks the ranks picked (pick NULL: all) for want, waits for every answer
+ * and reads each view: 0, or -1 with the first rank that failed said. A
+ * rank's own refusal is its view's gate.error, for the caller to judge. */
+static int ask_all(jobgate *g, uint32_t want, const bool *pick, const char *what)
+{
+    uint64_t ticket[JOBGATE_RANKS_MAX];
+    bool done[JOBGATE_RANKS_MAX];
+    int bad = -1, err = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        done[i] = pick && !pick[i];
+        if (!done[i] && (err = ask(g, i, want, &ticket[i])) != 0 && bad < 0)
+            bad = (int)i;
+        done[i] |= err != 0;
+    }
+    double until = mono_s() + g->timeout;
+    for (size_t left = g->n; left && bad < 0;) {
+        left = 0;
+        for (size_t i = 0; i < g->n && bad < 0; i++) {
+            if (done[i])
+                continue;
+            int got = stats_page_answered(g->pid[i], STATS_REQ_NCCL, ticket[i]);
+            if (got > 0 && (err = stats_page_read(g->pid[i], &views[i])) == 0)
+                done[i] = true;
+            else if (got < 0)
+                err = got, bad = (int)i;
+            left += !done[i];
+        }
+        if (left && mono_s() > until)
+            for (size_t i = 0; i < g->n && bad < 0; i++)
+                if (!done[i])
+                    err = -ETIMEDOUT, bad = (int)i;
+        if (left && bad < 0)
+            nanosleep(&(struct timespec){0, 5000000L}, NULL);
+    }
+    if (bad < 0)
+        return 0;
+    say(g, "process %d did not %s: %s. ", g->pid[bad], what,
+        err == -ETIMEDOUT ? "no answer in time" : strerror(-err));
+    return -1;
+}
+
+/* The highest count any rank reached on communicator i. */
+static uint64_t highest(const jobgate *g, uint64_t id)
+{
+    uint64_t top = 0;
+    for (size_t r = 0; r < g->n; r++)
+        for (uint32_t k = 0; k < views[r].ncomms && k < STATS_MAX_COMMS; k++)
+            if (views[r].comms[k].id == id && views[r].comms[k].issued > top)
+                top = views[r].comms[k].issued;
+    return top;
+}
+
+/* Whether rank r is stopped at the targets; if not, says why into buf. */
+static bool stopped(const jobgate *g, size_t r, char *buf, size_t len)
+{
+    const stats_view *v = &views[r];
+    if (v->gate.state != STATS_GATE_CLOSED || v->gate.active) {
+        snprintf(buf, len, "process %d: %u threads inside NCCL calls or groups",
+                 g->pid[r], v->gate.active);
+        return false;
+    }
+    for (uint32_t k = 0; k < v->ncomms && k < STATS_MAX_COMMS; k++)
+        for (size_t i = 0; i < g->nids; i++)
+            if (v->comms[k].id == g->id[i] && v->comms[k].issued != g->target[i]) {
+                snprintf(buf, len, "process %d: communicator %016llx at operation %llu of "
+                         "the others' %llu", g->pid[r], (unsigned long long)g->id[i],
+                         (unsigned long long)v->comms[k].issued,
+                         (unsigned long long)g->target[i]);
+                return false;
+            }
+    return true;
+}
+
+int jobgate_stop(jobgate *g)
+{
+    double until = mono_s() + g->timeout;
+    char lag[160] = "";
+    for (;;) {
+        if (ask_all(g, STATS_NCCL_CLOSE, NULL, "close its NCCL gate")) {
+            jobgate_release(g, true);
+            return 1;
+        }
+        bool all = true, moved = false;
+        for (size_t i = 0; i < g->nids; i++) {
+            uint64_t top = highest(g, g->id[i]);
+            moved |= top != g->target[i];
+            g->target[i] = top;
+        }
+        for (size_t r = 0; r < g->n && all && !moved; r++)
+            all = stopped(g, r, lag, sizeof(lag));
+        if (all && !moved)
+            return 0;
+        if (mono_s() > until) {
+            say(g, "the job's ranks did not stop at the same NCCL operation within %.0f s "
+                "(%s). ", g->timeout, lag[0] ? lag : "the counts kept moving");
+            jobgate_release(g, true);
+            return 1;
+        }
+        nanosleep(&(struct timespec){0, 10000000L}, NULL);
+    }
+}
+
+int jobgate_suspend(jobgate *g)
+{
+    int bad = ask_all(g, STATS_NCCL_SUSPEND, NULL, "answer the suspend of its communicators");
+    for (size_t r = 0; r < g->n; r++) {
+        g->suspended[r] = bad == 0 && views[r].gate.error == 0;
+        g->freed[r] = views[r].gate.freed;
+        if (bad == 0 && views[r].gate.error) {
+            char why[sizeof(views[r].gate.why) + 1];
+            snprintf(why, sizeof(why), "%s", views[r].gate.why);
+            say(g, "process %d could not suspend its NCCL communicators: %s. ", g->pid[r],
+                why);
+            bad = 1;
+        }
+    }
+    if (!bad)
+        return 0;
+    /* Those that did suspend resume (a rank that failed suspended none). */
+    jobgate_release(g, false);
+    return 1;
+}
+
+uint64_t jobgate_freed(const jobgate *g)
+{
+    uint64_t sum = 0;
+    for (size_t r = 0; r < g->n && sum != STATS_UNKNOWN; r++)
+        sum = g->freed[r] == STATS_UNKNOWN ? STATS_UNKNOWN : sum + g->freed[r];
+    return sum;
+}
+
+int jobgate_release(jobgate *g, bool only_open)
+{
+    int bad = 0;
+    bool any = false;
+    for (size_t r = 0; r < g->n; r++)
+        any |= g->suspended[r];
+    if (!only_open && any) {
+        bad = ask_all(g, STATS_NCCL_RESUME, g->suspended, "resume its communicators");
+        for (size_t r = 0; r < g->n && !bad; r++)
+            if (g->suspended[r] && views[r].gate.error) {
+                char why[sizeof(views[r].gate.why) + 1];
+                snprintf(why, sizeof(why), "%s", views[r].gate.why);
+                say(g, "process %d could not resume its NCCL communicators (%s): they "
+                    "resume at its next NCCL call. ", g->pid[r], why);
+                bad = -1;
+            }
+        for (size_t r = 0; r < g->n; r++)
+            g->suspended[r] = false;
+    }
+    if (ask_all(g, STATS_NCCL_OPEN, NULL, "open its NCCL gate"))
+        bad = -1;
+    return bad ? 1 : 0;
+}
+
+/* Every rank is this user's (or the caller root) and its NCCL can
+ * suspend: 0, or 1 with why said. */
+static int ranks_ready(jobgate *g)
+{
+    for (size_t r = 0; r < g->n; r++) {
+        uint32_t owner;
+        userns_whose w = userns_process_whose(g->pid[r], &owner);
+        if (w != USERNS_MINE && !userns_caller_is_root()) {
+            say(g, "process %d (a rank of the job) is %s: refused, nothing done",
+                g->pid[r], w == USERNS_GONE ? "gone" : "another user's");
+            return 1;
+        }
+        if (stats_page_read(g->pid[r], &views[r]) || !views[r].gate.can_suspend) {
+            say(g, "process %d (a rank of the job) has no NCCL with ncclCommSuspend (2.29.7 "
+                "or later) or no page to ask: nothing done", g->pid[r]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int jobgate_suspend_idle(jobgate *g, const stats_view *v, double timeout)
+{
+    if (jobgate_find(g, v, timeout)) {
+        say(g, "nothing done");
+        return 1;
+    }
+    if (ranks_ready(g) || jobgate_stop(g) || jobgate_suspend(g))
+        return 1;
+    return jobgate_release(g, true);
+}

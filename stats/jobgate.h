@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * jobgate.h - the controller's side of the NCCL gate (stats.h's
+ * STATS_REQ_NCCL): finds a job's ranks on this node, stops them all at the
+ * same operation on every communicator, suspends their communicators,
+ * resumes them and opens the gates again (cupool pause of a job, cupool
+ * flush --nccl). Nothing is left half done: a function that fails has
+ * already brought every rank back to where it was before it (the
+ * communicators it suspended resumed, the gates it closed open), and
+ * says which rank (pid) failed and why in g->why.
+ */
+#ifndef CUPOOL_STATS_JOBGATE_H
+#define CUPOOL_STATS_JOBGATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stats.h"
+
+enum { JOBGATE_RANKS_MAX = 64 };
+
+typedef struct jobgate {
+    size_t n;                        /* processes of the job on this node */
+    int pid[JOBGATE_RANKS_MAX];      /* the first is the one named */
+    bool suspended[JOBGATE_RANKS_MAX]; /* its communicators, by this controller */
+    uint64_t freed[JOBGATE_RANKS_MAX]; /* what their suspend gave back */
+    size_t nids;                     /* communicators of the job */
+    uint64_t id[STATS_MAX_COMMS], target[STATS_MAX_COMMS];
+    double timeout;                  /* seconds for each step */
+    char why[512];                   /* the last failure, whole sentences */
+} jobgate;
+
+/* The job of the process whose view is v: every process on this node
+ * whose page shares a communicator with it, and theirs in turn. 0, or 1
+ * with why said: a communicator with ranks no page here holds (on other
+ * nodes: one node cannot pause a job spanning several), more processes or
+ * communicators than fit. */
+int jobgate_find(jobgate *g, const stats_view *v, double timeout);
+
+/* Closes every rank's gate and lets those behind catch up until all stop
+ * at the same count of operations on every communicator, none inside
+ * NCCL. 0, or 1 (gates opened again, why said). */
+int jobgate_stop(jobgate *g);
+
+/* With every rank stopped: suspends every rank's communicators. 0, or 1
+ * (those suspended resumed, gates opened, why said). */
+int jobgate_suspend(jobgate *g);
+
+/* Resumes every rank's communicators (all asked at once: a resume is a
+ * barrier across them), then opens every gate; with only_open, opens the
+ * gates alone (a communicator still suspended resumes at its rank's next
+ * call on it). 0, or 1 with why said (the gates open all the same). */
+int jobgate_release(jobgate *g, bool only_open);
+
+/* What the last suspend gave back, all ranks together (STATS_UNKNOWN if
+ * NCCL could not tell for one). */
+uint64_t jobgate_freed(const jobgate *g);
+
+/* cupool flush --nccl: finds v's job, checks that every rank is this
+ * user's (root: anyone's) and its NCCL can suspend, stops the ranks,
+ * suspends their communicators and opens the gates again (each
+ * communicator resumes at its rank's next NCCL call on it). 0, or 1 with
+ * nothing left suspended and why said. */
+int jobgate_suspend_idle(jobgate *g, const stats_view *v, double timeout);
+
+#endif
