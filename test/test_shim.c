@@ -1756,8 +1756,9 @@ static void test_pause_failures(void **s)
     assert_int_equal(finish(&c, "serve", 0)->status, 0);
 }
 
-/* A process that made NCCL calls is refused before anything is done; one
- * not under cupool is paused without a flush, and told its caches move. */
+/* A single-rank NCCL program is paused as a job of one (its communicator
+ * suspended first) and resumed; one not under cupool is paused without a
+ * flush, and told its caches move. */
 static void test_pause_refusals(void **s)
 {
     (void)s;
@@ -1765,9 +1766,11 @@ static void test_pause_refusals(void **s)
     start_ready(&c, "serve", "nccl", "SERVE_NCCL=1", NULL);
     char args[64], out[2048], calls[512];
     snprintf(args, sizeof(args), "pause %d", c.pid);
-    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 1);
-    assert_non_null(strstr(out, "uses NCCL"));
-    assert_null(strstr(calls, "lock"));
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
+    assert_non_null(strstr(out, "paused the NCCL job"));
+    assert_int_equal(pause_state(c.pid), 2);
+    snprintf(args, sizeof(args), "resume %d", c.pid);
+    assert_int_equal(pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls)), 0);
     assert_int_equal(pause_state(c.pid), 0);
     kill(c.pid, SIGTERM);
     assert_int_equal(finish(&c, "serve", 0)->status, 0);
