@@ -89,8 +89,9 @@
     X(vmm_syncs, COUNT, COUNTER, "device synchronizations done so that VMM "  \
       "memory queued work may still use could be unmapped (CUPOOL_VMM, "     \
       "CUPOOL_STITCH)")                                                       \
-    X(fence_orders, COUNT, COUNTER, "poll fences done by making one or more non-" \
-      "blocking streams wait for the legacy stream's work, not by completion " \
+    X(fence_orders, COUNT, COUNTER, "poll fences done by making the non-"   \
+      "blocking streams wait for the legacy stream's work (while CUPTI "     \
+      "watches, owe the wait until their next work), not by completion "     \
       "(CUPOOL_FENCE=poll)")                                                  \
     X(fence_waits, COUNT, COUNTER, "streams made to wait for another's work by " \
       "fences (one cudaStreamWaitEvent each)")                                \

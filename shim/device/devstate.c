@@ -6,7 +6,6 @@
 
 #include "cupti.h"
 #include "devstate.h"
-#include "fence.h"
 #include "process.h"
 #include "real.h"
 
@@ -20,7 +19,6 @@ void shim_devices_init(void)
         pthread_mutex_init(&shim_devices[i].lock, NULL);
         pthread_mutex_init(&shim_devices[i].order_lock, NULL);
     }
-    shim_comm_on_pay(shim_fence_pay);
 }
 
 int shim_device_api(int dev)

@@ -31,6 +31,7 @@
 #include "control.h"
 #include "cupti.h"
 #include "device.h"
+#include "fence.h"
 #include "framework.h"
 #include "group.h"
 #include "job.h"
@@ -673,6 +674,7 @@ __attribute__((constructor(101))) static void shim_init(void)
     }
     shim_group_join(); /* before any budget is used: no pool exists yet */
     shim_comm_on_first_call(shim_work_nccl_call);
+    shim_comm_on_pay(shim_fence_pay);
     int err = shim_doorbell_open();
     if (!err) {
         int sigs[] = {shim_cfg.flush_signal, shim_cfg.stats_signal};

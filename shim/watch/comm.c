@@ -590,6 +590,27 @@ static void leave(void)
     if (!f)                                                                   \
         return NCCL_SYSTEM_ERROR
 
+/* The NCCL gate (gate.h), passed at a collective outside any group and at
+ * a group's outermost start, left at its return and at the group's end.
+ * Then the operation is counted on its communicator (job.h), which
+ * resumes first if cupool left it suspended. */
+static nccl_result gate_enter(void *comm)
+{
+    bool outermost = !depth && !group;
+    if (outermost)
+        shim_gate_enter(comm, shim_job_behind);
+    nccl_result r = shim_job_issue(comm);
+    if (r && outermost)
+        shim_gate_leave();
+    return r;
+}
+
+static void gate_leave(void)
+{
+    if (!depth && !group)
+        shim_gate_leave();
+}
+
 /* A collective: the two buffers it names, count elements of type, times
  * the ranks for the calls whose buffers hold one part per rank. */
 #define COLLECTIVE(name, params, args, sendbuf, recvbuf, per_rank)            \
@@ -597,6 +618,9 @@ static void leave(void)
     EXPORT nccl_result name params                                            \
     {                                                                         \
         NCCL_REAL(name, params);                                              \
+        nccl_result gated = gate_enter(comm);                                 \
+        if (gated)                                                            \
+            return gated;                                                     \
         enter();                                                              \
         if (atomic_load_explicit(&watching, memory_order_relaxed)) {           \
             size_t ranks = per_rank ? comm_ranks(comm) : 1;                   \
@@ -609,6 +633,7 @@ static void leave(void)
         }                                                                     \
         nccl_result r = f args;                                               \
         leave();                                                              \
+        gate_leave();                                                         \
         return r;                                                             \
     }
 
@@ -639,8 +664,13 @@ EXPORT nccl_result ncclGroupStart(void);
 EXPORT nccl_result ncclGroupStart(void)
 {
     NCCL_REAL(ncclGroupStart, (void));
+    bool outermost = !depth && !group;
+    if (outermost)
+        shim_gate_enter(NULL, shim_job_behind);
     nccl_result r = f();
     group += r == 0;
+    if (r && outermost)
+        shim_gate_leave();
     return r;
 }
 
@@ -650,8 +680,11 @@ EXPORT nccl_result ncclGroupEnd(void)
     NCCL_REAL(ncclGroupEnd, (void));
     enter();
     nccl_result r = f();
+    bool ended = group == 1;
     group -= group > 0;
     leave();
+    if (ended && !depth)
+        shim_gate_leave();
     return r;
 }
 
