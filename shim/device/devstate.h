@@ -23,9 +23,8 @@ typedef struct shim_stream {
     cudaStream_t stream;
     cudaEvent_t event;     /* recorded on it by the fence (non-blocking) */
     bool nonblocking;
-    bool comm_due;         /* the fence being begun includes it (poll) */
-    bool lazy;             /* comm.h knows it: it may owe its order */
-    shim_comm_mark comm_mark; /* what shim_comm_needs said then */
+    bool lazy;             /* comm.h knows it: a poll fence may leave it
+                              out, and it may owe its order */
 } shim_stream;
 
 /* A poll fence begun and not yet done (CUPOOL_FENCE=poll): an event on the
@@ -66,6 +65,10 @@ typedef struct shim_device {
     pthread_mutex_t lock;      /* guards streams and events */
     shim_stream *streams;
     size_t nstreams, streams_cap;
+    size_t nnb, neager;        /* of them non-blocking, and of those the
+                                  ones comm.h does not know */
+    shim_comm_due_stream *due; /* a poll fence's streams due (comm.h) */
+    size_t due_cap;
     cudaEvent_t legacy_event;
     /* Poll fences (CUPOOL_FENCE=poll), oldest first, and events to reuse. */
     shim_fence *fences;

@@ -113,43 +113,48 @@ static void fence_retire(shim_device *d)
     memmove(d->fences, d->fences + 1, --d->nfences * sizeof(*d->fences));
 }
 
-/* Marks the non-blocking streams a poll fence must record on (comm_due).
- * Left out (*left counts them): a stream with no work queued since a
- * fence covered it, or whose work since is only collectives on memory not
- * freed since (comm.h). Asked for all at once, before any CUDA call.
- * Returns whether comm.h was asked. Needs d->lock. */
-static bool streams_due(shim_device *d, size_t *left)
+/* The non-blocking streams a poll fence must record on, into d->due, as
+ * comm.h gives them: left out, a stream with no work queued since a fence
+ * covered it, or whose work since is only collectives on memory not freed
+ * since. Returns how many; SIZE_MAX for every one (CUPTI does not watch,
+ * or a list could not grow). Asked before any CUDA call. Needs d->lock. */
+static size_t streams_due(shim_device *d)
 {
-    bool asking = shim_comm_begin();
-    for (size_t i = 0; i < d->nstreams; i++) {
-        shim_stream *st = &d->streams[i];
-        if (!st->nonblocking)
-            continue;
-        st->comm_due = !asking || shim_comm_needs(st->stream, &st->comm_mark);
-        *left += !st->comm_due;
-    }
-    if (asking)
-        shim_comm_end();
-    return asking;
+    if (!shim_comm_begin())
+        return SIZE_MAX;
+    size_t n = shim_comm_due(d->id, &d->due, &d->due_cap);
+    shim_comm_end();
+    return n;
 }
 
-/* Records f's events: on each stream due, then on the legacy stream. 0 or
- * the CUDA code (f holds the events recorded so far). Needs d->lock. */
-static int record_due(shim_device *d, shim_fence *f)
+/* Records one of f's events on stream s. 0 or the CUDA code. Needs
+ * d->lock. */
+static int record_on(shim_device *d, shim_fence *f, cudaStream_t s)
+{
+    int e = event_take(d, &f->events[f->nevents]);
+    if (!e && (e = shim_device_cuda(d)->record(f->events[f->nevents], s)) != 0)
+        event_give(d, f->events[f->nevents]);
+    f->nevents += !e;
+    return e;
+}
+
+/* Records f's events: on the ndue streams of d->due (all non-blocking
+ * streams for SIZE_MAX), on those comm.h does not know, then on the
+ * legacy stream. 0 or the CUDA code (f holds the events recorded so far).
+ * Needs d->lock. */
+static int record_due(shim_device *d, shim_fence *f, size_t ndue)
 {
     int e = 0;
-    const shim_cuda *cu = shim_device_cuda(d);
-    for (size_t i = 0; !e && i < d->nstreams; i++) {
-        shim_stream *st = &d->streams[i];
-        if (!st->nonblocking || !st->comm_due)
-            continue;
-        e = event_take(d, &f->events[f->nevents]);
-        if (!e && (e = cu->record(f->events[f->nevents], st->stream)) != 0)
-            event_give(d, f->events[f->nevents]);
-        f->nevents += !e;
+    bool all = ndue == SIZE_MAX;
+    for (size_t i = 0; !e && !all && i < ndue; i++)
+        e = record_on(d, f, d->due[i].stream);
+    for (size_t i = 0; !e && (all || d->neager) && i < d->nstreams; i++) {
+        const shim_stream *st = &d->streams[i];
+        if (st->nonblocking && (all || !st->lazy))
+            e = record_on(d, f, st->stream);
     }
     if (!e && (e = event_take(d, &f->legacy)) == 0 &&
-        (e = cu->record(f->legacy, cudaStreamLegacy)) != 0) {
+        (e = shim_device_cuda(d)->record(f->legacy, cudaStreamLegacy)) != 0) {
         event_give(d, f->legacy);
         f->legacy = NULL;
     }
@@ -163,14 +168,12 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
     if (!pool_grow((void **)&d->fences, &d->fences_cap, d->nfences, sizeof(*d->fences)))
         return -ENOBUFS;
     shim_fence f = {0};
-    size_t nb = 0;
-    for (size_t i = 0; i < d->nstreams; i++)
-        nb += d->streams[i].nonblocking;
-    if ((nb || d->norphans) && !(f.events = calloc(nb + d->norphans, sizeof(*f.events))))
+    size_t ndue = streams_due(d);
+    size_t recorded = ndue == SIZE_MAX ? d->nnb : ndue + d->neager;
+    if ((recorded || d->norphans) &&
+        !(f.events = calloc(recorded + d->norphans, sizeof(*f.events))))
         return -ENOBUFS;
-    size_t left = 0;
-    bool asking = streams_due(d, &left);
-    int e = record_due(d, &f);
+    int e = record_due(d, &f, ndue);
     if (e) {
         for (size_t i = 0; i < f.nevents; i++)
             event_give(d, f.events[i]);
@@ -179,10 +182,9 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
                  shim_device_cuda(d)->strerror(e));
         return -EIO;
     }
-    if (asking && shim_comm_begin()) {
-        for (size_t i = 0; i < d->nstreams; i++)
-            if (d->streams[i].nonblocking && d->streams[i].comm_due)
-                shim_comm_covered(d->streams[i].stream, &d->streams[i].comm_mark);
+    if (ndue != SIZE_MAX && ndue && shim_comm_begin()) {
+        for (size_t i = 0; i < ndue; i++)
+            shim_comm_covered(&d->due[i]);
         shim_comm_end();
     }
     if (d->norphans) {
@@ -190,10 +192,11 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
         f.nevents += d->norphans;
         d->norphans = 0;
     }
-    if (left)
-        atomic_fetch_add_explicit(&d->fence_streams_left, left, memory_order_relaxed);
+    if (recorded < d->nnb)
+        atomic_fetch_add_explicit(&d->fence_streams_left, d->nnb - recorded,
+                                  memory_order_relaxed);
     f.ticket = *ticket = ++d->tickets;
-    if (!nb && !f.nevents && !d->nfences) {
+    if (!d->nnb && !f.nevents && !d->nfences) {
         /* Done as recorded: every stream there is follows the legacy
          * stream (blocking and per-thread streams by CUDA's rules, and a
          * non-blocking stream made later waits for order_event when it is
@@ -229,7 +232,7 @@ static int order_after(shim_device *d, cudaEvent_t e, bool lazy, size_t *waits)
     int err = 0;
     size_t n = 0;
     lazy = lazy && shim_comm_owe(d->id);
-    for (size_t i = 0; !err && i < d->nstreams; i++) {
+    for (size_t i = 0; !err && (!lazy || d->neager) && i < d->nstreams; i++) {
         const shim_stream *st = &d->streams[i];
         if (st->nonblocking && !(lazy && st->lazy) && (err = wait_on(d, st->stream, e)) == 0)
             n++;
@@ -518,9 +521,12 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
     }
     bool lazy = nb && shim_comm_track(s, dev);
     pthread_mutex_lock(&d->lock);
-    if (pool_grow((void **)&d->streams, &d->streams_cap, d->nstreams, sizeof(*d->streams)))
+    if (pool_grow((void **)&d->streams, &d->streams_cap, d->nstreams, sizeof(*d->streams))) {
         d->streams[d->nstreams++] =
             (shim_stream){.stream = s, .event = ev, .nonblocking = nb, .lazy = lazy};
+        d->nnb += nb;
+        d->neager += nb && !lazy;
+    }
     /* A block a fence made clean by ordering the non-blocking streams after
      * the legacy stream's work may still be in use by that work: a new
      * non-blocking stream is ordered after it too. */
@@ -571,6 +577,8 @@ void shim_device_untrack_stream(cudaStream_t s)
                 shim_device_cuda(d)->event_destroy(d->streams[k].event);
             if (d->streams[k].nonblocking)
                 orphan_locked(d, s);
+            d->nnb -= d->streams[k].nonblocking;
+            d->neager -= d->streams[k].nonblocking && !d->streams[k].lazy;
             d->streams[k] = d->streams[--d->nstreams];
             shim_comm_forget(s);
             pthread_mutex_unlock(&d->lock);

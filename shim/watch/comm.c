@@ -24,18 +24,11 @@
 
 #include <cuda.h>
 #include <cupti_driver_cbid.h>
-/* The driver calls' parameter structures, as CUPTI's own cupti.h includes
- * them (which -Ishim hides behind shim/watch/cupti.h): with the old 32-bit
- * types that cuda.h no longer declares, named only. */
-typedef unsigned int CUdeviceptr_v1;
-typedef struct CUDA_MEMCPY2D_v1_st { int dummy; } CUDA_MEMCPY2D_v1;
-typedef struct CUDA_MEMCPY3D_v1_st { int dummy; } CUDA_MEMCPY3D_v1;
-typedef struct CUDA_ARRAY_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY_DESCRIPTOR_v1;
-typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY3D_DESCRIPTOR_v1;
-#include <generated_cuda_meta.h>
 
 #include "addrmap.h"
+#include "callkind.h"
 #include "comm.h"
+#include "config.h"
 #include "driver.h"
 #include "symbols.h"
 #include "grow.h"
@@ -66,7 +59,10 @@ typedef struct comm_stream {
     size_t nranges;
     bool told_foreign;        /* CUPOOL_LOG=debug said so once */
     int dev;                  /* the device that tracks it, or -1 */
-    uint64_t owed, paid;      /* waits owed and paid (owing: they differ) */
+    uint64_t paid;            /* the device's order it has waited for
+                                 (owing while owed[dev] is past it) */
+    bool dirty;               /* in dirty[], at dirty_pos */
+    size_t dirty_pos;
 } comm_stream;
 
 /* Guards the streams and their buffers; the counters are atomic so that a
@@ -85,7 +81,15 @@ static uint64_t seq;           /* buffers named so far */
 static atomic_int inside;      /* threads inside an NCCL call now */
 static atomic_bool watching;   /* CUPTI reports work (shim_comm_watching) */
 static pool_addrmap own;       /* blocks allocated while one was: NCCL's */
-static atomic_int owing;       /* streams owing a wait (shim_comm_owe) */
+/* The streams marked since a fence covered them (a fence looks at these
+ * only); all_dirty when the list could not grow (every stream is due). */
+static comm_stream **dirty;
+static size_t ndirty, dirty_cap;
+static bool all_dirty;
+/* Lazy order: each device's orders owed (bumped by shim_comm_owe; a
+ * stream owes while it has paid less), whether any was ever owed. */
+static _Atomic uint64_t owed[SHIM_MAX_DEVICES];
+static atomic_bool owed_any;
 static bool (*pay_fn)(int dev, void *s); /* set at start-up */
 
 /* The calling thread: how deep inside NCCL calls, how deep in a group,
@@ -101,9 +105,28 @@ static comm_stream *find_locked(void *s)
     return pool_addrmap_get(&index_, (uintptr_t)s);
 }
 
+/* Needs lock (as every mark does). */
 static void mark(comm_stream *c)
 {
     atomic_fetch_add_explicit(&c->marks, 1, memory_order_release);
+    if (c->dirty)
+        return;
+    if (!pool_grow((void **)&dirty, &dirty_cap, ndirty, sizeof(*dirty))) {
+        all_dirty = true;
+        return;
+    }
+    c->dirty = true;
+    c->dirty_pos = ndirty;
+    dirty[ndirty++] = c;
+}
+
+static void undirty(comm_stream *c)
+{
+    if (!c->dirty)
+        return;
+    c->dirty = false;
+    dirty[c->dirty_pos] = dirty[--ndirty];
+    dirty[c->dirty_pos]->dirty_pos = c->dirty_pos;
 }
 
 static void mark_all_locked(void)
@@ -197,82 +220,6 @@ static void take_window_locked(void *s)
     }
 }
 
-/* How a driver call's stream is read from its parameters. */
-enum call_kind { CALL_NO_WORK, CALL_STREAM, CALL_UNKNOWN };
-
-#define HSTREAM(name)                                                         \
-    case CUPTI_DRIVER_TRACE_CBID_##name:                                      \
-        if (!p)                                                               \
-            return CALL_UNKNOWN;                                              \
-        *s = ((const name##_params *)p)->hStream;                             \
-        return CALL_STREAM;
-#define NO_WORK(name) case CUPTI_DRIVER_TRACE_CBID_##name:
-
-/* The calls that queue work on a stream they name; the calls that queue
- * none on a non-default stream (they allocate, load, create, synchronize
- * or copy synchronously on a default stream); everything else unknown. */
-static enum call_kind call_stream(unsigned cbid, const void *p, void **s)
-{
-    switch (cbid) {
-    HSTREAM(cuLaunchKernel) HSTREAM(cuLaunchKernel_ptsz)
-    HSTREAM(cuLaunchCooperativeKernel) HSTREAM(cuLaunchCooperativeKernel_ptsz)
-    HSTREAM(cuLaunchHostFunc) HSTREAM(cuLaunchHostFunc_ptsz)
-    HSTREAM(cuGraphLaunch) HSTREAM(cuGraphLaunch_ptsz)
-    HSTREAM(cuMemcpyAsync) HSTREAM(cuMemcpyAsync_ptsz)
-    HSTREAM(cuMemcpyPeerAsync) HSTREAM(cuMemcpyPeerAsync_ptsz)
-    HSTREAM(cuMemcpyHtoDAsync_v2) HSTREAM(cuMemcpyHtoDAsync_v2_ptsz)
-    HSTREAM(cuMemcpyDtoHAsync_v2) HSTREAM(cuMemcpyDtoHAsync_v2_ptsz)
-    HSTREAM(cuMemcpyDtoDAsync_v2) HSTREAM(cuMemcpyDtoDAsync_v2_ptsz)
-    HSTREAM(cuMemcpy2DAsync_v2) HSTREAM(cuMemcpy2DAsync_v2_ptsz)
-    HSTREAM(cuMemcpy3DAsync_v2) HSTREAM(cuMemcpy3DAsync_v2_ptsz)
-    HSTREAM(cuMemsetD8Async) HSTREAM(cuMemsetD8Async_ptsz)
-    HSTREAM(cuMemsetD16Async) HSTREAM(cuMemsetD16Async_ptsz)
-    HSTREAM(cuMemsetD32Async) HSTREAM(cuMemsetD32Async_ptsz)
-    HSTREAM(cuMemsetD2D8Async) HSTREAM(cuMemsetD2D8Async_ptsz)
-    HSTREAM(cuMemsetD2D16Async) HSTREAM(cuMemsetD2D16Async_ptsz)
-    HSTREAM(cuMemsetD2D32Async) HSTREAM(cuMemsetD2D32Async_ptsz)
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
-        const CUlaunchConfig *c = p ? ((const cuLaunchKernelEx_params *)p)->config : NULL;
-        if (!c)
-            return CALL_UNKNOWN;
-        *s = c->hStream;
-        return CALL_STREAM;
-    }
-    NO_WORK(cuMemAlloc_v2) NO_WORK(cuMemFree_v2) NO_WORK(cuMemAllocPitch_v2)
-    NO_WORK(cuMemAllocHost_v2) NO_WORK(cuMemFreeHost) NO_WORK(cuMemHostAlloc)
-    NO_WORK(cuMemHostGetDevicePointer_v2) NO_WORK(cuMemHostRegister_v2)
-    NO_WORK(cuMemHostUnregister) NO_WORK(cuMemAddressReserve)
-    NO_WORK(cuMemAddressFree) NO_WORK(cuMemCreate) NO_WORK(cuMemRelease)
-    NO_WORK(cuMemMap) NO_WORK(cuMemUnmap) NO_WORK(cuMemSetAccess)
-    NO_WORK(cuMemGetAllocationGranularity) NO_WORK(cuModuleLoadData)
-    NO_WORK(cuModuleLoadDataEx) NO_WORK(cuModuleLoadFatBinary)
-    NO_WORK(cuModuleGetFunction) NO_WORK(cuModuleGetGlobal_v2)
-    NO_WORK(cuModuleUnload) NO_WORK(cuLibraryLoadData) NO_WORK(cuLibraryUnload)
-    NO_WORK(cuLibraryGetKernel) NO_WORK(cuLibraryGetModule)
-    NO_WORK(cuLibraryGetGlobal) NO_WORK(cuFuncSetAttribute)
-    NO_WORK(cuFuncSetCacheConfig) NO_WORK(cuFuncGetParamInfo)
-    NO_WORK(cuKernelSetAttribute) NO_WORK(cuStreamCreate)
-    NO_WORK(cuStreamCreateWithPriority) NO_WORK(cuStreamDestroy_v2)
-    NO_WORK(cuStreamGetAttribute) NO_WORK(cuStreamSetAttribute)
-    NO_WORK(cuDevicePrimaryCtxRetain) NO_WORK(cuDevicePrimaryCtxRelease_v2)
-    NO_WORK(cuIpcGetMemHandle) NO_WORK(cuIpcOpenMemHandle_v2)
-    NO_WORK(cuIpcCloseMemHandle) NO_WORK(cuPointerSetAttribute)
-    NO_WORK(cuMemRetainAllocationHandle) NO_WORK(cuMemGetAllocationPropertiesFromHandle)
-    NO_WORK(cuMemExportToShareableHandle) NO_WORK(cuMemImportFromShareableHandle)
-    NO_WORK(cuMemGetAccess) NO_WORK(cuMemPoolCreate) NO_WORK(cuMemPoolDestroy)
-    NO_WORK(cuMemPoolSetAttribute) NO_WORK(cuMemPoolGetAttribute) NO_WORK(cuInit)
-    NO_WORK(cuModuleGetLoadingMode) NO_WORK(cuFuncGetName) NO_WORK(cuCtxGetApiVersion)
-    NO_WORK(cuDeviceTotalMem_v2) NO_WORK(cuDeviceGetPCIBusId) NO_WORK(cuDeviceGetByPCIBusId)
-    NO_WORK(cuDeviceCanAccessPeer) NO_WORK(cuDeviceGetP2PAttribute)
-    NO_WORK(cuCtxEnablePeerAccess)
-        return CALL_NO_WORK;
-    default:
-        return CALL_UNKNOWN;
-    }
-}
-#undef HSTREAM
-#undef NO_WORK
 
 /* A driver call's return: its work is queued (marks). Needs lock. */
 static void work_locked(unsigned cbid, enum call_kind k, void *s)
@@ -299,11 +246,11 @@ static void due_locked(enum call_kind k, void *s);
 
 void shim_comm_call(unsigned cbid, const void *params, bool entry)
 {
-    if (entry ? !atomic_load_explicit(&owing, memory_order_acquire)
+    if (entry ? !atomic_load_explicit(&owed_any, memory_order_acquire)
               : !depth && !atomic_load_explicit(&nstreams, memory_order_acquire))
         return;
     void *s = NULL;
-    enum call_kind k = call_stream(cbid, params, &s);
+    enum call_kind k = shim_call_kind(cbid, params, &s);
     if (k == CALL_NO_WORK || (k == CALL_STREAM && is_default(s)))
         return;
     pthread_mutex_lock(&lock);
@@ -320,10 +267,12 @@ bool shim_comm_track(void *s, int dev)
     comm_stream *c = find_locked(s);
     if (!c)
         c = add_locked(s, true);
-    if (c)
+    if (c && dev >= 0 && dev < SHIM_MAX_DEVICES) {
         c->dev = dev;
+        c->paid = atomic_load(&owed[dev]); /* it waits at once (fence.c) */
+    }
     pthread_mutex_unlock(&lock);
-    return c != NULL;
+    return c != NULL && c->dev == dev;
 }
 
 /* ---- ordering streams lazily ------------------------------------------ */
@@ -332,32 +281,43 @@ void shim_comm_on_pay(bool (*pay)(int dev, void *s)) { pay_fn = pay; }
 
 bool shim_comm_owe(int dev)
 {
+    if (!pay_fn || dev < 0 || dev >= SHIM_MAX_DEVICES)
+        return false;
     pthread_mutex_lock(&lock);
-    bool lazy = pay_fn && atomic_load(&watching);
-    for (size_t i = 0; lazy && i < nknown; i++) {
-        comm_stream *c = streams[i];
-        if (c->dev != dev)
-            continue;
-        if (c->owed++ == c->paid)
-            atomic_fetch_add_explicit(&owing, 1, memory_order_release);
+    bool lazy = atomic_load(&watching);
+    if (lazy) {
+        atomic_fetch_add_explicit(&owed[dev], 1, memory_order_relaxed);
+        atomic_store_explicit(&owed_any, true, memory_order_release);
     }
     pthread_mutex_unlock(&lock);
     return lazy;
 }
 
-/* c pays what it owes, if it owes and can wait now. Needs lock. */
-static void pay_locked(comm_stream *c)
+static bool owes(const comm_stream *c)
 {
-    if (c->owed == c->paid || c->dev < 0 || !pay_fn(c->dev, c->stream))
-        return;
-    c->paid = c->owed;
-    atomic_fetch_sub_explicit(&owing, 1, memory_order_relaxed);
+    return c->dev >= 0 && c->paid != atomic_load_explicit(&owed[c->dev], memory_order_relaxed);
 }
 
-static void pay_all_locked(void)
+/* c pays what it owes, if it owes and can wait now: on the device's
+ * latest order, which covers every one owed before. Needs lock (so no
+ * order is owed meanwhile). Returns whether it still owes. */
+static bool pay_locked(comm_stream *c)
 {
-    for (size_t i = 0; atomic_load_explicit(&owing, memory_order_relaxed) && i < nknown; i++)
-        pay_locked(streams[i]);
+    if (!owes(c))
+        return false;
+    if (!pay_fn(c->dev, c->stream))
+        return true;
+    c->paid = atomic_load_explicit(&owed[c->dev], memory_order_relaxed);
+    return false;
+}
+
+/* Every stream pays; returns how many still owe (capturing). */
+static size_t pay_all_locked(void)
+{
+    size_t left = 0;
+    for (size_t i = 0; i < nknown; i++)
+        left += pay_locked(streams[i]);
+    return left;
 }
 
 /* A driver call's entry: a stream owing pays before its work is queued.
@@ -386,24 +346,31 @@ void shim_comm_end(void)
     pthread_mutex_unlock(&lock);
 }
 
-bool shim_comm_needs(void *s, shim_comm_mark *m)
+size_t shim_comm_due(int dev, shim_comm_due_stream **out, size_t *cap)
 {
-    m->marks = m->seq = 0;
-    comm_stream *c = find_locked(s);
-    if (!c)
-        return true;
-    m->marks = atomic_load_explicit(&c->marks, memory_order_acquire);
-    m->seq = seq;
-    return m->marks != atomic_load_explicit(&c->covered, memory_order_relaxed);
+    if (all_dirty)
+        return SIZE_MAX;
+    size_t n = 0;
+    for (size_t i = 0; i < ndirty; i++) {
+        comm_stream *c = dirty[i];
+        uint64_t marks = atomic_load_explicit(&c->marks, memory_order_acquire);
+        if (c->dev != dev || marks == atomic_load_explicit(&c->covered, memory_order_relaxed))
+            continue;
+        if (!pool_grow((void **)out, cap, n, sizeof(**out)))
+            return SIZE_MAX;
+        (*out)[n++] = (shim_comm_due_stream){c->stream, c, {marks, seq}};
+    }
+    return n;
 }
 
-void shim_comm_covered(void *s, const shim_comm_mark *m)
+void shim_comm_covered(const shim_comm_due_stream *due)
 {
-    comm_stream *c = m->marks ? find_locked(s) : NULL;
-    if (!c)
-        return;
+    comm_stream *c = due->entry;
+    const shim_comm_mark *m = &due->mark;
     if (m->marks - atomic_load(&c->covered) < UINT64_MAX / 2)
         atomic_store(&c->covered, m->marks);
+    if (atomic_load(&c->covered) == atomic_load(&c->marks))
+        undirty(c);
     /* The buffers named before that event: a block freed from now on is
      * fenced after it (fences retire in order). */
     size_t k = 0;
@@ -465,11 +432,10 @@ void shim_comm_unwatching(void)
      * reports their work (a call entering meanwhile pays too). */
     pthread_mutex_lock(&lock);
     atomic_store(&watching, false);
-    pay_all_locked();
-    if (atomic_load(&owing))
-        shim_log(SHIM_LOG_ERROR, "%d streams could not be ordered as CUPTI was let go "
-                 "(capturing a graph): a block reused on one may still be in use",
-                 atomic_load(&owing));
+    size_t left = pay_all_locked();
+    if (left)
+        shim_log(SHIM_LOG_ERROR, "%zu streams could not be ordered as CUPTI was let go "
+                 "(capturing a graph): a block reused on one may still be in use", left);
     pthread_mutex_unlock(&lock);
 }
 
@@ -485,8 +451,7 @@ void shim_comm_forget(void *s)
     pthread_mutex_lock(&lock);
     comm_stream *c = pool_addrmap_take(&index_, (uintptr_t)s);
     if (c) {
-        if (c->owed != c->paid)
-            atomic_fetch_sub(&owing, 1);
+        undirty(c);
         streams[c->pos] = streams[--nknown];
         streams[c->pos]->pos = c->pos;
         atomic_store(&nstreams, (int)nknown);

@@ -77,17 +77,27 @@ void shim_comm_call(unsigned cbid, const void *params, bool entry);
 bool shim_comm_begin(void);
 void shim_comm_end(void);
 
-/* Between the two: whether a fence begun now must record an event on
- * stream s (*m to pass to shim_comm_covered once it has). A stream not
- * known always must. */
+/* Between the two: the streams of device dev a fence begun now must
+ * record an event on (those marked since a fence covered them), copied
+ * into *out (grown as needed, *cap its room); how many, or SIZE_MAX when
+ * every stream of dev must be in it (a list could not grow). A stream
+ * shim_comm_track did not note is never among them: the fence includes it
+ * always. */
 typedef struct shim_comm_mark {
     uint64_t marks, seq;
 } shim_comm_mark;
-bool shim_comm_needs(void *s, shim_comm_mark *m);
+typedef struct shim_comm_due_stream {
+    void *stream;
+    void *entry;            /* comm.c's, for shim_comm_covered */
+    shim_comm_mark mark;
+} shim_comm_due_stream;
+size_t shim_comm_due(int dev, shim_comm_due_stream **out, size_t *cap);
 
-/* Between the two: a fence recorded an event on s after shim_comm_needs
- * gave m: the marks and buffers up to m are covered. */
-void shim_comm_covered(void *s, const shim_comm_mark *m);
+/* Between the two: a fence recorded an event on a stream shim_comm_due
+ * gave: its marks and buffers up to then are covered. The fence holds its
+ * device's lock from one to the other, so that the stream cannot be
+ * forgotten between them (shim_comm_forget is called under it). */
+void shim_comm_covered(const shim_comm_due_stream *due);
 
 /* A pooled block [addr, addr + size) was allocated / freed. */
 void shim_comm_allocated(uintptr_t addr);
