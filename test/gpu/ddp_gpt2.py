@@ -4,7 +4,7 @@ Face transformers, random init: no download; default 6), variable-length
 batches of about TOKENS tokens (sequence length drawn from 64..1024 each
 step, the same on every rank), AdamW, STEPS steps (default 40). Run with
 torchrun, one rank per GPU. Rank 0 prints one JSON line: median step time
-(steps after the first 5), the losses (deterministic kernels: they must
+(steps after the first 5) and each of those steps' times, the losses (deterministic kernels: they must
 match bit for bit between allocators), peak memory (PyTorch's; cupool's when
 CUPOOL_STATS_FILE is set) and what the device gained. With STEP_STATS=PATH
 each rank also writes PATH.RANK: every step's time and what cupool did in
@@ -89,6 +89,7 @@ def main():
     if rank == 0:
         t = sorted(times[5:])
         out = {"median_ms": round(1e3 * t[len(t) // 2], 3), "steps": STEPS,
+               "step_ms": [round(1e3 * x, 3) for x in times[5:]],
                "losses": losses,
                "torch_peak_reserved_mib": torch.cuda.max_memory_reserved() >> 20}
         print(json.dumps(with_own_stats(out, base)))
