@@ -556,17 +556,23 @@ static void leave(void)
         return NCCL_SYSTEM_ERROR
 
 /* The NCCL gate (gate.h), passed at a collective outside any group and at
- * a group's outermost start, left at its return and at the group's end.
- * Then the operation is counted on its communicator (job.h), which
- * resumes first if cupool left it suspended. */
-static nccl_result gate_enter(void *comm)
+ * a group's outermost start, left at its return and at the group's end;
+ * there, past the gate and outside any group, the communicators cupool
+ * left suspended are resumed (job.h). Then a collective is counted on its
+ * communicator. */
+static nccl_result gate_enter(void *comm, bool group_start)
 {
     bool outermost = !depth && !group;
-    if (outermost)
-        shim_gate_enter(comm, shim_job_behind);
-    nccl_result r = shim_job_issue(comm);
-    if (r && outermost)
+    if (!outermost) {
+        shim_job_issue(comm);
+        return 0;
+    }
+    shim_gate_enter(comm, shim_job_behind);
+    nccl_result r = shim_job_resume_lazy();
+    if (r)
         shim_gate_leave();
+    else if (!group_start)
+        shim_job_issue(comm);
     return r;
 }
 
@@ -583,7 +589,7 @@ static void gate_leave(void)
     EXPORT nccl_result name params                                            \
     {                                                                         \
         NCCL_REAL(name, params);                                              \
-        nccl_result gated = gate_enter(comm);                                 \
+        nccl_result gated = gate_enter(comm, false);                               \
         if (gated)                                                            \
             return gated;                                                     \
         enter();                                                              \
@@ -630,9 +636,10 @@ EXPORT nccl_result ncclGroupStart(void)
 {
     NCCL_REAL(ncclGroupStart, (void));
     bool outermost = !depth && !group;
-    if (outermost)
-        shim_gate_enter(NULL, shim_job_behind);
-    nccl_result r = f();
+    nccl_result r = outermost ? gate_enter(NULL, true) : 0;
+    if (r)
+        return r;
+    r = f();
     group += r == 0;
     if (r && outermost)
         shim_gate_leave();
@@ -653,9 +660,8 @@ EXPORT nccl_result ncclGroupEnd(void)
     return r;
 }
 
-/* Calls that shrink, grow or finalize a communicator: only counted as
- * being inside NCCL (its own memory comes and goes meanwhile). A shrunk or
- * grown communicator is not listed in job.h's table. */
+/* A call that finalizes a communicator: only counted as being inside NCCL
+ * (its own memory comes and goes meanwhile). */
 #define INSIDE(name, params, args)                                            \
     EXPORT nccl_result name params;                                           \
     EXPORT nccl_result name params                                            \
@@ -668,10 +674,6 @@ EXPORT nccl_result ncclGroupEnd(void)
         return r;                                                             \
     }
 typedef struct { char internal[128]; } nccl_unique_id;
-INSIDE(ncclCommShrink, (void *comm, int *excluded, int nexcluded, void **out, void *cfg,
-                        int flags), (comm, excluded, nexcluded, out, cfg, flags))
-INSIDE(ncclCommGrow, (void *comm, int n, const nccl_unique_id *id, int rank, void **out,
-                      void *cfg), (comm, n, id, rank, out, cfg))
 INSIDE(ncclCommFinalize, (void *comm), (comm))
 #undef INSIDE
 
@@ -710,6 +712,13 @@ RECORDED(ncclCommInitAll, (void **comm, int n, const int *devs), (comm, n, devs)
          shim_job_made_all(comm, n))
 RECORDED(ncclCommSplit, (void *comm, int color, int key, void **out, void *cfg),
          (comm, color, key, out, cfg), (void)0, shim_job_split(comm, color, *out))
+/* A shrunk or grown communicator is counted, not listed (job.h). */
+RECORDED(ncclCommShrink, (void *comm, int *excluded, int nexcluded, void **out, void *cfg,
+                          int flags), (comm, excluded, nexcluded, out, cfg, flags), (void)0,
+         shim_job_unnamed(*out))
+RECORDED(ncclCommGrow, (void *comm, int n, const nccl_unique_id *id, int rank, void **out,
+                        void *cfg), (comm, n, id, rank, out, cfg), (void)0,
+         shim_job_unnamed(*out))
 RECORDED(ncclCommDestroy, (void *comm), (comm), shim_job_gone(comm), (void)0)
 RECORDED(ncclCommAbort, (void *comm), (comm), shim_job_gone(comm), (void)0)
 #undef ID_HASH

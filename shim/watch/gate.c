@@ -5,7 +5,9 @@
  * closed and active are atomics so that the open gate costs no lock: a
  * thread counts itself in, then looks at closed; the helper closes, then
  * looks at active (both sequentially consistent), so one of the two sees
- * the other. A thread that finds the gate closed counts itself out again
+ * the other. The helper holds the gate (no opening by itself) before it
+ * suspends, and judges there is no thread inside under the lock: from
+ * then on a thread arriving can only wait, unless behind its target. A thread that finds the gate closed counts itself out again
  * and waits under the lock. Order of locks: the gate's, then what behind
  * takes (job.c's table).
  */
@@ -103,15 +105,41 @@ void shim_gate_close(const uint64_t *id, const uint64_t *target, size_t n, uint3
     pthread_mutex_unlock(&lock);
 }
 
-bool shim_gate_stopped(void)
+/* Whether the gate is closed, not run out, with no thread past it. Needs
+ * lock. */
+static bool stopped_locked(void)
 {
+    if (atomic_load(&closed) && !held && mono_ns() >= open_at_ns)
+        expired_locked();
     return atomic_load(&closed) && atomic_load(&active) == 0;
 }
 
-void shim_gate_hold(void)
+bool shim_gate_try_hold(void)
 {
+    pthread_once(&once, init);
     pthread_mutex_lock(&lock);
-    held = atomic_load(&closed);
+    /* A thread arriving counts itself in before it waits for this lock to
+     * count itself out: such a count goes in a moment, one past the gate
+     * (behind its target) does not. */
+    bool ok = stopped_locked();
+    for (int i = 0; i < 100 && !ok && atomic_load(&closed); i++) {
+        held = true; /* no opening by itself meanwhile */
+        pthread_mutex_unlock(&lock);
+        nanosleep(&(struct timespec){0, 1000000L}, NULL);
+        pthread_mutex_lock(&lock);
+        held = false;
+        ok = stopped_locked();
+    }
+    held = ok;
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+void shim_gate_unhold(void)
+{
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+    held = false;
     pthread_mutex_unlock(&lock);
 }
 

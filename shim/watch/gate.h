@@ -18,8 +18,12 @@
  * it suspended anything.
  *
  * The threads past the gate are counted, so that the helper thread knows
- * when none is inside NCCL: one atomic increment and load on the way in
- * while the gate is open, one decrement on the way out.
+ * when none is inside NCCL: the gate itself costs one atomic increment and
+ * load on the way in while it is open, one decrement on the way out. The
+ * wrappers add job.h's per call: an atomic load (any communicator left
+ * suspended?) at the outermost call, and shim_job_issue on every
+ * collective, a mutex taken and a walk of the communicators' table to
+ * count it.
  */
 #ifndef CUPOOL_SHIM_GATE_H
 #define CUPOOL_SHIM_GATE_H
@@ -45,10 +49,14 @@ void shim_gate_leave(void);
 /* Closes the gate (again: new targets), ids[i]'s target targets[i], to
  * open by itself in hold_s seconds unless held. Helper thread. */
 void shim_gate_close(const uint64_t *ids, const uint64_t *targets, size_t n, uint32_t hold_s);
-/* Whether the gate is closed and no thread is past it. */
-bool shim_gate_stopped(void);
-/* The communicators are suspended: the gate stays closed until opened. */
-void shim_gate_hold(void);
+/* Before a suspend: holds the gate closed until opened (no opening by
+ * itself), if it is closed, its hold not run out, and no thread is past
+ * it (one counting itself in a moment is waited for, up to 0.1 s). Whether
+ * it held. */
+bool shim_gate_try_hold(void);
+/* The suspend failed: the gate opens by itself again once its hold runs
+ * out. */
+void shim_gate_unhold(void);
 /* Opens the gate: every thread waiting goes on. */
 void shim_gate_open(void);
 

@@ -10,12 +10,18 @@
  * asks are optional (ncclCommMemStats is 2.29.7's), so a missing one is no
  * error here.
  *
- * Suspending: the table's lock is held around ncclCommSuspend and
- * ncclCommResume (so that a destroy waits for them, never the reverse);
- * a resume is a barrier with the other ranks, bounded by NCCL's own
- * timeout. The memory a resume allocates from the helper thread is not
- * noted as NCCL's own (comm.h): its later free comes inside a destroy or
- * a suspend, both after the work on it ended.
+ * Suspending: the table's lock is held around ncclCommSuspend (so that a
+ * destroy waits for it, never the reverse), which returns at once.
+ * Resuming is a barrier with the other ranks, so it runs outside the lock:
+ * every communicator cupool suspended in this process is resumed together,
+ * in one NCCL group, in the order of their ids (every rank computes them
+ * alike; two ranks of one communicator in this process by rank), so that
+ * neither two ranks in this process nor two processes that list their
+ * communicators in different orders wait on each other. Meanwhile the
+ * entries resumed are busy: a destroy of one waits, and so does a second
+ * resume (one at a time). The memory a resume allocates from the helper
+ * thread is not noted as NCCL's own (comm.h): its later free comes inside
+ * a destroy or a suspend, both after the work on it ended.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,6 +49,7 @@ typedef struct job_comm {
     stats_comm info;
     uint32_t splits;          /* splits of it so far: its children's ids */
     uint64_t held, suspendable; /* as last asked; STATS_UNKNOWN if not told */
+    bool busy;                /* being resumed, outside comms_lock */
 } job_comm;
 
 /* Guards the table. Taken by the wrappers of the calls that make and end
@@ -50,9 +57,12 @@ typedef struct job_comm {
  * which asks NCCL for each one's memory under it, so that a communicator
  * is never asked about once its destroy began. */
 static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t comms_idle = PTHREAD_COND_INITIALIZER; /* a resume ended */
 static job_comm comms[JOB_COMMS_MAX];
 static size_t ncomms;
-static uint64_t unlisted;     /* alive past the table's room */
+static uint64_t unlisted;     /* alive past the table's room, or not named */
+static bool resuming;         /* a resume runs, its entries busy */
+static atomic_uint nsuspended; /* entries cupool left suspended */
 
 uint64_t shim_job_hash(uint64_t h, const void *p, size_t n)
 {
@@ -116,7 +126,7 @@ static void add(void *comm, uint64_t id, int rank, int nranks, int device)
         c = &comms[ncomms++];
     if (c)
         *c = (job_comm){comm, {id, rank, nranks, device, 0, 0}, 0, STATS_UNKNOWN,
-                        STATS_UNKNOWN};
+                        STATS_UNKNOWN, false};
     else
         unlisted++;
     publish_count_locked();
@@ -166,10 +176,24 @@ void shim_job_split(void *parent, int color, void *child)
     add(child, id, rank, nranks, device_of(child));
 }
 
+void shim_job_unnamed(void *comm)
+{
+    if (!comm)
+        return;
+    pthread_mutex_lock(&comms_lock);
+    unlisted++;
+    publish_count_locked();
+    pthread_mutex_unlock(&comms_lock);
+}
+
 void shim_job_gone(void *comm)
 {
     pthread_mutex_lock(&comms_lock);
-    job_comm *c = find_locked(comm);
+    job_comm *c;
+    while ((c = find_locked(comm)) && c->busy)
+        pthread_cond_wait(&comms_idle, &comms_lock);
+    if (c && c->info.suspended)
+        atomic_fetch_sub(&nsuspended, 1);
     if (c)
         *c = comms[--ncomms];
     else if (unlisted && comm)
@@ -249,34 +273,119 @@ bool shim_job_can_suspend(void)
     return suspend_call() && resume_call();
 }
 
-/* Resumes c, which cupool suspended. Needs comms_lock. */
-static nccl_result resume_locked(job_comm *c)
+typedef nccl_result (*group_fn)(void);
+
+static group_fn group_call(bool start)
+{
+    static _Atomic(void *) fns[2];
+    return (group_fn)job_fn(&fns[start], start ? "ncclGroupStart" : "ncclGroupEnd");
+}
+
+/* The entries a resume works on (one resume at a time: resuming). */
+static job_comm *batch[JOB_COMMS_MAX];
+
+/* Whether entry a comes before b: by id, then rank. */
+static bool before(const job_comm *a, const job_comm *b)
+{
+    return a->info.id != b->info.id ? a->info.id < b->info.id : a->info.rank < b->info.rank;
+}
+
+/* Marks every suspended entry busy into batch, in order: how many. Needs
+ * comms_lock, no resume running. */
+static size_t batch_take_locked(void)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ncomms; i++) {
+        if (!comms[i].info.suspended)
+            continue;
+        size_t at = n++;
+        for (; at && before(&comms[i], batch[at - 1]); at--)
+            batch[at] = batch[at - 1];
+        batch[at] = &comms[i];
+        comms[i].busy = true;
+    }
+    return n;
+}
+
+/* NCCL's resume of the n communicators of batch, in one group: 0, or the
+ * failure (of the group: none is counted resumed then). */
+static nccl_result batch_resume(size_t n, char *why, size_t len)
 {
     resume_fn f = resume_call();
-    nccl_result r = f ? f(c->comm) : NCCL_SYSTEM_ERROR;
-    if (r == 0)
-        c->info.suspended = 0;
+    group_fn start = group_call(true), end = group_call(false);
+    if (!f || !start || !end) {
+        snprintf(why, len, "this NCCL has no ncclCommResume or ncclGroupStart");
+        return NCCL_SYSTEM_ERROR;
+    }
+    nccl_result r = start();
+    if (r) {
+        snprintf(why, len, "ncclGroupStart before ncclCommResume: NCCL result %d", r);
+        return r;
+    }
+    size_t i = 0;
+    for (; i < n && r == 0; i++)
+        r = f(batch[i]->comm);
+    nccl_result e = end();
+    if (r)
+        snprintf(why, len, "ncclCommResume refused communicator %016llx (rank %d of %d): "
+                 "NCCL result %d", (unsigned long long)batch[i - 1]->info.id,
+                 batch[i - 1]->info.rank, batch[i - 1]->info.nranks, r);
+    else if (e)
+        snprintf(why, len, "ncclGroupEnd of the resume of %zu communicator%s (the first "
+                 "%016llx): NCCL result %d (a rank did not come in time?)", n,
+                 n == 1 ? "" : "s", (unsigned long long)batch[0]->info.id, e);
+    return r ? r : e;
+}
+
+/* Resumes every communicator cupool suspended, together (see the top):
+ * 0 with *n how many (0: none was), or the failure with why said. */
+static nccl_result resume_suspended(size_t *n, char *why, size_t len)
+{
+    pthread_mutex_lock(&comms_lock);
+    while (resuming)
+        pthread_cond_wait(&comms_idle, &comms_lock);
+    *n = batch_take_locked();
+    resuming = *n > 0;
+    pthread_mutex_unlock(&comms_lock);
+    if (!*n)
+        return 0;
+    nccl_result r = batch_resume(*n, why, len);
+    pthread_mutex_lock(&comms_lock);
+    for (size_t i = 0; i < *n; i++) {
+        batch[i]->busy = false;
+        if (r == 0) {
+            batch[i]->info.suspended = 0;
+            atomic_fetch_sub(&nsuspended, 1);
+        }
+    }
+    resuming = false;
+    pthread_cond_broadcast(&comms_idle);
+    pthread_mutex_unlock(&comms_lock);
     return r;
 }
 
-int shim_job_issue(void *comm)
+int shim_job_resume_lazy(void)
 {
-    nccl_result r = 0;
+    if (!atomic_load_explicit(&nsuspended, memory_order_acquire))
+        return 0;
+    char why[200];
+    size_t n;
+    nccl_result r = resume_suspended(&n, why, sizeof(why));
+    if (r == 0)
+        shim_count_add(SHIM_nccl_lazy_resumes, n);
+    else
+        shim_log(SHIM_LOG_ERROR, "cannot resume the NCCL communicators cupool flush --nccl "
+                 "suspended: %s", why);
+    return r;
+}
+
+void shim_job_issue(void *comm)
+{
     pthread_mutex_lock(&comms_lock);
     job_comm *c = find_locked(comm);
-    if (c && c->info.suspended) {
-        r = resume_locked(c);
-        if (r == 0)
-            shim_count(SHIM_nccl_lazy_resumes);
-        else
-            shim_log(SHIM_LOG_ERROR, "cannot resume NCCL communicator %016llx (rank %d of "
-                     "%d), suspended by cupool flush --nccl: NCCL result %d",
-                     (unsigned long long)c->info.id, c->info.rank, c->info.nranks, r);
-    }
-    if (c && r == 0)
+    if (c)
         c->info.issued++;
     pthread_mutex_unlock(&comms_lock);
-    return r;
 }
 
 /* id's target into *t: false if it has none. */
@@ -354,38 +463,29 @@ int shim_job_suspend_all(uint64_t *freed, char *why, size_t len)
         *freed = add_known(*freed, gives);
         now++;
     }
-    for (size_t i = 0; i < done; i++) {
-        if (comms[i].info.suspended != 2)
-            continue;
-        if (r && resume_locked(&comms[i]))
-            shim_log(SHIM_LOG_ERROR, "NCCL communicator %016llx stays suspended after "
-                     "another's suspend was refused: it resumes at its next call",
-                     (unsigned long long)comms[i].info.id);
-        if (comms[i].info.suspended)
+    for (size_t i = 0; i < done; i++)
+        if (comms[i].info.suspended == 2)
             comms[i].info.suspended = 1;
-    }
+    atomic_fetch_add(&nsuspended, (unsigned)now);
     if (r == 0) {
         shim_count_add(SHIM_nccl_suspends, now);
         if (*freed != STATS_UNKNOWN)
             shim_count_add(SHIM_nccl_freed, *freed);
     }
     pthread_mutex_unlock(&comms_lock);
+    if (r && now) { /* those suspended here come back, together */
+        char again[200];
+        size_t n;
+        if (resume_suspended(&n, again, sizeof(again)))
+            shim_log(SHIM_LOG_ERROR, "process %d: %zu NCCL communicator%s suspended before "
+                     "the refusal (%s) stay suspended (%s): they resume at the program's next "
+                     "NCCL call", (int)getpid(), now, now == 1 ? "" : "s", why, again);
+    }
     return r;
 }
 
 int shim_job_resume_all(char *why, size_t len)
 {
-    nccl_result first = 0;
-    pthread_mutex_lock(&comms_lock);
-    for (size_t i = 0; i < ncomms; i++) {
-        if (!comms[i].info.suspended)
-            continue;
-        nccl_result r = resume_locked(&comms[i]);
-        if (r && !first) {
-            first = r;
-            say_comm(why, len, "ncclCommResume failed for communicator", &comms[i], r);
-        }
-    }
-    pthread_mutex_unlock(&comms_lock);
-    return first;
+    size_t n;
+    return resume_suspended(&n, why, len);
 }

@@ -47,6 +47,11 @@ void shim_job_made_all(void *const *comms, int n);
  * NCCL tells (ncclCommUserRank, ncclCommCount). */
 void shim_job_split(void *parent, int color, void *child);
 
+/* comm was made by a call whose id the ranks cannot compute alike
+ * (ncclCommShrink, ncclCommGrow): counted in nccl_comms, not listed, so
+ * that a controller sees that it cannot set the gate's target for it. */
+void shim_job_unnamed(void *comm);
+
 /* comm is about to be destroyed or aborted: it is forgotten before NCCL
  * frees it, so that no query of the helper thread touches it after. */
 void shim_job_gone(void *comm);
@@ -71,11 +76,16 @@ uint32_t shim_job_list(stats_comm *out, uint32_t max);
  * controller can stop every rank at the same one (gate.h). Those below are
  * NCCL results: 0, or ncclResult_t's code. */
 
-/* An operation on comm is about to be issued: counted; a communicator
- * cupool left suspended (cupool flush --nccl) is resumed first, a barrier
- * with its other ranks, which come to the same operation. The resume's
- * failure is returned, and the operation is not issued then. */
-int shim_job_issue(void *comm);
+/* An operation on comm is about to be issued: counted. */
+void shim_job_issue(void *comm);
+
+/* At an outermost NCCL call (a collective outside any group, a group's
+ * outermost start; never inside a group): the communicators cupool left
+ * suspended (cupool flush --nccl), if any, are resumed, all together (a
+ * barrier with their other ranks, which come to their own next call).
+ * Costs one atomic load when none is. 0, or the resume's failure (said in
+ * the log): they stay suspended, and the call is not made. */
+int shim_job_resume_lazy(void);
 
 /* Whether comm (NULL: any communicator) is below its target: ids[i]'s
  * target is targets[i]; one not named has none (it is not below). */
@@ -94,9 +104,9 @@ uint64_t shim_job_devices(void);
  * cannot tell), or NCCL's result with why said (bufsize len). */
 int shim_job_suspend_all(uint64_t *freed, char *why, size_t len);
 
-/* Resumes every communicator cupool suspended: 0, or the first failure's
- * NCCL result with why said; those that failed stay suspended (resumed at
- * the program's next call on them). */
+/* Resumes every communicator cupool suspended, together (one NCCL group,
+ * in the order of their ids): 0, or the failure's NCCL result with why
+ * said; then they stay suspended (resumed at the program's next call). */
 int shim_job_resume_all(char *why, size_t len);
 
 #endif

@@ -41,7 +41,12 @@
  * resume waits until every other rank began its k-th resume too, or never
  * made a k-th suspend (a rank whose suspend failed: the others come back
  * without it), for up to SIMNCCL_RESUME_TIMEOUT seconds (10), else
- * ncclRemoteError, still suspended. SIMNCCL_SUSPEND_FAIL=1 refuses every
+ * ncclRemoteError, still suspended. A resume inside a group begins at once
+ * (the other ranks see it) and waits at the group's end for all the
+ * group's barriers together, so that one thread can resume two ranks of a
+ * communicator; if one is not met in time, every resume of the group
+ * fails (ncclRemoteError from ncclGroupEnd), all still suspended.
+ * SIMNCCL_SUSPEND_FAIL=1 refuses every
  * suspend as if an operation were outstanding. Built with
  * -DSIMNCCL_NO_SUSPEND (libnccl-nosuspend.so), it has neither call, as
  * NCCL 2.28.9 has not.
@@ -82,6 +87,10 @@ typedef struct sim_comm {
 static _Thread_local int group;
 static _Thread_local struct { void *stream; sim_comm *comm; } queued[64];
 static _Thread_local int nqueued;
+#ifndef SIMNCCL_NO_SUSPEND
+static _Thread_local sim_comm *resuming[64]; /* begun in the group */
+static _Thread_local int nresuming;
+#endif
 
 static uint64_t hash(uint64_t h, const void *p, size_t n)
 {
@@ -312,6 +321,23 @@ EXPORT nccl_result ncclCommSuspend(void *comm, int flags)
     return 0;
 }
 
+/* Takes back c's resume begun: still suspended. */
+static void resume_undo(sim_comm *c)
+{
+    c->resumes--;
+    barrier_write(c);
+}
+
+/* Ends c's resume, its barrier met: 0 or ncclSystemError. */
+static nccl_result resume_end(sim_comm *c)
+{
+    if (cudaMalloc(&c->spare, SUSPENDABLE_BYTES) != cudaSuccess)
+        return NCCL_SYSTEM_ERROR;
+    c->suspended = false;
+    c->launched = false;
+    return 0;
+}
+
 EXPORT nccl_result ncclCommResume(void *comm)
 {
     sim_comm *c = comm;
@@ -319,17 +345,38 @@ EXPORT nccl_result ncclCommResume(void *comm)
         return NCCL_INVALID_ARGUMENT;
     if (!c->suspended)
         return NCCL_INVALID_USAGE;
+    if (group && nresuming == 64)
+        return NCCL_INVALID_USAGE;
     c->resumes++;
-    if (barrier_write(c) || !barrier_wait(c)) {
-        c->resumes--;
-        barrier_write(c);
+    if (barrier_write(c)) {
+        resume_undo(c);
+        return NCCL_SYSTEM_ERROR;
+    }
+    if (group) {
+        resuming[nresuming++] = c;
+        return 0;
+    }
+    if (!barrier_wait(c)) {
+        resume_undo(c);
         return NCCL_REMOTE_ERROR;
     }
-    if (cudaMalloc(&c->spare, SUSPENDABLE_BYTES) != cudaSuccess)
-        return NCCL_SYSTEM_ERROR;
-    c->suspended = false;
-    c->launched = false;
-    return 0;
+    return resume_end(c);
+}
+
+/* The group's resumes end: every barrier met, or every one taken back. */
+static nccl_result group_resumes_end(void)
+{
+    bool met = true;
+    for (int i = 0; i < nresuming && met; i++)
+        met = barrier_wait(resuming[i]);
+    nccl_result r = met ? 0 : NCCL_REMOTE_ERROR;
+    for (int i = 0; i < nresuming; i++)
+        if (!met)
+            resume_undo(resuming[i]);
+        else
+            r |= resume_end(resuming[i]);
+    nresuming = 0;
+    return r;
 }
 #endif
 
@@ -360,6 +407,9 @@ EXPORT nccl_result ncclGroupEnd(void)
     if (--group)
         return 0;
     nccl_result r = 0;
+#ifndef SIMNCCL_NO_SUSPEND
+    r = group_resumes_end();
+#endif
     for (int i = 0; i < nqueued; i++)
         r |= launch(queued[i].stream, queued[i].comm);
     nqueued = 0;
