@@ -76,21 +76,35 @@ static int pause_check_ranks(void)
     return 0;
 }
 
-/* Brings back the ranks before k, checkpointed, and the communicators;
- * says which rank failed and how the job is left. Returns 1. */
-static int pause_undo(size_t k, const char *step)
+/* Appends to buf (room len) what became of rank r: ckpt ranks were
+ * checkpointed, k failed, back[r] whether r was brought back. */
+static void undo_say_rank(char *buf, size_t len, size_t r, size_t k, size_t ckpt,
+                          const bool *back)
 {
-    int left = 0;
-    for (size_t r = 0; r < k; r++)
-        left |= pause_resume_one(g.pid[r]);
+    size_t at = strlen(buf);
+    const char *what = r == k ? "left running (its step failed, said above)" :
+                       r >= ckpt ? "never locked, runs on" :
+                       back[r] ? "restored and unlocked" :
+                                 "still paused, said above (cupool resume tries again)";
+    if (at < len)
+        snprintf(buf + at, len - at, "%sprocess %d %s", at ? ", " : "", g.pid[r], what);
+}
+
+/* Rank k failed step; the ranks before ckpt were checkpointed (ckpt <= k):
+ * they alone are restored and unlocked, then the communicators resumed
+ * and the gates opened; says what each rank is left as. Returns 1. */
+static int pause_undo(size_t k, size_t ckpt, const char *step)
+{
+    bool back[JOBGATE_RANKS_MAX];
+    for (size_t r = 0; r < ckpt; r++)
+        back[r] = pause_resume_one(g.pid[r]) == 0;
+    char ranks[1024] = "";
+    for (size_t r = 0; r < g.n; r++)
+        undo_say_rank(ranks, sizeof(ranks), r, k, ckpt, back);
     g.why[0] = '\0';
     int comms = jobgate_release(&g, false);
-    pause_say("the job was not paused: process %d (a rank of it) %s; %s%s%s", g.pid[k], step,
-              left ? "some of the ranks checkpointed before could not be brought back (said "
-                     "above: cupool resume tries again)" :
-                     k ? "the ranks checkpointed before were restored and unlocked" :
-                         "no rank was checkpointed",
-              comms ? ", and: " : ", the communicators resumed and the gates open",
+    pause_say("the job was not paused: process %d (a rank of it) %s; %s; %s%s", g.pid[k], step,
+              ranks, comms ? "and: " : "the communicators resumed and the gates open",
               comms ? g.why : "");
     return 1;
 }
@@ -101,13 +115,13 @@ static int pause_ranks(double timeout, bool no_flush, uint64_t *needs)
 {
     for (size_t r = 0; r < g.n; r++) {
         if (!no_flush && pause_flush(g.pid[r], timeout, &views[r]))
-            return pause_undo(r, "could not be flushed");
+            return pause_undo(r, 0, "could not be flushed");
         needs[r] = pause_held_of(&views[r]);
     }
     for (size_t r = 0; r < g.n; r++) {
         double t_lock, t_ckpt;
         if (pause_lock_and_checkpoint(g.pid[r], &t_lock, &t_ckpt))
-            return pause_undo(r, "could not be checkpointed (said above)");
+            return pause_undo(r, r, "could not be checkpointed (said above)");
         printf("paused %d: lock %.3f s, checkpoint %.3f s\n", g.pid[r], t_lock, t_ckpt);
     }
     return 0;
@@ -118,7 +132,7 @@ int pause_job(const stats_view *v, double timeout, bool no_flush)
     if (job_find(v, timeout) || pause_check_ranks())
         return 1;
     sigset_t old;
-    pause_signals_block(&old);
+    jobgate_signals_block(&old);
     double t0 = pause_now_s();
     int rc = 1;
     uint64_t needs[JOBGATE_RANKS_MAX];
@@ -153,7 +167,7 @@ int pause_job_resume(const stats_view *v, double timeout)
     if (job_find(v, timeout) || pause_driver_load())
         return 1;
     sigset_t old;
-    pause_signals_block(&old);
+    jobgate_signals_block(&old);
     int rc = 0;
     for (size_t r = 0; r < g.n && !rc; r++) {
         CUprocessState st;

@@ -31,6 +31,7 @@
 
 #include <cuda.h>
 
+#include "jobgate.h"
 #include "pause.h"
 #include "stats.h"
 #include "userns.h"
@@ -262,17 +263,6 @@ static int pause_check(int pid, stats_view *v, bool *paged)
     return 0;
 }
 
-void pause_signals_block(sigset_t *old)
-{
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    sigaddset(&stop, SIGHUP);
-    sigaddset(&stop, SIGQUIT);
-    sigprocmask(SIG_BLOCK, &stop, old);
-}
-
 static int cmd_pause(int pid, double timeout, bool no_flush)
 {
     stats_view v;
@@ -282,7 +272,7 @@ static int cmd_pause(int pid, double timeout, bool no_flush)
     /* From the lock until the page says paused, a Ctrl-C or a TERM must not
      * leave the process locked with nothing said: they wait to the end. */
     sigset_t old;
-    pause_signals_block(&old);
+    jobgate_signals_block(&old);
     double t_lock = 0, t_ckpt = 0;
     if (pause_lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
         sigprocmask(SIG_SETMASK, &old, NULL);

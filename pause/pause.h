@@ -47,9 +47,6 @@ int pause_flush(int pid, double timeout, stats_view *v);
 int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt);
 /* Restore (when checkpointed) and unlock; the page says running. */
 int pause_resume_one(int pid);
-/* Blocks the signals that would stop cupool-pause halfway (*old: the mask
- * to put back). */
-void pause_signals_block(sigset_t *old);
 
 /* The pause and the resume of pid's whole NCCL job (v: pid's view). */
 int pause_job(const stats_view *v, double timeout, bool no_flush);

@@ -661,31 +661,33 @@ static void print_flush(int pid, const stats_view *before, const stats_view *aft
                "call, or a graph capture under way): it runs as soon as it can, and "
                "the program's log says what it returned\n", pid);
     if (b->framework_unable > a->framework_unable)
-        printf("%d: JAX holds its own memory, which cannot be given back from "
-               "outside\n", pid);
+        printf("%d: JAX holds its own memory, which cannot be given back from outside\n", pid);
 }
 
-/* cupool flush --nccl: the communicators of pid's job suspended (each
- * resumes at its rank's next NCCL call), then every rank flushed. */
+/* cupool flush --nccl: suspends pid's job (signals held till its gates open), flushes each rank. */
 static int flush_job(int pid, double timeout)
 {
     static jobgate g;
     static stats_view before, after;
+    sigset_t old;
+    jobgate_signals_block(&old);
     int err = stats_page_read(pid, &after);
-    if (err || jobgate_suspend_idle(&g, &after, timeout)) {
+    int bad = err || jobgate_suspend_idle(&g, &after, timeout);
+    if (bad)
         fprintf(stderr, "cupool: %d: %s\n", pid, err ? read_error(err) : g.why);
-        return 1;
-    }
-    char f[32];
-    printf("%d: suspended the %zu NCCL communicator%s of its job (%zu process%s here): "
-           "NCCL gave back %s; each resumes at its rank's next NCCL call\n", pid, g.nids,
-           g.nids == 1 ? "" : "s", g.n, g.n == 1 ? "" : "es", stats_fmt_bytes(jobgate_freed(&g), f, 32));
-    for (size_t r = 0; r < g.n; r++) {
+    else
+        printf("%d: suspended the %zu NCCL communicator%s of its job (%zu process%s here): "
+               "NCCL gave back %s; each resumes at its rank's next NCCL call\n", pid, g.nids,
+               g.nids == 1 ? "" : "s", g.n, g.n == 1 ? "" : "es",
+               stats_fmt_bytes(jobgate_freed(&g), (char[32]){0}, 32));
+    fflush(stdout);
+    sigprocmask(SIG_SETMASK, &old, NULL); /* the ranks run: a signal now cuts the flush */
+    for (size_t r = 0; r < g.n && !bad; r++) {
         if (ask(g.pid[r], STATS_REQ_FLUSH, timeout, &before, &after))
             return 1;
         print_flush(g.pid[r], &before, &after);
     }
-    return 0;
+    return bad;
 }
 
 /* flush and dump: [--timeout SECONDS] PID; flush also [--nccl]. */

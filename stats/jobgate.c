@@ -18,6 +18,7 @@
  * renews the hold after which a gate opens by itself.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -79,9 +80,28 @@ static bool shares(const jobgate *g, const stats_view *v)
     return false;
 }
 
-/* Adds v's process and its communicators: 0, or -1 (too many). */
+/* Whether v's process holds communicators its page does not list (past
+ * its room, or shrunk or grown: no id every rank computes alike): the gate
+ * could set no target for them, its ranks would stop at different counts
+ * and their collectives never end. Says so. */
+static bool unlisted(jobgate *g, const stats_view *v, int pid)
+{
+    uint32_t listed = v->ncomms < STATS_MAX_COMMS ? v->ncomms : STATS_MAX_COMMS;
+    if (v->proc.nccl_comms <= listed)
+        return false;
+    say(g, "process %d (a rank of the job) holds %llu NCCL communicators, of which its page "
+        "lists %u (more than %d, or made by ncclCommShrink or ncclCommGrow): its ranks "
+        "cannot be stopped at the same operation on the others; refused. ", pid,
+        (unsigned long long)v->proc.nccl_comms, listed, STATS_MAX_COMMS);
+    return true;
+}
+
+/* Adds v's process and its communicators: 0, -1 (too many), or -2
+ * (communicators not listed, said). */
 static int add_rank(jobgate *g, const stats_view *v, int pid)
 {
+    if (unlisted(g, v, pid))
+        return -2;
     if (g->n == JOBGATE_RANKS_MAX)
         return -1;
     g->pid[g->n++] = pid;
@@ -136,10 +156,10 @@ int jobgate_find(jobgate *g, const stats_view *v, double timeout)
             }
         }
     }
-    if (err)
+    if (err == -1)
         say(g, "the job of process %d has more than %d processes or %d communicators on "
             "this node: refused. ", v->pid, JOBGATE_RANKS_MAX, STATS_MAX_COMMS);
-    else
+    else if (!err)
         err = ranks_elsewhere(g, &s);
     node_scan_free(&s);
     return err ? 1 : 0;
@@ -332,6 +352,17 @@ static int ranks_ready(jobgate *g)
         }
     }
     return 0;
+}
+
+void jobgate_signals_block(sigset_t *old)
+{
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
+    sigaddset(&stop, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &stop, old);
 }
 
 int jobgate_suspend_idle(jobgate *g, const stats_view *v, double timeout)

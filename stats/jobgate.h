@@ -12,6 +12,7 @@
 #ifndef CUPOOL_STATS_JOBGATE_H
 #define CUPOOL_STATS_JOBGATE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,8 +35,9 @@ typedef struct jobgate {
 /* The job of the process whose view is v: every process on this node
  * whose page shares a communicator with it, and theirs in turn. 0, or 1
  * with why said: a communicator with ranks no page here holds (on other
- * nodes: one node cannot pause a job spanning several), more processes or
- * communicators than fit. */
+ * nodes: one node cannot pause a job spanning several), a rank holding
+ * communicators its page does not list, more processes or communicators
+ * than fit. */
 int jobgate_find(jobgate *g, const stats_view *v, double timeout);
 
 /* Closes every rank's gate and lets those behind catch up until all stop
@@ -63,5 +65,9 @@ uint64_t jobgate_freed(const jobgate *g);
  * communicator resumes at its rank's next NCCL call on it). 0, or 1 with
  * nothing left suspended and why said. */
 int jobgate_suspend_idle(jobgate *g, const stats_view *v, double timeout);
+
+/* Blocks the signals that would stop a controller halfway, its ranks left
+ * held with nothing said (*old: the mask to put back). */
+void jobgate_signals_block(sigset_t *old);
 
 #endif
