@@ -1990,6 +1990,19 @@ static bool duo_runs(void)
     return duo_count(0) > a && duo_count(1) > b;
 }
 
+/* Whether each rank's communicators (n each) were resumed by cupool's
+ * RESUME, not at the rank's next call: none suspended (NCCL says each holds
+ * its 1 MiB again), no resume at a call counted. */
+static void duo_resumed_explicitly(const child c[2], int n)
+{
+    char cond[160];
+    snprintf(cond, sizeof(cond), "d[\"process\"][\"nccl_lazy_resumes\"] == 0 and "
+             "d[\"devices\"][0][\"nccl_held\"] == %d * 2**20", n);
+    for (int r = 0; r < 2; r++)
+        if (c[r].pid > 0 && wait_page(c[r].pid, cond))
+            fail_msg("process %d after the resume: not %s", c[r].pid, cond);
+}
+
 /* A two-rank job, one rank three times slower: cupool pause of either
  * rank stops both at the same all-reduce, suspends their communicators
  * (NCCL gives back 768 KiB each), checkpoints both; a collective issued
@@ -2022,6 +2035,7 @@ static void test_nccl_job_pause_and_resume(void **s)
     assert_non_null(strstr(out, "communicators resumed"));
     assert_int_equal(pause_state(c[0].pid), 0);
     assert_true(duo_runs());
+    duo_resumed_explicitly(c, 1);
     /* The second rank's checkpoint fails: the first is restored. */
     char fail[64], names[96];
     snprintf(fail, sizeof(fail), "checkpoint@%d", c[1].pid);
@@ -2032,10 +2046,15 @@ static void test_nccl_job_pause_and_resume(void **s)
     snprintf(names, sizeof(names), "process %d (a rank of it) could not be checkpointed",
              c[1].pid);
     assert_non_null(strstr(out, names));
-    assert_non_null(strstr(out, "the ranks checkpointed before were restored and unlocked"));
+    snprintf(names, sizeof(names), "process %d restored and unlocked, process %d left running",
+             c[0].pid, c[1].pid);
+    assert_non_null(strstr(out, names));
+    assert_non_null(strstr(out, "the communicators resumed and the gates open"));
+    assert_null(strstr(out, "not paused, nothing to do"));
     assert_int_equal(pause_state(c[0].pid), 0);
     assert_int_equal(pause_state(c[1].pid), 0);
     assert_true(duo_runs());
+    duo_resumed_explicitly(c, 1);
     job_end(c);
 }
 
@@ -2056,6 +2075,7 @@ static void test_nccl_job_suspend_refusals_and_flush(void **s)
     assert_non_null(strstr(out, names));
     assert_null(strstr(calls, "lock"));
     assert_true(duo_runs());
+    duo_resumed_explicitly(c, 1);
     job_end(c);
     duo_start(c, (const int[]){2, 2}, "SIMNCCL_LIB=libnccl-nosuspend.so",
               "SIMNCCL_LIB=libnccl-nosuspend.so");
@@ -2076,6 +2096,55 @@ static void test_nccl_job_suspend_refusals_and_flush(void **s)
     assert_true(duo_runs()); /* each all-reduce resumed its communicator first */
     assert_int_equal(wait_page(c[0].pid, "d[\"process\"][\"nccl_lazy_resumes\"] == 1"), 0);
     job_end(c);
+}
+
+/* One process holding both ranks of a 2-rank job, one thread driving them
+ * in a group: cupool resume resumes the two together (one waiting for the
+ * other, which the same thread resumed next, deadlocked until NCCL's
+ * timeout); after cupool flush --nccl, the next group's start resumes
+ * both before the group. */
+static void test_nccl_job_two_ranks_in_one_process(void **s)
+{
+    (void)s;
+    child c[2];
+    static char direnv[128], readyenv[160], idenv[160], countenv[160], simdir[160];
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    snprintf(readyenv, sizeof(readyenv), "READY=%s/ready-duo0", pages);
+    snprintf(idenv, sizeof(idenv), "JOB_ID=%s/duo-id", pages);
+    snprintf(countenv, sizeof(countenv), "JOB_COUNT=%s/count-0", pages);
+    snprintf(simdir, sizeof(simdir), "SIMNCCL_DIR=%s", pages);
+    spawn(&c[0], "job", direnv, readyenv, idenv, "JOB_RANK=0", "JOB_NRANKS=2", "JOB_LOCAL=2",
+          "JOB_EVERY=2", countenv, simdir, "SIMNCCL_MEMSTATS=1", "SIMNCCL_RESUME_TIMEOUT=2",
+          NULL);
+    c[1].pid = 0;
+    wait_for_file(readyenv + strlen("READY="));
+    char args[64], out[4096], calls[1024], cmd[512];
+    snprintf(args, sizeof(args), "pause %d", c[0].pid);
+    int st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s%s\n", out, calls);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "NCCL gave back 1.50 MiB"));
+    snprintf(args, sizeof(args), "resume %d", c[0].pid);
+    st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s\n", out);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "communicators resumed"));
+    long n = duo_count(0);
+    usleep(300000);
+    assert_true(duo_count(0) > n);
+    duo_resumed_explicitly(c, 2);
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush --nccl %d 2>&1", pages,
+             c[0].pid);
+    st = shell(cmd, out, sizeof(out));
+    print_message("%s\n", out);
+    assert_int_equal(st, 0);
+    n = duo_count(0);
+    usleep(300000);
+    assert_true(duo_count(0) > n);
+    assert_int_equal(wait_page(c[0].pid, "d[\"process\"][\"nccl_lazy_resumes\"] == 2 and "
+                               "d[\"devices\"][0][\"nccl_held\"] == 2 * 2**20"), 0);
+    kill(c[0].pid, SIGTERM);
+    assert_int_equal(finish(&c[0], "job", 0)->status, 0);
 }
 
 /* ---- CUPOOL_GROUP ------------------------------------------------------------ */
@@ -3201,6 +3270,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_nccl_job_pause_and_resume, pages_setup,
                                         pages_teardown),
         cmocka_unit_test_setup_teardown(test_nccl_job_suspend_refusals_and_flush, pages_setup,
+                                        pages_teardown),
+        cmocka_unit_test_setup_teardown(test_nccl_job_two_ranks_in_one_process, pages_setup,
                                         pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_phases, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_race, pages_setup, pages_teardown),
