@@ -284,7 +284,10 @@ int jobgate_suspend(jobgate *g)
 {
     int bad = ask_all(g, STATS_NCCL_SUSPEND, NULL, "answer the suspend of its communicators");
     for (size_t r = 0; r < g->n; r++) {
-        g->suspended[r] = bad == 0 && views[r].gate.error == 0;
+        /* Every rank may hold suspended communicators, a refusing one and
+         * one that did not answer in time included: on a failure all are
+         * asked to resume, together (a rank with none answers at once). */
+        g->suspended[r] = true;
         g->freed[r] = views[r].gate.freed;
         if (bad == 0 && views[r].gate.error) {
             char why[sizeof(views[r].gate.why) + 1];
@@ -296,7 +299,6 @@ int jobgate_suspend(jobgate *g)
     }
     if (!bad)
         return 0;
-    /* Those that did suspend resume (a rank that failed suspended none). */
     jobgate_release(g, false);
     return 1;
 }

@@ -1951,7 +1951,8 @@ static void test_nccl_stat_fields(void **s)
 /* Starts both ranks of a 2-rank job (rt_prog job) that all-reduce every
  * every[rank] ticks of 10 ms, counting into pages/count-RANK; e0, e1: one
  * more environment string for each rank, or NULL. */
-static void duo_start(child c[2], const int every[2], const char *e0, const char *e1)
+static void duo_start_with(child c[2], const int every[2], const char *both, const char *e0,
+                           const char *e1)
 {
     static char direnv[128], readyenv[2][160], idenv[160], rankenv[2][32], everyenv[2][32],
         countenv[2][160], simdir[160];
@@ -1966,11 +1967,18 @@ static void duo_start(child c[2], const int every[2], const char *e0, const char
         snprintf(rankenv[r], sizeof(rankenv[r]), "JOB_RANK=%d", r);
         snprintf(everyenv[r], sizeof(everyenv[r]), "JOB_EVERY=%d", every[r]);
         snprintf(countenv[r], sizeof(countenv[r]), "JOB_COUNT=%s/count-%d", pages, r);
+        const char *own = r ? e1 : e0;
         spawn(&c[r], "job", direnv, readyenv[r], idenv, rankenv[r], "JOB_NRANKS=2",
-              everyenv[r], countenv[r], simdir, "SIMNCCL_MEMSTATS=1", r ? e1 : e0, NULL);
+              everyenv[r], countenv[r], simdir, "SIMNCCL_MEMSTATS=1", both ? both : own,
+              both ? own : NULL, NULL);
     }
     for (int r = 0; r < 2; r++)
         wait_for_file(readyenv[r] + strlen("READY="));
+}
+
+static void duo_start(child c[2], const int every[2], const char *e0, const char *e1)
+{
+    duo_start_with(c, every, NULL, e0, e1);
 }
 
 /* The all-reduces rank has issued, as it counted them. */
@@ -2076,6 +2084,24 @@ static void test_nccl_job_suspend_refusals_and_flush(void **s)
     assert_null(strstr(calls, "lock"));
     assert_true(duo_runs());
     duo_resumed_explicitly(c, 1);
+    job_end(c);
+    /* Two communicators a rank (a split), rank 2 refusing its second
+     * suspend: its first stays suspended for the controller, which
+     * resumes both ranks together (a rank resuming on its own waited for
+     * the other until NCCL's timeout, 10 s here, which the test's 5 s
+     * bound on the pause catches). */
+    duo_start_with(c, (const int[]){2, 2}, "JOB_SPLIT=5", NULL, "SIMNCCL_SUSPEND_FAIL=after1");
+    snprintf(args, sizeof(args), "pause %d", c[0].pid);
+    double t0 = now_s();
+    st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    double took = now_s() - t0;
+    print_message("%s%s(%.2f s)\n", out, calls, took);
+    assert_int_equal(st, 1);
+    snprintf(names, sizeof(names), "process %d could not suspend", c[1].pid);
+    assert_non_null(strstr(out, names));
+    assert_null(strstr(calls, "lock"));
+    assert_true(took < 5);
+    assert_true(duo_runs());
     job_end(c);
     duo_start(c, (const int[]){2, 2}, "SIMNCCL_LIB=libnccl-nosuspend.so",
               "SIMNCCL_LIB=libnccl-nosuspend.so");

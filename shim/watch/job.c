@@ -473,14 +473,14 @@ int shim_job_suspend_all(uint64_t *freed, char *why, size_t len)
             shim_count_add(SHIM_nccl_freed, *freed);
     }
     pthread_mutex_unlock(&comms_lock);
-    if (r && now) { /* those suspended here come back, together */
-        char again[200];
-        size_t n;
-        if (resume_suspended(&n, again, sizeof(again)))
-            shim_log(SHIM_LOG_ERROR, "process %d: %zu NCCL communicator%s suspended before "
-                     "the refusal (%s) stay suspended (%s): they resume at the program's next "
-                     "NCCL call", (int)getpid(), now, now == 1 ? "" : "s", why, again);
-    }
+    /* Those suspended before a refusal stay so: the controller resumes
+     * every rank together (a resume meets the other ranks, which suspended
+     * too and answer only to the controller), else the program's next NCCL
+     * call does. */
+    if (r && now)
+        shim_log(SHIM_LOG_WARN, "process %d: %zu NCCL communicator%s suspended before the "
+                 "refusal (%s) stay suspended until the controller resumes the job (or "
+                 "the program's next NCCL call)", (int)getpid(), now, now == 1 ? "" : "s", why);
     return r;
 }
 

@@ -47,10 +47,13 @@
  * communicator; if one is not met in time, every resume of the group
  * fails (ncclRemoteError from ncclGroupEnd), all still suspended.
  * SIMNCCL_SUSPEND_FAIL=1 refuses every
- * suspend as if an operation were outstanding. Built with
+ * suspend as if an operation were outstanding; =after1 every one after
+ * the process's first, 300 ms late (a slow rank: the others have
+ * suspended by then). Built with
  * -DSIMNCCL_NO_SUSPEND (libnccl-nosuspend.so), it has neither call, as
  * NCCL 2.28.9 has not.
  */
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -308,8 +311,14 @@ EXPORT nccl_result ncclCommSuspend(void *comm, int flags)
     const char *fail = getenv("SIMNCCL_SUSPEND_FAIL");
     if (!c || flags != NCCL_SUSPEND_MEM)
         return NCCL_INVALID_ARGUMENT;
+    static atomic_int suspends; /* this process's, for "after1" */
+    if (fail && !strcmp(fail, "after1") && atomic_load(&suspends) >= 1) {
+        nanosleep(&(struct timespec){0, 300000000L}, NULL); /* the others are done */
+        return NCCL_INVALID_USAGE;
+    }
     if (c->suspended || outstanding(c) || (fail && !strcmp(fail, "1")))
         return NCCL_INVALID_USAGE;
+    atomic_fetch_add(&suspends, 1);
     c->suspends++;
     if (barrier_write(c)) {
         c->suspends--;
