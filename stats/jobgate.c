@@ -18,11 +18,14 @@
  * renews the hold after which a gate opens by itself.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "jobgate.h"
 #include "node.h"
@@ -138,9 +141,42 @@ static int ranks_elsewhere(jobgate *g, const node_scan *s)
     return away;
 }
 
+/* Takes the job's controller lock (jobgate_find): 0, or 1 with why said.
+ * Held until this process exits. */
+static int lock_job(jobgate *g)
+{
+    uint64_t least = g->id[0];
+    for (size_t i = 1; i < g->nids; i++)
+        least = g->id[i] < least ? g->id[i] : least;
+    char dir[4096], name[64];
+    const char *why = "";
+    int d = stats_user_dir(dir, sizeof(dir), &why);
+    if (d < 0) {
+        say(g, "cannot open this user's page directory to lock the job (%s): refused. ", why);
+        return 1;
+    }
+    snprintf(name, sizeof(name), "job-%016llx.lock", (unsigned long long)least);
+    g->lock_fd = openat(d, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    close(d);
+    if (g->lock_fd < 0) {
+        say(g, "cannot open the job's lock %s/%s (%s): refused. ", dir, name, strerror(errno));
+        return 1;
+    }
+    if (flock(g->lock_fd, LOCK_EX | LOCK_NB) == 0)
+        return 0;
+    say(g, "another cupool pause, resume or flush --nccl of this job is under way (it holds "
+        "%s/%s): refused, wait for it. ", dir, name);
+    close(g->lock_fd);
+    g->lock_fd = -1;
+    return 1;
+}
+
 int jobgate_find(jobgate *g, const stats_view *v, double timeout)
 {
+    if (g->lock_fd > 0)
+        close(g->lock_fd); /* a jobgate used again: its lock goes first */
     memset(g, 0, sizeof(*g));
+    g->lock_fd = -1;
     g->timeout = timeout;
     node_scan s;
     const char *dirs[] = {stats_page_dir(), "/dev/shm", "/tmp"};
@@ -162,6 +198,8 @@ int jobgate_find(jobgate *g, const stats_view *v, double timeout)
     else if (!err)
         err = ranks_elsewhere(g, &s);
     node_scan_free(&s);
+    if (!err && g->nids)
+        err = lock_job(g);
     return err ? 1 : 0;
 }
 
@@ -350,6 +388,11 @@ static int ranks_ready(jobgate *g)
         if (stats_page_read(g->pid[r], &views[r]) || !views[r].gate.can_suspend) {
             say(g, "process %d (a rank of the job) has no NCCL with ncclCommSuspend (2.29.7 "
                 "or later) or no page to ask: nothing done", g->pid[r]);
+            return 1;
+        }
+        if (views[r].proc.paused_since) {
+            say(g, "process %d (a rank of the job) is paused (cupool pause): cupool resume "
+                "it first; nothing done", g->pid[r]);
             return 1;
         }
     }

@@ -29,6 +29,7 @@ typedef struct jobgate {
     size_t nids;                     /* communicators of the job */
     uint64_t id[STATS_MAX_COMMS], target[STATS_MAX_COMMS];
     double timeout;                  /* seconds for each step */
+    int lock_fd;                     /* the job's controller lock, held */
     char why[512];                   /* the last failure, whole sentences */
 } jobgate;
 
@@ -37,7 +38,10 @@ typedef struct jobgate {
  * with why said: a communicator with ranks no page here holds (on other
  * nodes: one node cannot pause a job spanning several), a rank holding
  * communicators its page does not list, more processes or communicators
- * than fit. */
+ * than fit, or another controller of this user acting on the job now
+ * (cupool pause, resume, flush --nccl: each holds the job's lock, a file
+ * named by its smallest communicator id in this user's page directory,
+ * until it exits). */
 int jobgate_find(jobgate *g, const stats_view *v, double timeout);
 
 /* Closes every rank's gate and lets those behind catch up until all stop

@@ -2036,6 +2036,20 @@ static void test_nccl_job_pause_and_resume(void **s)
         fail_msg("paused at all-reduces %ld and %ld", n0, n1);
     usleep(300000); /* the next all-reduce waits at the gate */
     assert_int_equal(duo_count(0), n0);
+    /* A paused job is not flushed; a second controller of the job (here
+     * one holding its lock, named by its communicator's id) is refused. */
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush --nccl %d 2>&1", pages,
+             c[0].pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "is paused (cupool pause): cupool resume it first"));
+    snprintf(cmd, sizeof(cmd), "id=$(CUPOOL_PAGE_DIR=%s " READER " job --json %d | python3 -c "
+             "'import json,sys; print(json.load(sys.stdin)[\"communicators\"][0][\"id\"])'); "
+             "flock -n %s/cupool-%d/job-$id.lock -c 'CUPOOL_PAGE_DIR=%s " READER
+             " flush --nccl %d' 2>&1", pages, c[0].pid, pages, (int)getuid(), pages, c[0].pid);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 1);
+    if (!strstr(out, "another cupool pause, resume or flush --nccl of this job is under way"))
+        fail_msg("a second controller: %s", out);
     snprintf(args, sizeof(args), "resume %d", c[1].pid);
     st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
     print_message("%s\n", out);
