@@ -257,6 +257,26 @@ static void paid_by_work(cudaStream_t s, void *p, unsigned long waits)
 
 static void program_subscribes(void);
 
+/* CUPOOL_FENCE=poll, CUPOOL_CUPTI=1: a device reset destroys its streams;
+ * a stream marked before it is in no fence after it (a fence recording on
+ * it would fail on real CUDA, and keep failing). */
+static int fence_reset(void)
+{
+    cudaStream_t nb;
+    void *a, *b;
+    fill_segment(&a, &b);
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    OK(cudaMemsetAsync(a, 0, MIB, nb)); /* marked */
+    OK(cudaDeviceReset());
+    fill_segment(&a, &b);
+    OK(cudaMemsetAsync(a, 0, MIB, cudaStreamLegacy));
+    simcuda_stats s0 = sim(0);
+    a = reuse(a, MIB, cudaStreamLegacy, 0);
+    printf("after the reset: %lu event records\n", sim(0).event_records - s0.event_records);
+    CHECK(sim(0).event_records - s0.event_records == 1); /* the legacy stream's */
+    return 0;
+}
+
 /* CUPOOL_FENCE=poll, CUPOOL_CUPTI=1: a non-blocking stream with no work
  * queued since a fence covered it is left out of the next (as the idle
  * streams of PyTorch's stream pool), however busy it was before; work on
@@ -2403,7 +2423,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
     {"fence_poll", fence_poll}, {"fence_share", fence_share}, {"comm_straddle", comm_straddle}, {"vmm_peer", vmm_peer}, {"fence_poll_cap", fence_poll_cap},
     {"fence_comm", fence_comm}, {"fence_destroyed", fence_destroyed},
-    {"fence_idle", fence_idle},
+    {"fence_idle", fence_idle}, {"fence_reset", fence_reset},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev}, {"shards", shards},
     {"shards_cap", shards_cap}, {"cupti", cupti}, {"cupti_yield", cupti_yield},

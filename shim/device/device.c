@@ -471,15 +471,21 @@ void shim_device_abandon(int dev)
     atomic_store(&d->reserved, 0);
     atomic_store(&d->ctx, NULL); /* the next one to allocate says which */
     pthread_mutex_lock(&d->lock);
-    /* The reset destroyed the device's streams and events too. */
-    d->nstreams = 0;
+    /* The reset destroyed the device's streams and events too: comm.h
+     * forgets them (their handles may come back for other streams). */
+    for (size_t i = 0; i < d->nstreams; i++)
+        if (d->streams[i].nonblocking)
+            shim_comm_forget(d->streams[i].stream);
+    d->nstreams = d->nnb = d->neager = 0;
     d->legacy_event = NULL;
     for (size_t i = 0; i < d->nfences; i++)
         free(d->fences[i].events);
     d->nfences = 0;
     d->nspare = 0;
     d->norphans = 0;
+    pthread_mutex_lock(&d->order_lock);
     d->order_event = NULL;
+    pthread_mutex_unlock(&d->order_lock);
     d->tickets_done = d->tickets;
     pthread_mutex_unlock(&d->lock);
 }

@@ -32,6 +32,7 @@ static bool any_capture(shim_device *d)
 }
 
 static void event_give(shim_device *d, cudaEvent_t e);
+static void order_event_set(shim_device *d, shim_fence *f);
 
 /* Makes stream s wait for event e, counted in fence_waits. Needs d->lock. */
 static int wait_on(shim_device *d, cudaStream_t s, cudaEvent_t e)
@@ -202,8 +203,7 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
          * non-blocking stream made later waits for order_event when it is
          * made). Querying the event would cost more than the fence: it
          * sends the queued work to the GPU. */
-        event_give(d, d->order_event);
-        d->order_event = f.legacy;
+        order_event_set(d, &f);
         d->tickets_done = f.ticket;
         free(f.events);
         return 0;
@@ -231,7 +231,9 @@ static int order_after(shim_device *d, cudaEvent_t e, bool lazy, size_t *waits)
 {
     int err = 0;
     size_t n = 0;
-    lazy = lazy && shim_comm_owe(d->id);
+    /* Streams pay through the driver's own calls (shim_fence_pay). */
+    lazy = lazy && shim_drv.cuStreamWaitEvent && shim_drv.cuStreamIsCapturing &&
+           shim_comm_owe(d->id);
     for (size_t i = 0; !err && (!lazy || d->neager) && i < d->nstreams; i++) {
         const shim_stream *st = &d->streams[i];
         if (st->nonblocking && !(lazy && st->lazy) && (err = wait_on(d, st->stream, e)) == 0)
@@ -256,15 +258,18 @@ static void order_event_set(shim_device *d, shim_fence *f)
 bool shim_fence_pay(int dev, void *s)
 {
     shim_device *d = &shim_devices[dev];
-    /* The driver's calls: this runs inside one of the driver's calls, on
-     * the thread making it. */
-    const shim_cuda *cu = shim_drv.cuStreamWaitEvent ? &shim_cuda_driver : shim_device_cuda(d);
-    if (cu->capturing(s))
+    /* The driver's calls (streams owe only where it has them: order_after):
+     * this runs inside one of the driver's calls, on the thread making it.
+     * A stream that says it is capturing pays later; one that cannot tell
+     * pays now. */
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (shim_drv.cuStreamIsCapturing((CUstream)s, &st) == CUDA_SUCCESS &&
+        st != CU_STREAM_CAPTURE_STATUS_NONE)
         return false;
     pthread_mutex_lock(&d->order_lock);
     if (d->order_event) {
         atomic_fetch_add_explicit(&d->fence_waits, 1, memory_order_relaxed);
-        if (cu->wait(s, d->order_event) != 0)
+        if (shim_drv.cuStreamWaitEvent((CUstream)s, (CUevent)d->order_event, 0) != 0)
             shim_log(SHIM_LOG_ERROR, "device %d: a stream cannot wait for a fence it "
                      "owes: a block reused on it may still be in use", d->id);
     }
@@ -298,13 +303,16 @@ static int poll_locked(shim_device *d, enum poll_level level)
         int e = 0;
         while (f->ndone < f->nevents && (e = shim_cuda_query(shim_device_cuda(d), f->events[f->ndone])) == 0)
             f->ndone++;
+        /* No legacy event: it became order_event, and ordering after it
+         * failed: it is ordered again. */
         if (!e)
-            e = shim_cuda_query(shim_device_cuda(d), f->legacy);
+            e = f->legacy ? shim_cuda_query(shim_device_cuda(d), f->legacy) : cudaErrorNotReady;
         if (e == cudaErrorNotReady && level >= POLL_ORDER && f->ndone == f->nevents) {
             /* Streams made later wait for it too (track_stream), even when
              * there is none now; those owing it pay on it. */
             size_t waits = 0;
-            order_event_set(d, f);
+            if (f->legacy)
+                order_event_set(d, f);
             if ((e = order_after(d, d->order_event, true, &waits)) == 0 && d->nstreams)
                 atomic_fetch_add_explicit(&d->fence_orders, 1, memory_order_relaxed);
         } else if (e == cudaErrorNotReady && level == POLL_FORCE && !forced) {
@@ -526,6 +534,11 @@ void shim_device_track_stream(int dev, cudaStream_t s, unsigned int flags)
             (shim_stream){.stream = s, .event = ev, .nonblocking = nb, .lazy = lazy};
         d->nnb += nb;
         d->neager += nb && !lazy;
+    } else if (nb) {
+        /* Untracked, it must not owe its order to comm.h either. */
+        shim_comm_forget(s);
+        shim_log(SHIM_LOG_ERROR, "device %d: out of host memory tracking a new stream; "
+                 "reuse after free may not be ordered on it", dev);
     }
     /* A block a fence made clean by ordering the non-blocking streams after
      * the legacy stream's work may still be in use by that work: a new

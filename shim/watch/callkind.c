@@ -2,6 +2,8 @@
 /*
  * callkind.c - see callkind.h.
  */
+#include <stdbool.h>
+
 #include <cuda.h>
 #include <cupti_driver_cbid.h>
 /* The driver calls' parameter structures, as CUPTI's own cupti.h includes
@@ -24,9 +26,52 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st { int dummy; } CUDA_ARRAY3D_DESCRIP
         return CALL_STREAM;
 #define NO_WORK(name) case CUPTI_DRIVER_TRACE_CBID_##name:
 
-/* The calls that queue work on a stream they name; the calls that queue
- * none on a non-default stream (they allocate, load, create, synchronize
- * or copy synchronously on a default stream); everything else unknown. */
+/* The calls that queue none on a non-default stream: they allocate, load,
+ * create, synchronize or copy synchronously on a default stream, or, as
+ * the fence's own calls, record, wait or ask. */
+static bool no_work(unsigned cbid)
+{
+    switch (cbid) {
+    NO_WORK(cuMemAlloc_v2) NO_WORK(cuMemFree_v2) NO_WORK(cuMemAllocPitch_v2)
+    NO_WORK(cuMemAllocHost_v2) NO_WORK(cuMemFreeHost) NO_WORK(cuMemHostAlloc)
+    NO_WORK(cuMemHostGetDevicePointer_v2) NO_WORK(cuMemHostRegister_v2)
+    NO_WORK(cuMemHostUnregister) NO_WORK(cuMemAddressReserve)
+    NO_WORK(cuMemAddressFree) NO_WORK(cuMemCreate) NO_WORK(cuMemRelease)
+    NO_WORK(cuMemMap) NO_WORK(cuMemUnmap) NO_WORK(cuMemSetAccess)
+    NO_WORK(cuMemGetAllocationGranularity) NO_WORK(cuModuleLoadData)
+    NO_WORK(cuModuleLoadDataEx) NO_WORK(cuModuleLoadFatBinary)
+    NO_WORK(cuModuleGetFunction) NO_WORK(cuModuleGetGlobal_v2)
+    NO_WORK(cuModuleUnload) NO_WORK(cuLibraryLoadData) NO_WORK(cuLibraryUnload)
+    NO_WORK(cuLibraryGetKernel) NO_WORK(cuLibraryGetModule)
+    NO_WORK(cuLibraryGetGlobal) NO_WORK(cuFuncSetAttribute)
+    NO_WORK(cuFuncSetCacheConfig) NO_WORK(cuFuncGetParamInfo)
+    NO_WORK(cuKernelSetAttribute) NO_WORK(cuStreamCreate)
+    NO_WORK(cuStreamCreateWithPriority) NO_WORK(cuStreamDestroy_v2)
+    NO_WORK(cuStreamGetAttribute) NO_WORK(cuStreamSetAttribute)
+    NO_WORK(cuDevicePrimaryCtxRetain) NO_WORK(cuDevicePrimaryCtxRelease_v2)
+    NO_WORK(cuIpcGetMemHandle) NO_WORK(cuIpcOpenMemHandle_v2)
+    NO_WORK(cuIpcCloseMemHandle) NO_WORK(cuPointerSetAttribute)
+    NO_WORK(cuMemRetainAllocationHandle) NO_WORK(cuMemGetAllocationPropertiesFromHandle)
+    NO_WORK(cuMemExportToShareableHandle) NO_WORK(cuMemImportFromShareableHandle)
+    NO_WORK(cuMemGetAccess) NO_WORK(cuMemPoolCreate) NO_WORK(cuMemPoolDestroy)
+    NO_WORK(cuMemPoolSetAttribute) NO_WORK(cuMemPoolGetAttribute) NO_WORK(cuInit)
+    NO_WORK(cuModuleGetLoadingMode) NO_WORK(cuFuncGetName) NO_WORK(cuCtxGetApiVersion)
+    NO_WORK(cuDeviceTotalMem_v2) NO_WORK(cuDeviceGetPCIBusId) NO_WORK(cuDeviceGetByPCIBusId)
+    NO_WORK(cuDeviceCanAccessPeer) NO_WORK(cuDeviceGetP2PAttribute)
+    NO_WORK(cuCtxEnablePeerAccess)
+    NO_WORK(cuEventRecord) NO_WORK(cuEventRecord_ptsz) NO_WORK(cuEventRecordWithFlags)
+    NO_WORK(cuEventRecordWithFlags_ptsz) NO_WORK(cuStreamWaitEvent)
+    NO_WORK(cuStreamWaitEvent_ptsz) NO_WORK(cuEventQuery) NO_WORK(cuStreamQuery)
+    NO_WORK(cuStreamQuery_ptsz) NO_WORK(cuStreamIsCapturing) NO_WORK(cuStreamIsCapturing_ptsz)
+    NO_WORK(cuEventSynchronize) NO_WORK(cuStreamSynchronize) NO_WORK(cuStreamSynchronize_ptsz)
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The calls that queue work on a stream they name; those that queue none
+ * (no_work); everything else unknown. */
 enum call_kind shim_call_kind(unsigned cbid, const void *p, void **s)
 {
     switch (cbid) {
@@ -55,36 +100,8 @@ enum call_kind shim_call_kind(unsigned cbid, const void *p, void **s)
         *s = c->hStream;
         return CALL_STREAM;
     }
-    NO_WORK(cuMemAlloc_v2) NO_WORK(cuMemFree_v2) NO_WORK(cuMemAllocPitch_v2)
-    NO_WORK(cuMemAllocHost_v2) NO_WORK(cuMemFreeHost) NO_WORK(cuMemHostAlloc)
-    NO_WORK(cuMemHostGetDevicePointer_v2) NO_WORK(cuMemHostRegister_v2)
-    NO_WORK(cuMemHostUnregister) NO_WORK(cuMemAddressReserve)
-    NO_WORK(cuMemAddressFree) NO_WORK(cuMemCreate) NO_WORK(cuMemRelease)
-    NO_WORK(cuMemMap) NO_WORK(cuMemUnmap) NO_WORK(cuMemSetAccess)
-    NO_WORK(cuMemGetAllocationGranularity) NO_WORK(cuModuleLoadData)
-    NO_WORK(cuModuleLoadDataEx) NO_WORK(cuModuleLoadFatBinary)
-    NO_WORK(cuModuleGetFunction) NO_WORK(cuModuleGetGlobal_v2)
-    NO_WORK(cuModuleUnload) NO_WORK(cuLibraryLoadData) NO_WORK(cuLibraryUnload)
-    NO_WORK(cuLibraryGetKernel) NO_WORK(cuLibraryGetModule)
-    NO_WORK(cuLibraryGetGlobal) NO_WORK(cuFuncSetAttribute)
-    NO_WORK(cuFuncSetCacheConfig) NO_WORK(cuFuncGetParamInfo)
-    NO_WORK(cuKernelSetAttribute) NO_WORK(cuStreamCreate)
-    NO_WORK(cuStreamCreateWithPriority) NO_WORK(cuStreamDestroy_v2)
-    NO_WORK(cuStreamGetAttribute) NO_WORK(cuStreamSetAttribute)
-    NO_WORK(cuDevicePrimaryCtxRetain) NO_WORK(cuDevicePrimaryCtxRelease_v2)
-    NO_WORK(cuIpcGetMemHandle) NO_WORK(cuIpcOpenMemHandle_v2)
-    NO_WORK(cuIpcCloseMemHandle) NO_WORK(cuPointerSetAttribute)
-    NO_WORK(cuMemRetainAllocationHandle) NO_WORK(cuMemGetAllocationPropertiesFromHandle)
-    NO_WORK(cuMemExportToShareableHandle) NO_WORK(cuMemImportFromShareableHandle)
-    NO_WORK(cuMemGetAccess) NO_WORK(cuMemPoolCreate) NO_WORK(cuMemPoolDestroy)
-    NO_WORK(cuMemPoolSetAttribute) NO_WORK(cuMemPoolGetAttribute) NO_WORK(cuInit)
-    NO_WORK(cuModuleGetLoadingMode) NO_WORK(cuFuncGetName) NO_WORK(cuCtxGetApiVersion)
-    NO_WORK(cuDeviceTotalMem_v2) NO_WORK(cuDeviceGetPCIBusId) NO_WORK(cuDeviceGetByPCIBusId)
-    NO_WORK(cuDeviceCanAccessPeer) NO_WORK(cuDeviceGetP2PAttribute)
-    NO_WORK(cuCtxEnablePeerAccess)
-        return CALL_NO_WORK;
     default:
-        return CALL_UNKNOWN;
+        return no_work(cbid) ? CALL_NO_WORK : CALL_UNKNOWN;
     }
 }
 #undef HSTREAM

@@ -105,11 +105,11 @@ static comm_stream *find_locked(void *s)
     return pool_addrmap_get(&index_, (uintptr_t)s);
 }
 
-/* Needs lock (as every mark does). */
-static void mark(comm_stream *c)
+/* Puts c in the dirty list (a stream no device tracks stays out: no fence
+ * looks at it). Needs lock. */
+static void dirty_add(comm_stream *c)
 {
-    atomic_fetch_add_explicit(&c->marks, 1, memory_order_release);
-    if (c->dirty)
+    if (c->dirty || c->dev < 0)
         return;
     if (!pool_grow((void **)&dirty, &dirty_cap, ndirty, sizeof(*dirty))) {
         all_dirty = true;
@@ -118,6 +118,13 @@ static void mark(comm_stream *c)
     c->dirty = true;
     c->dirty_pos = ndirty;
     dirty[ndirty++] = c;
+}
+
+/* Needs lock (as every mark does). */
+static void mark(comm_stream *c)
+{
+    atomic_fetch_add_explicit(&c->marks, 1, memory_order_release);
+    dirty_add(c);
 }
 
 static void undirty(comm_stream *c)
@@ -244,8 +251,14 @@ static void work_locked(unsigned cbid, enum call_kind k, void *s)
 
 static void due_locked(enum call_kind k, void *s);
 
+/* The calling thread is paying (its wait is a driver call too, whose
+ * callback must not take the lock again should CUPTI report it). */
+static _Thread_local bool paying;
+
 void shim_comm_call(unsigned cbid, const void *params, bool entry)
 {
+    if (paying)
+        return;
     if (entry ? !atomic_load_explicit(&owed_any, memory_order_acquire)
               : !depth && !atomic_load_explicit(&nstreams, memory_order_acquire))
         return;
@@ -270,6 +283,8 @@ bool shim_comm_track(void *s, int dev)
     if (c && dev >= 0 && dev < SHIM_MAX_DEVICES) {
         c->dev = dev;
         c->paid = atomic_load(&owed[dev]); /* it waits at once (fence.c) */
+        if (atomic_load(&c->marks) != atomic_load(&c->covered))
+            dirty_add(c); /* marked while no device tracked it */
     }
     pthread_mutex_unlock(&lock);
     return c != NULL && c->dev == dev;
@@ -305,7 +320,10 @@ static bool pay_locked(comm_stream *c)
 {
     if (!owes(c))
         return false;
-    if (!pay_fn(c->dev, c->stream))
+    paying = true;
+    bool paid = pay_fn(c->dev, c->stream);
+    paying = false;
+    if (!paid)
         return true;
     c->paid = atomic_load_explicit(&owed[c->dev], memory_order_relaxed);
     return false;
