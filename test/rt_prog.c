@@ -1199,7 +1199,8 @@ static void job_step(void *const *comm, int n, unsigned long *ops)
 /* Joins an NCCL job as rank JOB_RANK of JOB_NRANKS, its unique id in the
  * file JOB_ID (rank 0 makes it); with JOB_LOCAL=2, as ranks JOB_RANK and
  * JOB_RANK + 1 both (two GPUs' ranks in one process). With JOB_SPLIT=COLOR,
- * splits it (key: its rank). Touches $READY, then waits up to 20 s for
+ * splits it (key: its rank); with JOB_SPLITS=N, N more splits (colors 100
+ * on), kept to the end. Touches $READY, then waits up to 20 s for
  * SIGTERM; once the file JOB_DESTROY names appears, destroys the split's
  * child (else the job's communicator) and touches JOB_DESTROY.done. With
  * JOB_EVERY=N, an all-reduce on each of the job's communicators every N
@@ -1219,9 +1220,15 @@ static int nccl_job(void)
     for (int i = 0; i < local; i++)
         CHECK(((int (*)(void **, int, nccl_id, int))nccl("ncclCommInitRank"))(
                   &comm[i], nranks, id, rank + i) == 0);
+    int (*split_fn)(void *, int, int, void **, void *) =
+        (int (*)(void *, int, int, void **, void *))nccl("ncclCommSplit");
     if (split)
-        CHECK(((int (*)(void *, int, int, void **, void *))nccl("ncclCommSplit"))(
-                  comm[0], atoi(split), rank, &child, NULL) == 0 && child);
+        CHECK(split_fn(comm[0], atoi(split), rank, &child, NULL) == 0 && child);
+    void *more[32] = {NULL};
+    int nmore = getenv("JOB_SPLITS") ? atoi(getenv("JOB_SPLITS")) : 0;
+    CHECK(nmore >= 0 && nmore <= 32);
+    for (int i = 0; i < nmore; i++)
+        CHECK(split_fn(comm[0], 100 + i, rank, &more[i], NULL) == 0 && more[i]);
     touch(getenv("READY"));
     int (*destroy_fn)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
     int every = getenv("JOB_EVERY") ? atoi(getenv("JOB_EVERY")) : 0;
@@ -1240,6 +1247,8 @@ static int nccl_job(void)
         sleep_ms(10);
     }
     int (*abort_fn)(void *) = (int (*)(void *))nccl("ncclCommAbort");
+    for (int i = 0; i < nmore; i++)
+        CHECK(abort_fn(more[i]) == 0);
     CHECK(abort_fn(child) == 0 && abort_fn(comm[0]) == 0 && abort_fn(comm[1]) == 0);
     return 0;
 }

@@ -2125,6 +2125,17 @@ static void test_nccl_job_suspend_refusals_and_flush(void **s)
     assert_true(took < 5);
     assert_true(duo_runs());
     job_end(c);
+    /* 17 communicators a rank: its page lists 16, the gate could set no
+     * target for the 17th: refused before anything is done. */
+    duo_start(c, (const int[]){2, 2}, "JOB_SPLITS=16", "JOB_SPLITS=16");
+    snprintf(args, sizeof(args), "pause %d", c[0].pid);
+    st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s%s\n", out, calls);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, "holds 17 NCCL communicators, of which its page lists 16"));
+    assert_null(strstr(calls, "lock"));
+    assert_true(duo_runs());
+    job_end(c);
     duo_start(c, (const int[]){2, 2}, "SIMNCCL_LIB=libnccl-nosuspend.so",
               "SIMNCCL_LIB=libnccl-nosuspend.so");
     snprintf(args, sizeof(args), "pause %d", c[0].pid);
