@@ -2091,6 +2091,23 @@ static void test_nccl_job_pause_and_resume(void **s)
 /* A suspend refused on one rank rolls the job back; an NCCL without
  * ncclCommSuspend is refused with nothing done; cupool flush --nccl
  * suspends the idle communicators and the next all-reduce resumes them. */
+/* A two-rank job started with env in both ranks: cupool pause refuses it
+ * before anything is done (no driver lock), saying says; it runs on. */
+static void duo_refused(const char *env, const char *says)
+{
+    child c[2];
+    char args[64], out[4096], calls[1024];
+    duo_start(c, (const int[]){2, 2}, env, env);
+    snprintf(args, sizeof(args), "pause %d", c[0].pid);
+    int st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s%s\n", out, calls);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, says));
+    assert_null(strstr(calls, "lock"));
+    assert_true(duo_runs());
+    job_end(c);
+}
+
 static void test_nccl_job_suspend_refusals_and_flush(void **s)
 {
     (void)s;
@@ -2126,25 +2143,9 @@ static void test_nccl_job_suspend_refusals_and_flush(void **s)
     assert_true(duo_runs());
     job_end(c);
     /* 17 communicators a rank: its page lists 16, the gate could set no
-     * target for the 17th: refused before anything is done. */
-    duo_start(c, (const int[]){2, 2}, "JOB_SPLITS=16", "JOB_SPLITS=16");
-    snprintf(args, sizeof(args), "pause %d", c[0].pid);
-    st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
-    print_message("%s%s\n", out, calls);
-    assert_int_equal(st, 1);
-    assert_non_null(strstr(out, "holds 17 NCCL communicators, of which its page lists 16"));
-    assert_null(strstr(calls, "lock"));
-    assert_true(duo_runs());
-    job_end(c);
-    duo_start(c, (const int[]){2, 2}, "SIMNCCL_LIB=libnccl-nosuspend.so",
-              "SIMNCCL_LIB=libnccl-nosuspend.so");
-    snprintf(args, sizeof(args), "pause %d", c[0].pid);
-    st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
-    print_message("%s%s\n", out, calls);
-    assert_int_equal(st, 1);
-    assert_non_null(strstr(out, "has no ncclCommSuspend"));
-    assert_null(strstr(calls, "lock"));
-    job_end(c);
+     * target for the 17th. */
+    duo_refused("JOB_SPLITS=16", "holds 17 NCCL communicators, of which its page lists 16");
+    duo_refused("SIMNCCL_LIB=libnccl-nosuspend.so", "has no ncclCommSuspend");
     duo_start(c, (const int[]){5, 5}, NULL, NULL);
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush --nccl %d 2>&1", pages,
              c[1].pid);
