@@ -18,8 +18,9 @@
  * alike; two ranks of one communicator in this process by rank), so that
  * neither two ranks in this process nor two processes that list their
  * communicators in different orders wait on each other. Meanwhile the
- * entries resumed are busy: a destroy of one waits, and so does a second
- * resume (one at a time). The memory a resume allocates from the helper
+ * table holds still (the resume holds its entries by address): a destroy
+ * waits for the resume to end, as a destroy fills its slot with the last
+ * entry, and so does a second resume (one at a time). The memory a resume allocates from the helper
  * thread is not noted as NCCL's own (comm.h): its later free comes inside
  * a destroy or a suspend, both after the work on it ended.
  */
@@ -49,7 +50,6 @@ typedef struct job_comm {
     stats_comm info;
     uint32_t splits;          /* splits of it so far: its children's ids */
     uint64_t held, suspendable; /* as last asked; STATS_UNKNOWN if not told */
-    bool busy;                /* being resumed, outside comms_lock */
 } job_comm;
 
 /* Guards the table. Taken by the wrappers of the calls that make and end
@@ -61,7 +61,7 @@ static pthread_cond_t comms_idle = PTHREAD_COND_INITIALIZER; /* a resume ended *
 static job_comm comms[JOB_COMMS_MAX];
 static size_t ncomms;
 static uint64_t unlisted;     /* alive past the table's room, or not named */
-static bool resuming;         /* a resume runs, its entries busy */
+static bool resuming;         /* a resume runs: the table holds still */
 static atomic_uint nsuspended; /* entries cupool left suspended */
 
 uint64_t shim_job_hash(uint64_t h, const void *p, size_t n)
@@ -126,7 +126,7 @@ static void add(void *comm, uint64_t id, int rank, int nranks, int device)
         c = &comms[ncomms++];
     if (c)
         *c = (job_comm){comm, {id, rank, nranks, device, 0, 0}, 0, STATS_UNKNOWN,
-                        STATS_UNKNOWN, false};
+                        STATS_UNKNOWN};
     else
         unlisted++;
     publish_count_locked();
@@ -189,9 +189,11 @@ void shim_job_unnamed(void *comm)
 void shim_job_gone(void *comm)
 {
     pthread_mutex_lock(&comms_lock);
-    job_comm *c;
-    while ((c = find_locked(comm)) && c->busy)
+    /* While a resume runs, its entries are held by address (batch): none
+     * may move, and a destroy fills its slot with the last entry. */
+    while (resuming)
         pthread_cond_wait(&comms_idle, &comms_lock);
+    job_comm *c = find_locked(comm);
     if (c && c->info.suspended)
         atomic_fetch_sub(&nsuspended, 1);
     if (c)
@@ -290,7 +292,7 @@ static bool before(const job_comm *a, const job_comm *b)
     return a->info.id != b->info.id ? a->info.id < b->info.id : a->info.rank < b->info.rank;
 }
 
-/* Marks every suspended entry busy into batch, in order: how many. Needs
+/* Puts every suspended entry into batch, in order: how many. Needs
  * comms_lock, no resume running. */
 static size_t batch_take_locked(void)
 {
@@ -302,7 +304,6 @@ static size_t batch_take_locked(void)
         for (; at && before(&comms[i], batch[at - 1]); at--)
             batch[at] = batch[at - 1];
         batch[at] = &comms[i];
-        comms[i].busy = true;
     }
     return n;
 }
@@ -351,12 +352,9 @@ static nccl_result resume_suspended(size_t *n, char *why, size_t len)
         return 0;
     nccl_result r = batch_resume(*n, why, len);
     pthread_mutex_lock(&comms_lock);
-    for (size_t i = 0; i < *n; i++) {
-        batch[i]->busy = false;
-        if (r == 0) {
-            batch[i]->info.suspended = 0;
-            atomic_fetch_sub(&nsuspended, 1);
-        }
+    for (size_t i = 0; r == 0 && i < *n; i++) {
+        batch[i]->info.suspended = 0;
+        atomic_fetch_sub(&nsuspended, 1);
     }
     resuming = false;
     pthread_cond_broadcast(&comms_idle);
