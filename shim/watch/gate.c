@@ -15,9 +15,13 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gate.h"
 #include "log.h"
+
+/* How often a call waiting at a held gate says so. */
+#define HELD_TELL_NS (60ull * 1000000000ull)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t moved;   /* the gate opened, or its targets moved */
@@ -70,11 +74,18 @@ void shim_gate_enter(void *comm, shim_gate_behind behind)
     pthread_once(&once, init);
     pthread_mutex_lock(&lock);
     atomic_fetch_sub(&active, 1);
+    uint64_t told = mono_ns();
     while (atomic_load(&closed) && !behind(comm, ids, targets, ntargets)) {
         uint64_t now = mono_ns();
         if (!held && now >= open_at_ns) {
             expired_locked();
             break;
+        }
+        if (held && now - told >= HELD_TELL_NS) { /* said once a minute per waiter */
+            told = now;
+            shim_log(SHIM_LOG_WARN, "an NCCL call waits at the gate cupool closed, its "
+                     "communicators suspended (cupool pause): cupool resume %d lets it go",
+                     (int)getpid());
         }
         uint64_t until = held ? now + 1000000000u : open_at_ns;
         struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
