@@ -105,7 +105,16 @@ static void text_comm(out *o, const stats_view *v, const stats_comm *c, const no
         }
     put(o, " of %d, device ", c->nranks);
     text_device(o, c->device, 0);
-    put(o, "\n");
+    unsigned long long ops = 0;
+    bool suspended = false;
+    for (uint32_t k = 0; k < v->ncomms; k++)
+        if (v->comms[k].id == c->id) {
+            ops += v->comms[k].issued;
+            suspended |= v->comms[k].suspended != 0;
+        }
+    put(o, "; %llu operation%s issued here%s\n", ops, ops == 1 ? "" : "s",
+        suspended ? "; suspended by cupool (it resumes at the next NCCL call, or with "
+                    "cupool resume)" : "");
     size_t n = find_peers(s, v->pid, c->id, p, PEERS_MAX), here = n + own_ranks(v, c->id);
     if (n)
         put(o, "      PID COMMAND          RANK DEVICE\n");
@@ -151,7 +160,9 @@ static void json_comm(out *o, const stats_view *v, const stats_comm *c, const no
         if (v->comms[k].id == c->id) {
             put(o, "%s{\"rank\":%d,\"device\":", sep, v->comms[k].rank);
             json_device(o, v->comms[k].device);
-            put(o, "}");
+            put(o, ",\"operations\":%llu,\"suspended\":%s}",
+                (unsigned long long)v->comms[k].issued,
+                v->comms[k].suspended ? "true" : "false");
             sep = ",";
         }
     size_t n = find_peers(s, v->pid, c->id, p, PEERS_MAX), here = n + own_ranks(v, c->id);
@@ -177,14 +188,19 @@ size_t jobview_format(const stats_view *v, const node_scan *s, bool json, char *
     if (json) {
         put(&o, "{\"pid\":%d,\"comm\":", v->pid);
         json_name(&o, v->comm);
-        put(&o, ",\"nccl_comms\":%llu,\"communicators\":[",
-            (unsigned long long)v->proc.nccl_comms);
+        put(&o, ",\"nccl_comms\":%llu,\"gate\":{\"closed\":%s,\"waiting\":%u,"
+            "\"can_suspend\":%s},\"communicators\":[", (unsigned long long)v->proc.nccl_comms,
+            v->gate.state == STATS_GATE_CLOSED ? "true" : "false", v->gate.waiting,
+            v->gate.can_suspend ? "true" : "false");
     } else {
         put(&o, "%d %s: %llu NCCL communicator%s", v->pid,
             stats_printable(v->comm, name, sizeof(name)),
             (unsigned long long)v->proc.nccl_comms, v->proc.nccl_comms == 1 ? "" : "s");
         if (v->proc.nccl_comms > v->ncomms)
             put(&o, " (its page lists %u)", v->ncomms);
+        if (v->gate.state == STATS_GATE_CLOSED)
+            put(&o, "; its NCCL gate is closed by cupool, %u call%s waiting", v->gate.waiting,
+                v->gate.waiting == 1 ? "" : "s");
         put(&o, "\n");
     }
     const char *sep = "";

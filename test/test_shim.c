@@ -1869,7 +1869,9 @@ static void test_nccl_job_names_the_other_rank(void **s)
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " job --json %d | python3 -c '"
              "import json,sys; d=json.loads(sys.stdin.read()); c=d[\"communicators\"]; "
              "assert d[\"nccl_comms\"]==1 and len(c)==1, d; c=c[0]; "
-             "assert c[\"nranks\"]==3 and c[\"ranks\"]==[{\"rank\":0,\"device\":0}], c; "
+             "assert c[\"nranks\"]==3 and c[\"ranks\"]==[{\"rank\":0,\"device\":0,"
+             "\"operations\":0,\"suspended\":False}], c; "
+             "assert d[\"gate\"]==dict(closed=False,waiting=0,can_suspend=True), d; "
              "assert c[\"peers\"]==[{\"pid\":%d,\"comm\":\"rt_prog\",\"rank\":1,\"device\":0}], c; "
              "assert c[\"ranks_elsewhere\"]==1, c; print(\"ok\")'", pages, c[0].pid, c[1].pid);
     assert_int_equal(shell(cmd, out, sizeof(out)), 0);
@@ -1922,8 +1924,8 @@ static void test_nccl_job_destroy(void **s)
     if (!strstr(out, "1 NCCL communicator\n") || strstr(out, " of 2,"))
         fail_msg("cupool job of the rank that destroyed the split said:\n%s", out);
     assert_int_equal(job_cli(c[1].pid, false, out, sizeof(out)), 0);
-    if (!strstr(out, "rank 1 of 2, device 0\n  no other process on this node holds a rank "
-                "of it\n  1 of 2 ranks on other nodes"))
+    if (!strstr(out, "rank 1 of 2, device 0; 0 operations issued here\n  no other process on "
+                "this node holds a rank of it\n  1 of 2 ranks on other nodes"))
         fail_msg("cupool job of the other rank said:\n%s", out);
     job_end(c);
     child plain;
@@ -2044,6 +2046,14 @@ static void test_nccl_job_pause_and_resume(void **s)
         fail_msg("paused at all-reduces %ld and %ld", n0, n1);
     usleep(300000); /* the next all-reduce waits at the gate */
     assert_int_equal(duo_count(0), n0);
+    /* cupool job shows it: the gate closed, a call waiting, the
+     * communicator suspended, the operations issued. */
+    static char job[8192];
+    assert_int_equal(job_cli(c[0].pid, false, job, sizeof(job)), 0);
+    char ops[64];
+    snprintf(ops, sizeof(ops), "; %ld operations issued here; suspended by cupool", n0);
+    if (!strstr(job, "its NCCL gate is closed by cupool, 1 call waiting") || !strstr(job, ops))
+        fail_msg("cupool job of a paused rank said:\n%s", job);
     /* A paused job is not flushed; a second controller of the job (here
      * one holding its lock, named by its communicator's id) is refused. */
     char cmd[1024];
