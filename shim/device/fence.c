@@ -313,7 +313,7 @@ static int poll_locked(shim_device *d, enum poll_level level)
             size_t waits = 0;
             if (f->legacy)
                 order_event_set(d, f);
-            if ((e = order_after(d, d->order_event, true, &waits)) == 0 && d->nstreams)
+            if ((e = order_after(d, d->order_event, true, &waits)) == 0 && d->nnb)
                 atomic_fetch_add_explicit(&d->fence_orders, 1, memory_order_relaxed);
         } else if (e == cudaErrorNotReady && level == POLL_FORCE && !forced) {
             forced = true;
