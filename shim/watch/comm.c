@@ -607,7 +607,7 @@ static void gate_leave(void)
     EXPORT nccl_result name params                                            \
     {                                                                         \
         NCCL_REAL(name, params);                                              \
-        nccl_result gated = gate_enter(comm, false);                               \
+        nccl_result gated = gate_enter(comm, false);                          \
         if (gated)                                                            \
             return gated;                                                     \
         enter();                                                              \
