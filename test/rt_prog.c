@@ -354,6 +354,47 @@ static nccl_calls nccl_lookup(void)
     };
 }
 
+/* The CPU cost of NCCL's calls, with or without cupool's wrappers before
+ * the simulated NCCL (scripts/bench-shim runs both): NCALLS (default
+ * 200000) groups of two all-reduces on one stream, then as many lone
+ * all-reduces. Prints "GROUP SINGLE", ns per group and per lone call, each
+ * the best of 5 timed passes. */
+static int ncclcalls(void)
+{
+    nccl_calls n = nccl_lookup();
+    void *comm, *buf;
+    cudaStream_t s;
+    long calls = getenv("NCALLS") ? atol(getenv("NCALLS")) : 200000;
+    CHECK(calls > 0);
+    CHECK(n.init_all(&comm, 1, (int[]){0}) == 0);
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    OK(cudaMalloc(&buf, MIB));
+    double best[2] = {1e30, 1e30};
+    for (int pass = 0; pass < 5; pass++)
+        for (int lone = 0; lone < 2; lone++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (long i = 0; i < calls; i++) {
+                if (!lone)
+                    CHECK(n.group_start() == 0);
+                CHECK(n.allreduce(buf, buf, 1, 7, 0, comm, s) == 0);
+                if (!lone) {
+                    CHECK(n.allreduce(buf, buf, 1, 7, 0, comm, s) == 0);
+                    CHECK(n.group_end() == 0);
+                }
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 +
+                         (double)(t1.tv_nsec - t0.tv_nsec)) / (double)calls;
+            best[lone] = ns < best[lone] ? ns : best[lone];
+        }
+    printf("%.1f %.1f\n", best[0], best[1]);
+    OK(cudaFree(buf));
+    OK(cudaStreamDestroy(s));
+    CHECK(n.destroy(comm) == 0);
+    return 0;
+}
+
 /* Reuses w (64 MiB) with work before, so that the reuse fences. */
 static void *fenced_reuse(void *w)
 {
@@ -2431,7 +2472,7 @@ static const struct { const char *name; int (*run)(void); } scenarios[] = {
 #ifdef SIMCUDA
     {"pairs", pairs}, {"fence", fence}, {"fence_sync", fence_sync},
     {"fence_poll", fence_poll}, {"fence_share", fence_share}, {"comm_straddle", comm_straddle}, {"vmm_peer", vmm_peer}, {"fence_poll_cap", fence_poll_cap},
-    {"fence_comm", fence_comm}, {"fence_destroyed", fence_destroyed},
+    {"fence_comm", fence_comm}, {"ncclcalls", ncclcalls}, {"fence_destroyed", fence_destroyed},
     {"fence_idle", fence_idle}, {"fence_reset", fence_reset},
     {"capture", capture}, {"flush", flush}, {"foreign", foreign},
     {"reset", reset}, {"multidev", multidev}, {"shards", shards},
