@@ -82,10 +82,10 @@ static atomic_int inside;      /* threads inside an NCCL call now */
 static atomic_bool watching;   /* CUPTI reports work (shim_comm_watching) */
 static pool_addrmap own;       /* blocks allocated while one was: NCCL's */
 /* The streams marked since a fence covered them (a fence looks at these
- * only); all_dirty when the list could not grow (every stream is due). */
+ * only). Its room grows with streams[] (add_locked): a mark never needs
+ * memory, so none is ever lost to the host running out. */
 static comm_stream **dirty;
 static size_t ndirty, dirty_cap;
-static bool all_dirty;
 /* Lazy order: each device's orders owed (bumped by shim_comm_owe; a
  * stream owes while it has paid less), whether any was ever owed. */
 static _Atomic uint64_t owed[SHIM_MAX_DEVICES];
@@ -106,15 +106,11 @@ static comm_stream *find_locked(void *s)
 }
 
 /* Puts c in the dirty list (a stream no device tracks stays out: no fence
- * looks at it). Needs lock. */
+ * looks at it). The list has room for every known stream. Needs lock. */
 static void dirty_add(comm_stream *c)
 {
     if (c->dirty || c->dev < 0)
         return;
-    if (!pool_grow((void **)&dirty, &dirty_cap, ndirty, sizeof(*dirty))) {
-        all_dirty = true;
-        return;
-    }
     c->dirty = true;
     c->dirty_pos = ndirty;
     dirty[ndirty++] = c;
@@ -149,7 +145,8 @@ static comm_stream *add_locked(void *s, bool fresh)
 {
     comm_stream *c = calloc(1, sizeof(*c));
     if (!c || pool_addrmap_reserve(&index_) ||
-        !pool_grow((void **)&streams, &known_cap, nknown, sizeof(*streams))) {
+        !pool_grow((void **)&streams, &known_cap, nknown, sizeof(*streams)) ||
+        !pool_grow((void **)&dirty, &dirty_cap, nknown, sizeof(*dirty))) {
         free(c);
         shim_log(SHIM_LOG_WARN, "out of host memory tracking a stream's work; "
                  "every fence includes it");
@@ -366,8 +363,6 @@ void shim_comm_end(void)
 
 size_t shim_comm_due(int dev, shim_comm_due_stream **out, size_t *cap)
 {
-    if (all_dirty)
-        return SIZE_MAX;
     size_t n = 0;
     for (size_t i = 0; i < ndirty; i++) {
         comm_stream *c = dirty[i];
