@@ -266,13 +266,13 @@ void shim_group_flushed(uint64_t ticket)
         group_flush_answer(grp, ticket);
 }
 
-void shim_group_report(int dev, size_t size, char *buf, size_t len)
+void shim_group_report(int dev, size_t size, bool refused, char *buf, size_t len)
 {
     buf[0] = '\0';
     group_view *v = grp ? calloc(1, sizeof(*v)) : NULL;
     if (v)
         group_view_of(grp, shim_cfg.group, v);
-    if (!v || room(dev, size)) {
+    if (!v || (!refused && room(dev, size))) {
         free(v);
         return;
     }

@@ -70,7 +70,9 @@ bool shim_group_waiters(void);
 void shim_group_ending(void);
 
 /* One line naming the group's budget and each member's pid, command, held
- * and cached bytes on dev, into buf; "" when the group is not full. */
-void shim_group_report(int dev, size_t size, char *buf, size_t len);
+ * and cached bytes on dev, into buf; "" when there is no group, or when
+ * size bytes fit its budget now and refused is false (refused: the budget
+ * is known to have refused, the members' memory may have moved since). */
+void shim_group_report(int dev, size_t size, bool refused, char *buf, size_t len);
 
 #endif
