@@ -72,6 +72,7 @@ int shim_cap_take_passed(int dev, size_t size, const char *call)
      * group's: the caller may hold the runtime's locks, which another
      * member's flush, or this process's helper, could need. */
     for (int round = 0;; round++) {
+        shim_group_try();
         if (pool_budget_take(&d->budget, size) == 0) {
             passed_add(d, size);
             return 0;
@@ -80,7 +81,7 @@ int shim_cap_take_passed(int dev, size_t size, const char *call)
             break;
     }
     char rq[32], c[32], r[32], p[32];
-    bool own = !pool_budget_room(&d->budget, size);
+    bool own = !shim_group_refused();
     shim_log(SHIM_LOG_ERROR, "device %d: %s(%s) refused: %s %s would be exceeded (pool "
              "reserved %s, passed on %s)", dev, call, stats_fmt_bytes(size, rq, sizeof(rq)),
              own ? "the cap" : "the group's budget (CUPOOL_GROUP); the cap",
@@ -112,7 +113,7 @@ bool shim_cap_reclaim(int dev, size_t size, int err, int round)
     if (round == 0 && idle_returned(dev))
         return true;
     /* The process's own cap refused: only its own memory could help. */
-    if (err == -EDQUOT && !pool_budget_room(&shim_devices[dev].budget, size))
+    if (err == -EDQUOT && !shim_group_refused())
         return false;
     /* The group's budget or the device refused: the group, up to three
      * times (its members' flushes; after a member that ended left the

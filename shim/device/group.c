@@ -38,6 +38,12 @@ static uint64_t limit_of(int dev)
     return total / 100 * c.percent;
 }
 
+/* Whether the group's budget refused this thread since its last try
+ * began (shim_group_try): which budget a refusal was, for the reclaim and
+ * the report, where a look at the budgets afterwards could misjudge (the
+ * members' memory moves, and a segment is larger than the request). */
+static _Thread_local bool refused_here;
+
 static int outer_take(void *ctx, uint64_t size, bool force)
 {
     int dev = *(const int *)ctx;
@@ -45,8 +51,14 @@ static int outer_take(void *ctx, uint64_t size, bool force)
         group_charge(grp, dev, size);
         return 0;
     }
-    return group_take(grp, dev, size, limit_of(dev));
+    int r = group_take(grp, dev, size, limit_of(dev));
+    refused_here |= r != 0;
+    return r;
 }
+
+void shim_group_try(void) { refused_here = false; }
+
+bool shim_group_refused(void) { return refused_here; }
 
 static void outer_give(void *ctx, uint64_t size) { group_give(grp, *(const int *)ctx, size); }
 

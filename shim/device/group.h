@@ -69,10 +69,18 @@ bool shim_group_waiters(void);
  * shim_framework_ending); the helper's, each tick. */
 void shim_group_ending(void);
 
+/* A try to take from the device's budget begins on this thread (an
+ * allocation's, or memory passed on); after it, whether the group's budget
+ * refused during it (a refusal with this false was the process's own
+ * cap). */
+void shim_group_try(void);
+bool shim_group_refused(void);
+
 /* One line naming the group's budget and each member's pid, command, held
  * and cached bytes on dev, into buf; "" when there is no group, or when
- * size bytes fit its budget now and refused is false (refused: the budget
- * is known to have refused, the members' memory may have moved since). */
+ * size bytes fit its budget now and refused is false (refused: it is
+ * known to have refused, shim_group_refused; the members' memory may have
+ * moved since). */
 void shim_group_report(int dev, size_t size, bool refused, char *buf, size_t len);
 
 #endif

@@ -19,6 +19,7 @@
 #include "device.h"
 #include "driver.h"
 #include "fence.h"
+#include "group.h"
 #include "interpose.h"
 #include "ipc.h"
 #include "log.h"
@@ -85,9 +86,12 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
 {
     shim_work_start_due(); /* before any lock of cupool's is held */
     inside++;
+    shim_group_try();
     int err = shim_device_alloc(dev, size, a);
-    for (int round = 0; err && shim_cap_reclaim(dev, size, err, round); round++)
+    for (int round = 0; err && shim_cap_reclaim(dev, size, err, round); round++) {
+        shim_group_try();
         err = shim_device_alloc(dev, size, a);
+    }
     inside--;
     if (err == -ENODEV)
         return err;

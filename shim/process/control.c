@@ -581,10 +581,11 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
     if (pass_bytes)
         snprintf(passed, sizeof(passed), "; %s more is allocated through calls "
                  "passed on", stats_fmt_bytes(pass_bytes, pb, sizeof(pb)));
-    /* With no cap of its own, a refused budget is the group's, though the
+    /* A refusal of the group's budget is reported as such, though the
      * group may have room again by now (its members moved meanwhile). */
     char group[1024];
-    shim_group_report(dev, size, err == -EDQUOT && !d.cap, group, sizeof(group));
+    bool by_group = err == -EDQUOT && (shim_group_refused() || !d.cap);
+    shim_group_report(dev, size, by_group, group, sizeof(group));
     const char *cause =
         *group ? shim_group_cause()
         : frag ? "fragmentation: enough memory is free in total, but no free "
