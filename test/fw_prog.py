@@ -18,7 +18,8 @@ runs until SIGTERM, then prints what the stand-in saw.
   gilheld  the same, its main thread then 3 s in one C call that keeps
            the interpreter's lock (a ctypes.PyDLL call), then polling
   capture  the same, and a thread that holds a CUDA graph capture open
-           (global mode) for 1.5 s from $READY on, then ends it: prints
+           (global mode) for 1.5 s, $READY written once it is open, then
+           ends it: prints
            the capture's end code and whether every empty_cache ran after
            the capture ended
   none     never imports torch; 12 MiB in cupool's own cache
@@ -68,11 +69,13 @@ def stop_now(signum, frame):
     raise Stop()
 
 
-def hold_capture(rt, result):
-    """Holds a global-mode capture open for 1.5 s on a stream of its own."""
+def hold_capture(rt, result, begun):
+    """Holds a global-mode capture open for 1.5 s on a stream of its own;
+    sets begun once it is open."""
     s = ctypes.c_void_p()
     assert rt.cudaStreamCreate(ctypes.byref(s)) == 0
     assert rt.cudaStreamBeginCapture(s, 0) == 0  # cudaStreamCaptureModeGlobal
+    begun.set()
     time.sleep(1.5)
     g = ctypes.c_void_p()
     result.append(rt.cudaStreamEndCapture(s, ctypes.byref(g)))
@@ -116,7 +119,12 @@ def main(mode):
                 os._exit(0)
     captured = []
     if mode == "capture":
-        threading.Thread(target=hold_capture, args=(ctypes.CDLL(None), captured)).start()
+        # READY only once the capture is open: a flush asked before it
+        # began would find none to wait for (a loaded machine).
+        begun = threading.Event()
+        threading.Thread(target=hold_capture,
+                         args=(ctypes.CDLL(None), captured, begun)).start()
+        assert begun.wait(60)
     open(os.environ["READY"], "w").close()
     if mode == "gilheld":
         ctypes.PyDLL(None).sleep(3)  # keeps the interpreter's lock throughout

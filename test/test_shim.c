@@ -1610,8 +1610,7 @@ static void test_framework_flush_capture(void **s)
         skip_because(SKIP_SANITIZER_PYTHON);
     char out[4096];
     child c;
-    fw_start(&c, "capture", NULL);
-    usleep(200000);
+    fw_start(&c, "capture", NULL); /* ready once the capture is open */
     assert_int_equal(fw_flush(&c, out, sizeof(out)), 0);
     assert_int_equal(wait_page(c.pid, "d[\"process\"][\"framework_torch\"] == 18 << 20"), 0);
     result *r = fw_end(&c);
