@@ -229,6 +229,19 @@ static int versions(void)
     return 0;
 }
 
+/* A cuMemCreate of 10 MiB is refused (run under a budget of 8 MiB: a cap,
+ * or a group's). */
+static int create_refused(void)
+{
+    load();
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+    CUmemGenericAllocationHandle h;
+    CHECK(drv.create(&h, 10 * MiB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+    printf("create refused\n");
+    return 0;
+}
+
 /* The cap covers what is passed on: stream-ordered and cuMemCreate'd
  * memory count, and a flush of idle segments makes room for them. Run
  * with CUPOOL_MAX_RESERVED=8M. */
@@ -395,6 +408,7 @@ int main(int argc, char **argv)
 {
     static const struct { const char *name; int (*fn)(void); } scenarios[] = {
         {"serve", serve}, {"plt", plt}, {"versions", versions}, {"cap", cap},
+        {"create_refused", create_refused},
         {"lazy", lazy}, {"streams", streams}, {"capture", capture}, {"reset", reset},
     };
     for (size_t i = 0; argc > 1 && i < sizeof(scenarios) / sizeof(scenarios[0]); i++)

@@ -2632,6 +2632,31 @@ static void test_group_corrupt_segment(void **s)
 /* Three members of group name (a budget of 8 MiB) race, their pages in
  * the test's directory: how many requests they were refused together.
  * None may say it could not join. */
+/* Memory passed on and refused says which budget refused: the cap and its
+ * size, or the group's budget and who holds it (it said "the group's
+ * budget (CUPOOL_GROUP); the cap 0 B would be exceeded"). */
+static void test_driver_passed_refusal_names_its_budget(void **s)
+{
+    (void)s;
+    program = "drv_prog";
+    result *r = run("create_refused", "CUPOOL_MAX_RESERVED=8M", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "cuMemCreate(10.00 MiB) refused: the cap 8.00 MiB would "
+                                   "be exceeded"));
+    static char direnv[128];
+    snprintf(direnv, sizeof(direnv), "CUPOOL_PAGE_DIR=%s", pages);
+    r = run("create_refused", direnv, "CUPOOL_GROUP=passed", "CUPOOL_GROUP_MAX_RESERVED=8M",
+            NULL);
+    program = "rt_prog";
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "cuMemCreate(10.00 MiB) refused: the group's budget "
+                                   "(CUPOOL_GROUP) would be exceeded"));
+    assert_non_null(strstr(r->err, "group passed: budget 8.00 MiB"));
+    assert_null(strstr(r->err, "the cap"));
+}
+
+#define GROUP_CAUSE "  cause: the group's budget"
+
 /* How many times needle occurs in hay. */
 static int occurrences(const char *hay, const char *needle)
 {
@@ -2644,14 +2669,14 @@ static int occurrences(const char *hay, const char *needle)
 /* members members of group name race on its budget (the size, as
  * CUPOOL_GROUP_MAX_RESERVED takes it), each under cap (its own
  * CUPOOL_MAX_RESERVED, or NULL), with the default segment sizes (larger
- * than most requests); the refusals. Every report names the
- * budget that refused: the group's where group_binds (every one, with no
- * cap), else never. Before, the report judged by the budgets as they were
+ * than most requests); the refusals. Every report gives cause (a line's
+ * start), or, where cause is NULL, none names the group's budget; none
+ * says never. Before, the report judged by the budgets as they were
  * by then (members' memory moves, a segment is larger than the request):
  * about 1 in 10 blamed CUPOOL_MAX_RESERVED, set or not, where the group's
  * budget refused. */
 static int group_members_refused(const char *name, int members, const char *budget,
-                                 const char *cap, bool group_binds)
+                                 const char *cap, const char *cause, const char *never)
 {
     static char group[96], direnv[128], budget_env[96], cap_env[96];
     snprintf(group, sizeof(group), "CUPOOL_GROUP=%s", name);
@@ -2674,11 +2699,15 @@ static int group_members_refused(const char *name, int members, const char *budg
         assert_int_equal(sscanf(r->out, "refused %d of", &got), 1);
         refused += got;
         int n = occurrences(r->err, "  cause: ");
-        int by_group = occurrences(r->err, "  cause: the group's budget");
+        int named = occurrences(r->err, cause ? cause : "  cause: the group's budget");
         causes += n;
-        if (by_group != (group_binds ? n : 0))
-            fail_msg("member %d (cap %s, group %s): %d of %d reports name the group's "
-                     "budget:\n%s", i, cap ? cap : "none", budget, by_group, n, r->err);
+        if (never && strstr(r->err, never))
+            fail_msg("member %d (cap %s, group %s): a report says \"%s\":\n%s", i,
+                     cap ? cap : "none", budget, never, r->err);
+        if (named != (cause ? n : 0))
+            fail_msg("member %d (cap %s, group %s): %d of %d reports say \"%s\":\n%s", i,
+                     cap ? cap : "none", budget, named, n,
+                     cause ? cause : "  cause: the group's budget", r->err);
     }
     /* The log's rate limit may suppress some reports, never add one. */
     assert_true(causes > 0 && causes <= refused);
@@ -2713,7 +2742,7 @@ static void test_group_squatted_directory(void **s)
     assert_int_equal(mkdir(home, 0755), 0);
     setenv("XDG_RUNTIME_DIR", rundir, 1);
     setenv("HOME", home, 1);
-    int refused = group_members_refused("squat", 3, "8M", NULL, true);
+    int refused = group_members_refused("squat", 3, "8M", NULL, GROUP_CAUSE, NULL);
     print_message("page directory squatted: 3 members refused %d of 150 requests\n", refused);
     assert_true(refused > 0);
     snprintf(cmd, sizeof(cmd), "ls %s/cupool && CUPOOL_PAGE_DIR=%s " READER
@@ -2723,7 +2752,7 @@ static void test_group_squatted_directory(void **s)
     assert_non_null(strstr(out, want));
     assert_non_null(strstr(out, "group squat: budget 8.00 MiB per device"));
     unsetenv("XDG_RUNTIME_DIR");
-    refused = group_members_refused("squath", 3, "8M", NULL, true);
+    refused = group_members_refused("squath", 3, "8M", NULL, GROUP_CAUSE, NULL);
     print_message("the same without XDG_RUNTIME_DIR: %d refused\n", refused);
     assert_true(refused > 0);
     snprintf(cmd, sizeof(cmd), "ls %s/.cache/cupool && CUPOOL_PAGE_DIR=%s " READER
@@ -2743,10 +2772,14 @@ static void test_group_squatted_directory(void **s)
 static void test_group_report_names_the_budget_that_refused(void **s)
 {
     (void)s;
-    int refused = group_members_refused("causes", 3, "8M", "64M", true);
+    int refused = group_members_refused("causes", 3, "8M", "64M", GROUP_CAUSE, NULL);
     print_message("cap 64 MiB in a group of 8: 3 members refused %d of 150\n", refused);
-    refused = group_members_refused("causes2", 1, "64M", "8M", false);
+    refused = group_members_refused("causes2", 1, "64M", "8M", NULL, NULL);
     print_message("cap 8 MiB in a group of 64: refused %d of 50\n", refused);
+    /* Alone in its group: the reports speak of no other member (they said
+     * "after its other members flushed" before). */
+    refused = group_members_refused("causes3", 1, "8M", NULL, GROUP_CAUSE, "other members");
+    print_message("alone in a group of 8 MiB: refused %d of 50\n", refused);
 }
 
 static void test_threads_and_signal_storm(void **s)
@@ -3404,6 +3437,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_group_budget_forms, pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_corrupt_segment, pages_setup,
                                         pages_teardown),
+        cmocka_unit_test_setup_teardown(test_driver_passed_refusal_names_its_budget,
+                                        pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_report_names_the_budget_that_refused,
                                         pages_setup, pages_teardown),
         cmocka_unit_test_setup_teardown(test_group_squatted_directory, pages_setup,

@@ -160,8 +160,14 @@ static bool wait_room(int dev, size_t size, bool (*fits)(int, size_t),
     return false;
 }
 
-/* How the calling thread's last reclaim ended, for its report. */
-static _Thread_local enum { ENDED_ROOM, ENDED_TIMEOUT, ENDED_DEADLOCK } ended;
+/* How the calling thread's last reclaim ended, for its report: room for
+ * the request (the retry was refused all the same: the pool asks for a
+ * segment), its wait ran out (or, with no wait, the flushes were
+ * answered), a deadlock, no other member to ask, or more than the whole
+ * budget. */
+static _Thread_local enum {
+    ENDED_ROOM, ENDED_TIMEOUT, ENDED_DEADLOCK, ENDED_ALONE, ENDED_TOO_LARGE
+} ended;
 
 /* The bytes size lacks on dev now (size, if the budget is unknown). */
 static uint64_t shortfall(int dev, size_t size)
@@ -233,14 +239,18 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
         shim_count(SHIM_group_reclaims);
         return wait_room(dev, size, device_room, NULL);
     }
+    ended = ENDED_ROOM;
     if (room(dev, size))
         return true; /* room came since the refusal (a member's flush) */
     uint64_t lim = limit_of(dev);
+    ended = ENDED_TOO_LARGE;
     if (lim && size > lim)
         return false; /* more than the whole budget: no turn would do */
     shim_count(SHIM_group_reclaims);
+    ended = ENDED_ALONE;
     if (group_ask_others(grp, tickets, 0) == 0)
         return false;
+    ended = ENDED_TIMEOUT;
     if (!shim_cfg.group_wait_ms)
         return wait_room(dev, size, room, tickets);
     return wait_turn(dev, size, tickets);
@@ -319,5 +329,14 @@ const char *shim_group_cause(void)
     if (ended == ENDED_TIMEOUT && shim_cfg.group_wait_ms)
         return "the group's budget (CUPOOL_GROUP): the other members' memory stayed in "
                "use for all of CUPOOL_GROUP_WAIT";
+    if (ended == ENDED_ROOM) /* the request fits, what the pool asked for did not */
+        return "the group's budget (CUPOOL_GROUP): less of it is left than the new "
+               "segment this request needs";
+    if (ended == ENDED_ALONE)
+        return "the group's budget (CUPOOL_GROUP), this process its only member (no other "
+               "to make room)";
+    if (ended == ENDED_TOO_LARGE)
+        return "the group's budget (CUPOOL_GROUP): the request is larger than the whole "
+               "budget";
     return "the group's budget (CUPOOL_GROUP), after its other members flushed";
 }

@@ -587,7 +587,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
     bool by_group = err == -EDQUOT && (shim_group_refused() || !d.cap);
     shim_group_report(dev, size, by_group, group, sizeof(group));
     const char *cause =
-        *group ? shim_group_cause()
+        by_group ? shim_group_cause()
         : frag ? "fragmentation: enough memory is free in total, but no free "
                "block is large enough and no new segment fits"
         : err == -EDQUOT ? "the cap: allocated memory plus this request "
