@@ -229,15 +229,22 @@ static int versions(void)
     return 0;
 }
 
-/* A cuMemCreate of 10 MiB is refused (run under a budget of 8 MiB: a cap,
- * or a group's). */
+/* Device memory of device 0, as cuMemCreate takes it. */
+static const CUmemAllocationProp pinned = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                           .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+
+/* A cuMemCreate of 10 MiB is refused (under a budget of 8 MiB). */
+static void create_10mib_refused(void)
+{
+    CUmemGenericAllocationHandle h;
+    CHECK(drv.create(&h, 10 * MiB, &pinned, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+/* Run under a budget of 8 MiB: a cap, or a group's. */
 static int create_refused(void)
 {
     load();
-    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
-    CUmemGenericAllocationHandle h;
-    CHECK(drv.create(&h, 10 * MiB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+    create_10mib_refused();
     printf("create refused\n");
     return 0;
 }
@@ -248,11 +255,7 @@ static int create_refused(void)
 static int cap(void)
 {
     load();
-    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
-    CUmemGenericAllocationHandle h0;
-    /* Before any pool exists, the cap already holds. */
-    CHECK(drv.create(&h0, 10 * MiB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+    create_10mib_refused(); /* before any pool exists, the cap already holds */
     CUdeviceptr p[16];
     int n = 0;
     CUresult r;
@@ -271,8 +274,8 @@ static int cap(void)
     CUdeviceptr b;
     CHECK(drv.alloc(&b, 4 * MiB) == CUDA_ERROR_OUT_OF_MEMORY);
     CUmemGenericAllocationHandle h1, h2;
-    CHECK(drv.create(&h1, 2 * MiB, &prop, 0) == CUDA_SUCCESS);
-    CHECK(drv.create(&h2, 2 * MiB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(drv.create(&h1, 2 * MiB, &pinned, 0) == CUDA_SUCCESS);
+    CHECK(drv.create(&h2, 2 * MiB, &pinned, 0) == CUDA_ERROR_OUT_OF_MEMORY);
     CHECK(drv.release(h1) == CUDA_SUCCESS);
     CHECK(drv.free_async(a, NULL) == CUDA_SUCCESS);
     /* All given back: the pool may take the whole cap again. */

@@ -3,7 +3,6 @@
  * cap.c - see cap.h.
  */
 #include <errno.h>
-#include <stdio.h>
 
 #include "cap.h"
 #include "devstate.h"
@@ -81,17 +80,16 @@ int shim_cap_take_passed(int dev, size_t size, const char *call)
         if (round == 1 || !idle_returned(dev))
             break;
     }
-    char rq[32], c[32], r[32], p[32], group[1024];
+    char rq[32], c[32], r[32], p[32], group[1024] = "";
     bool by_group = shim_group_refused();
     if (by_group) /* the group's line: its budget, and who holds it */
         shim_group_report(dev, size, true, group, sizeof(group));
-    else
-        snprintf(group, sizeof(group), "the cap %s", stats_fmt_bytes(cap, c, sizeof(c)));
-    shim_log(SHIM_LOG_ERROR, "device %d: %s(%s) refused: %s would be exceeded (pool "
+    shim_log(SHIM_LOG_ERROR, "device %d: %s(%s) refused: %s%s would be exceeded (pool "
              "reserved %s, passed on %s)%s", dev, call, stats_fmt_bytes(size, rq, sizeof(rq)),
-             by_group ? "the group's budget (CUPOOL_GROUP)" : group,
+             by_group ? "the group's budget (CUPOOL_GROUP)" : "the cap ",
+             by_group ? "" : stats_fmt_bytes(cap, c, sizeof(c)),
              stats_fmt_bytes(atomic_load(&d->reserved), r, sizeof(r)),
-             stats_fmt_bytes(atomic_load(&d->passed), p, sizeof(p)), by_group ? group : "");
+             stats_fmt_bytes(atomic_load(&d->passed), p, sizeof(p)), group);
     return -EDQUOT;
 }
 

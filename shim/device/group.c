@@ -239,18 +239,20 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
         shim_count(SHIM_group_reclaims);
         return wait_room(dev, size, device_room, NULL);
     }
-    ended = ENDED_ROOM;
-    if (room(dev, size))
-        return true; /* room came since the refusal (a member's flush) */
+    if (room(dev, size)) { /* room came since the refusal (a member's flush) */
+        ended = ENDED_ROOM;
+        return true;
+    }
     uint64_t lim = limit_of(dev);
-    ended = ENDED_TOO_LARGE;
-    if (lim && size > lim)
-        return false; /* more than the whole budget: no turn would do */
-    shim_count(SHIM_group_reclaims);
-    ended = ENDED_ALONE;
-    if (group_ask_others(grp, tickets, 0) == 0)
+    if (lim && size > lim) { /* more than the whole budget: no turn would do */
+        ended = ENDED_TOO_LARGE;
         return false;
-    ended = ENDED_TIMEOUT;
+    }
+    shim_count(SHIM_group_reclaims);
+    if (group_ask_others(grp, tickets, 0) == 0) {
+        ended = ENDED_ALONE;
+        return false;
+    }
     if (!shim_cfg.group_wait_ms)
         return wait_room(dev, size, room, tickets);
     return wait_turn(dev, size, tickets);

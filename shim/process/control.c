@@ -584,7 +584,7 @@ void shim_report_alloc_failure(int dev, size_t size, int err, const char *call)
     /* A refusal of the group's budget is reported as such, though the
      * group may have room again by now (its members moved meanwhile). */
     char group[1024];
-    bool by_group = err == -EDQUOT && (shim_group_refused() || !d.cap);
+    bool by_group = err == -EDQUOT && shim_group_refused();
     shim_group_report(dev, size, by_group, group, sizeof(group));
     const char *cause =
         by_group ? shim_group_cause()
