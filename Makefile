@@ -25,18 +25,26 @@ TEST_HDR := $(wildcard test/*.h)
 SIM_SRC  := trace/sim_backend.c
 TEST_INC := -Ipool -Itrace -Itest
 
-STATS_SRC := stats/format.c stats/page.c stats/page_node.c stats/trace.c stats/safefile.c stats/groupseg.c \
-             stats/userns.c
-STATS_HDR := $(wildcard stats/*.h)
+# What the library and the tools share below them: the page, its fields and
+# formats (stats/), the group segment (group/), the trace's records (trace/
+# trace.c) and the careful file opening (common/).
+STATS_SRC := stats/format.c stats/page.c common/safefile.c group/groupseg.c trace/trace.c
+STATS_HDR := $(wildcard stats/*.h common/*.h group/*.h) trace/trace.h
+STATS_INC := -Ipool -Istats -Icommon -Igroup -Itrace
+# The node-wide reading the tools do (node/): every process's page found from
+# /proc, user namespaces; the library never links it.
+NODE_SRC := node/node.c node/userns.c stats/page_node.c
+NODE_HDR := $(wildcard node/*.h)
+# The programs (tools/) share one argument helper.
+TOOLS_INC := $(STATS_INC) -Inode -Itools -Ipause
 # The shim, by layer (docs/DESIGN.md): base (options, log, process state,
 # recorder), cuda (the real libraries and the seam), watch (NCCL, CUPTI,
 # NVML), device (pools, fence, capture, cap, group), entry (what a program
 # calls), process (start-up, helper thread, signals, framework flush).
 SHIM_DIRS := base cuda watch device entry process
-SHIM_SRC := $(filter-out shim/base/options_cli.c,$(foreach d,$(SHIM_DIRS),$(wildcard shim/$(d)/*.c))) \
-            $(STATS_SRC)
+SHIM_SRC := $(foreach d,$(SHIM_DIRS),$(wildcard shim/$(d)/*.c)) $(STATS_SRC)
 SHIM_HDR := $(foreach d,$(SHIM_DIRS),$(wildcard shim/$(d)/*.h)) $(STATS_HDR)
-SHIM_INC := -Ipool -Istats $(foreach d,$(SHIM_DIRS),-Ishim/$(d)) $(CUDA_INC)
+SHIM_INC := $(STATS_INC) $(foreach d,$(SHIM_DIRS),-Ishim/$(d)) $(CUDA_INC)
 
 # Unit and property tests of pool/, built with ASan+UBSan.
 POOL_TESTS := test_pool test_pool_random test_pool_frag test_addrmap
@@ -129,48 +137,53 @@ $(eval $(call shim_rt,$(BUILD),$(ALL_CFLAGS)))
 $(eval $(call shim_rt,$(BUILD)/asan,$(WARN) $(DEFS) $(ASAN)))
 $(eval $(call shim_rt,$(BUILD)/tsan,$(WARN) $(DEFS) $(TSAN)))
 
-# The reader behind `cupool stat/top/flush`.
-$(BUILD)/cupool-stat: stats/cli.c stats/node.c stats/jobview.c stats/jobgate.c $(STATS_SRC) \
-                      $(STATS_HDR) $(POOL_HDR)
+# The programs behind `cupool` (tools/, pause/main.c): each its own source
+# list; none is linked into the library.
+TOOLS_HDR := $(STATS_HDR) $(NODE_HDR) $(wildcard tools/*.h pause/*.h) $(POOL_HDR)
+JOBGATE_SRC := pause/jobgate.c
+
+# The reader behind `cupool stat/top/flush/dump/job`.
+STAT_SRC := tools/stat.c tools/jobview.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
+$(BUILD)/cupool-stat: $(STAT_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< stats/node.c stats/jobview.c stats/jobgate.c \
-	    $(STATS_SRC) -o $@
+	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(STAT_SRC) -o $@
 
 # cupool exporter: every process under cupool on the node, over HTTP.
-$(BUILD)/cupool-exporter: stats/exporter.c stats/node.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+EXPORTER_SRC := tools/exporter.c $(NODE_SRC) $(STATS_SRC)
+$(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats $< stats/node.c $(STATS_SRC) -o $@
+	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(EXPORTER_SRC) -o $@
 
 # cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
-# time, as the shim finds CUDA), a process's page for its flush.
-$(BUILD)/cupool-pause: pause/pause.c pause/job.c pause/pause.h stats/jobgate.c stats/node.c \
-                       $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+# time, as the shim finds CUDA), a process's page for its flush, the NCCL
+# job's controller.
+PAUSE_SRC := pause/main.c pause/pause.c pause/job.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
+$(BUILD)/cupool-pause: $(PAUSE_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats $(CUDA_INC) $< pause/job.c stats/jobgate.c stats/node.c \
-	    $(STATS_SRC) -ldl -o $@
+	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(CUDA_INC) $(PAUSE_SRC) -ldl -o $@
 
 # The shim's option table for `cupool run` (check and translate options).
-$(BUILD)/cupool-options: shim/base/options_cli.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
+OPTIONS_SRC := tools/options.c shim/base/config.c $(STATS_SRC) $(POOL_SRC)
+$(BUILD)/cupool-options: $(OPTIONS_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Ishim/base $< shim/base/config.c $(STATS_SRC) $(POOL_SRC) \
-	    -lpthread -o $@
+	$(CC) $(ALL_CFLAGS) $(STATS_INC) -Ishim/base $(OPTIONS_SRC) -lpthread -o $@
 
 # The trace tools behind `cupool replay/plot/import-torch`: the real pool
 # code on a simulated device.
-TRACE_SRC := trace/trace_gz.c trace/replay.c trace/plot.c trace/sim_backend.c stats/trace.c \
+TRACE_SRC := trace/trace_gz.c trace/replay.c trace/plot.c trace/sim_backend.c trace/trace.c \
              stats/format.c
 TRACE_HDR := $(wildcard trace/*.h)
-$(BUILD)/cupool-trace: trace/trace_cli.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/cupool-trace: tools/trace.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats -Itrace $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
+	$(CC) $(ALL_CFLAGS) $(STATS_INC) $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
 
-$(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(NODE_SRC) $(STATS_HDR) $(NODE_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats $< $(STATS_SRC) -lcmocka -lpthread -o $@
+	$(CC) $(WARN) $(DEFS) $(ASAN) $(STATS_INC) -Inode $< $(STATS_SRC) $(NODE_SRC) -lcmocka -lpthread -o $@
 
 $(BUILD)/asan/test_config: test/test_config.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Ishim/base $< shim/base/config.c $(STATS_SRC) $(POOL_SRC) \
+	$(CC) $(WARN) $(DEFS) $(ASAN) $(STATS_INC) -Ishim/base $< shim/base/config.c $(STATS_SRC) $(POOL_SRC) \
 	    -lcmocka -lpthread -o $@
 
 # The hand-off of descriptors between processes (its server is a thread).
@@ -213,14 +226,14 @@ $(BUILD)/bench_pool: test/bench_pool.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST
 
 $(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(ASAN) -Ipool -Istats -Itrace $< $(TRACE_SRC) $(POOL_SRC) \
+	$(CC) $(WARN) $(DEFS) $(ASAN) $(STATS_INC) $< $(TRACE_SRC) $(POOL_SRC) \
 	    -lcmocka -lpthread -lm -lz -o $@
 
 # The recorder with its test window (recorder.h), under ThreadSanitizer.
-$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c stats/trace.c stats/safefile.c stats/format.c $(SHIM_HDR) $(POOL_HDR)
+$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/trace.c common/safefile.c stats/format.c $(SHIM_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/base/recorder.c \
-	    stats/trace.c stats/safefile.c stats/format.c -lcmocka -lpthread -o $@
+	    trace/trace.c common/safefile.c stats/format.c -lcmocka -lpthread -o $@
 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner test_handoff)

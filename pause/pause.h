@@ -45,6 +45,10 @@ uint64_t pause_held_of(const stats_view *v);
 int pause_flush(int pid, double timeout, stats_view *v);
 /* Lock and checkpoint; a failed checkpoint is unlocked. */
 int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt);
+/* Pauses one process that holds no NCCL communicator: flushes its caches
+ * through its page (unless no_flush), then lock and checkpoint; its page
+ * says paused. 0, or 1 with the reason said. */
+int pause_one(int pid, double timeout, bool no_flush);
 /* Restore (when checkpointed) and unlock; the page says running. */
 int pause_resume_one(int pid);
 

@@ -366,7 +366,7 @@ def test_full_tmpfs(tmp, user):
 
 def trace_named(path, comm):
     """A trace (two records) whose header names the program comm (bytes,
-    up to 15), written as the recorder writes one (stats/trace.h)."""
+    up to 15), written as the recorder writes one (trace/trace.h)."""
     import struct
     header = (b"CUPOOLTR" + struct.pack("<IIIiQ", 1, 64, 24, 7, 0) + comm.ljust(16, b"\0") +
               bytes([2]) + bytes(15))

@@ -812,7 +812,7 @@ static void test_group_squatted_meets_elsewhere(void **s)
     unsetenv("XDG_RUNTIME_DIR");
 }
 
-/* ---- whose a process is (stats/userns.c) -------------------------------------- */
+/* ---- whose a process is (node/userns.c) -------------------------------------- */
 
 /* uid_map text as the kernel prints it: the initial namespace's, unshare
  * -Ur's (root inside is the user outside), several ranges; an id in no

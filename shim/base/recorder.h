@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * recorder.h - CUPOOL_TRACE: every allocation event the shim sees, recorded in
- * the format of stats/trace.h.
+ * the format of trace/trace.h.
  *
  * Each pool (each shard of each device) has a ring, and every event of the
  * pool is appended to it under the pool's own lock: allocations and frees

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * group.h - CUPOOL_GROUP: this process as a member of a group of
- * processes that share one budget per device (stats/groupseg.h holds the
+ * processes that share one budget per device (group/groupseg.h holds the
  * segment). Every byte the device's budget takes (pool segments, memory
  * passed on) is taken from the group's too; when the group's budget
  * refuses, the process returns its own cache (the pool does so for any

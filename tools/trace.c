@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * trace_cli.c - cupool-trace, behind `cupool replay`, `cupool plot` and
+ * trace.c - cupool-trace, behind `cupool replay`, `cupool plot` and
  * `cupool import-torch`:
  *
  *   cupool-trace replay TRACE [--policy P[,P...]] [--capacity SIZE]

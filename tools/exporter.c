@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * exporter.c - cupool exporter: every process under cupool on this node
- * (stats/node.h) in Prometheus's text exposition format, over HTTP.
+ * (node/node.h) in Prometheus's text exposition format, over HTTP.
  *
  *   cupool-exporter [--listen ADDR:PORT] [--page-dir DIR]... [--once]
  *

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * options_cli.c - cupool-options: the shim's option table, for
+ * options.c - cupool-options: the shim's option table, for
  * scripts/cupool (so that `cupool run` knows the options from the one
  * table libcupool.so reads, and checks them with its own parser).
  *
