@@ -143,7 +143,8 @@ TOOLS_HDR := $(STATS_HDR) $(NODE_HDR) $(wildcard tools/*.h pause/*.h) $(POOL_HDR
 JOBGATE_SRC := pause/jobgate.c
 
 # The reader behind `cupool stat/top/flush/dump/job`.
-STAT_SRC := tools/stat.c tools/jobview.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
+STAT_SRC := tools/stat.c tools/top.c tools/flush.c tools/job.c tools/reader.c tools/jobview.c \
+            tools/args.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
 $(BUILD)/cupool-stat: $(STAT_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(STAT_SRC) -o $@
@@ -157,7 +158,7 @@ $(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR)
 # cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
 # time, as the shim finds CUDA), a process's page for its flush, the NCCL
 # job's controller.
-PAUSE_SRC := pause/main.c pause/pause.c pause/job.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
+PAUSE_SRC := pause/main.c tools/args.c pause/pause.c pause/job.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
 $(BUILD)/cupool-pause: $(PAUSE_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(CUDA_INC) $(PAUSE_SRC) -ldl -o $@
@@ -173,9 +174,9 @@ $(BUILD)/cupool-options: $(OPTIONS_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 TRACE_SRC := trace/trace_gz.c trace/replay.c trace/plot.c trace/sim_backend.c trace/trace.c \
              stats/format.c
 TRACE_HDR := $(wildcard trace/*.h)
-$(BUILD)/cupool-trace: tools/trace.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/cupool-trace: tools/trace.c tools/args.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(STATS_INC) $< $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
+	$(CC) $(ALL_CFLAGS) $(STATS_INC) -Itools $< tools/args.c $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
 
 $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(NODE_SRC) $(STATS_HDR) $(NODE_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)

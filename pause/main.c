@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "pause.h"
 #include "stats.h"
 
@@ -32,29 +33,11 @@ typedef struct pause_args {
     int pid;
 } pause_args;
 
+static const args_cmd pause_cmd = {"cupool", "pause", help};
+
 static int usage(const char *why)
 {
-    pause_say("%s (see 'cupool pause --help')", why);
-    return 2;
-}
-
-/* An option cmd does not take: one line naming it, then the usage, on
- * stderr. Returns 2. */
-static int unknown_option(const char *cmd, const char *opt)
-{
-    char shown[64];
-    fprintf(stderr, "cupool %s: unknown option '%s'\n%s", cmd,
-            stats_printable(opt, shown, sizeof(shown)), help);
-    return 2;
-}
-
-/* Whether an argument after the command is -h or --help. */
-static bool help_asked(int argc, char **argv)
-{
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-            return true;
-    return false;
+    return args_mistake(&pause_cmd, "%s", why);
 }
 
 /* The options from argv[*i] on (pause's; resume has none) into *a, *i
@@ -68,17 +51,12 @@ static int options_parse(int argc, char **argv, int *i, pause_args *a)
             continue;
         }
         if (!a->pause || strcmp(o, "--timeout"))
-            return unknown_option(argv[1], o);
+            return args_unexpected(&(args_cmd){"cupool", argv[1], help}, o);
         if (*i + 1 >= argc)
             return usage("--timeout needs a value");
-        char *end;
-        a->timeout = strtod(argv[++*i], &end);
-        if (*end || !(a->timeout > 0 && a->timeout <= 3600)) {
-            char shown[64];
-            pause_say("--timeout takes seconds above 0, up to 3600, not '%s'",
-                stats_printable(argv[*i], shown, sizeof(shown)));
-            return 2;
-        }
+        if (args_seconds(argv[++*i], 0.001, 3600, &a->timeout))
+            return args_mistake(&pause_cmd, "--timeout takes seconds above 0, up to 3600, "
+                                "not '%s'", args_shown(argv[*i]));
     }
     return 0;
 }
@@ -87,7 +65,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "pause") && strcmp(argv[1], "resume")))
         return usage("the command is pause or resume");
-    if (help_asked(argc, argv))
+    if (args_wants_help(argc - 2, argv + 2))
         return fputs(help, stdout) < 0;
     pause_args a = {.pause = !strcmp(argv[1], "pause"), .timeout = 10};
     int i = 2, rc = options_parse(argc, argv, &i, &a);
@@ -95,11 +73,9 @@ int main(int argc, char **argv)
         return rc;
     if (i + 1 != argc)
         return usage(i >= argc ? "no process id given" : "one process id, no more");
-    char *end;
-    long pid = strtol(argv[i], &end, 10);
-    if (*end || end == argv[i] || pid <= 0 || pid > 4194304)
+    a.pid = args_pid(argv[i]);
+    if (a.pid < 0)
         return usage("not a process id");
-    a.pid = (int)pid;
     /* Whose it is first: no driver is loaded for a process not to touch. */
     if (pause_owner_check(a.pid))
         return 1;

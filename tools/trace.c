@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "plot.h"
 #include "replay.h"
 #include "stats.h"
@@ -32,15 +33,14 @@
 
 static const char *me = "cupool"; /* what the user typed */
 
+/* cupool as a whole, for a mistake not tied to one command. */
+static const args_cmd whole = {"cupool", NULL, NULL};
+
 /* One line naming a usage mistake, arg shown with control bytes as '?'.
  * Returns 2. */
 static int usage_error(const char *fmt, const char *arg)
 {
-    char shown[1024];
-    fprintf(stderr, "%s: ", me);
-    fprintf(stderr, fmt, stats_printable(arg, shown, sizeof(shown)));
-    fprintf(stderr, " (see 'cupool --help')\n");
-    return 2;
+    return args_mistake(&whole, fmt, args_shown(arg));
 }
 
 /* Each command's help, for `cupool COMMAND --help` and after an unknown
@@ -99,10 +99,7 @@ static const help *help_of(const char *cmd)
 static int unknown_option(const char *cmd, const char *o)
 {
     const help *h = help_of(cmd);
-    char shown[256];
-    fprintf(stderr, "%s %s: unknown option '%s'\n%s", h->prog, cmd,
-            stats_printable(o, shown, sizeof(shown)), h->text);
-    return 2;
+    return args_unexpected(&(args_cmd){h->prog, cmd, h->text}, o);
 }
 
 typedef struct args {
