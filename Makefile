@@ -18,7 +18,7 @@ TSAN    := -O1 -g -fsanitize=thread
 
 CUDA_INC := -I$(CUDA)/include
 
-POOL_SRC := pool/pool.c pool/alloc.c pool/fence.c pool/block.c pool/segment.c pool/trim.c \
+POOL_SRC := pool/pool.c pool/alloc.c pool/fence.c pool/fit.c pool/block.c pool/segment.c pool/trim.c \
             pool/stitch.c pool/bins.c pool/dirty.c pool/tree.c pool/addrmap.c pool/check.c
 POOL_HDR := $(wildcard pool/*.h)
 TEST_HDR := $(wildcard test/*.h)

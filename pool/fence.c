@@ -11,8 +11,7 @@
  * A fence costs time, a dirty block that cannot be handed out costs memory:
  * pool_block_find fences when a dirty block would serve a request better
  * than the clean choice, or when nothing clean fits. The clean choice is
- * pool_find_fit's, under the pool's fit policy (best or first fit,
- * max_split), which alloc.c and stitch.c, above this file, ask too.
+ * pool_find_fit's (fit.c), under the pool's fit policy.
  */
 #include <errno.h>
 #include <string.h>
@@ -135,45 +134,6 @@ static bool dirty_merged_fits(const pool *p, enum pool_kind kind, size_t size)
         if (pool_dirty_merged_fits(&p->gens[e % p->ngens][kind], size))
             return true;
     return false;
-}
-
-/* Lowest-addressed clean block of kind with at least size bytes (first fit
- * exists for replay, not for service). Segments, in address order, whose
- * bound says no block fits are skipped; a walk that finds none in a segment
- * makes its bound exact, so a stale bound costs one walk. Before the
- * bounds, every block of every segment was walked: 100 000 live blocks
- * took 12 s to replay. */
-static pool_block *first_fit(pool *p, enum pool_kind kind, size_t size)
-{
-    for (size_t i = 0; i < p->nsegs; i++) {
-        pool_segment *s = p->segs[i];
-        if (s->kind != kind || s->max_clean < size)
-            continue;
-        size_t largest = 0;
-        for (pool_block *b = s->first; b; b = b->next) {
-            if (!b->free || b->dirty)
-                continue;
-            if (b->size >= size)
-                return b;
-            largest = b->size > largest ? b->size : largest;
-        }
-        s->max_clean = largest;
-    }
-    return NULL;
-}
-
-/* The clean block a rounded request gets under the pool's fit policy,
- * honouring max_split; NULL if none. */
-pool_block *pool_find_fit(pool *p, enum pool_kind kind, size_t size)
-{
-    pool_block *b = p->cfg.fit == POOL_FIT_FIRST
-                        ? first_fit(p, kind, size)
-                        : pool_bins_lower_bound(&p->clean[kind], size);
-    if (!b || !pool_oversize(p, b->size))
-        return b;
-    if (!pool_oversize(p, size))
-        return NULL;
-    return b->size - size <= p->cfg.oversize_slack ? b : NULL;
 }
 
 /* Finds a clean block with asynchronous fences: retires those done, begins
