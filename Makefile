@@ -28,7 +28,8 @@ TEST_INC := -Ipool -Itrace -Itest
 # What the library and the tools share below them: the page, its fields and
 # formats (stats/), the group segment (group/), the trace's records (trace/
 # trace.c) and the careful file opening (common/).
-STATS_SRC := stats/format.c stats/page.c common/safefile.c group/groupseg.c trace/trace.c
+STATS_SRC := stats/format.c stats/page.c common/safefile.c common/text.c group/groupseg.c group/format.c \
+             trace/trace.c
 STATS_HDR := $(wildcard stats/*.h common/*.h group/*.h) trace/trace.h
 STATS_INC := -Ipool -Istats -Icommon -Igroup -Itrace
 # The node-wide reading the tools do (node/): every process's page found from
@@ -144,7 +145,7 @@ JOBGATE_SRC := pause/jobgate.c
 
 # The reader behind `cupool stat/top/flush/dump/job`.
 STAT_SRC := tools/stat.c tools/top.c tools/flush.c tools/job.c tools/reader.c tools/jobview.c \
-            tools/args.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
+            common/args.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
 $(BUILD)/cupool-stat: $(STAT_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(STAT_SRC) -o $@
@@ -158,7 +159,7 @@ $(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR)
 # cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
 # time, as the shim finds CUDA), a process's page for its flush, the NCCL
 # job's controller.
-PAUSE_SRC := pause/main.c tools/args.c pause/pause.c pause/job.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
+PAUSE_SRC := pause/main.c common/args.c pause/pause.c pause/job.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
 $(BUILD)/cupool-pause: $(PAUSE_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(CUDA_INC) $(PAUSE_SRC) -ldl -o $@
@@ -172,11 +173,11 @@ $(BUILD)/cupool-options: $(OPTIONS_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 # The trace tools behind `cupool replay/plot/import-torch`: the real pool
 # code on a simulated device.
 TRACE_SRC := trace/trace_gz.c trace/replay.c trace/plot.c trace/sim_backend.c trace/trace.c \
-             stats/format.c
+             stats/format.c common/text.c
 TRACE_HDR := $(wildcard trace/*.h)
-$(BUILD)/cupool-trace: tools/trace.c tools/args.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/cupool-trace: tools/trace.c common/args.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(STATS_INC) -Itools $< tools/args.c $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
+	$(CC) $(ALL_CFLAGS) $(STATS_INC) -Itools $< common/args.c $(TRACE_SRC) $(POOL_SRC) -lpthread -lm -lz -o $@
 
 $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(NODE_SRC) $(STATS_HDR) $(NODE_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -231,10 +232,10 @@ $(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC
 	    -lcmocka -lpthread -lm -lz -o $@
 
 # The recorder with its test window (recorder.h), under ThreadSanitizer.
-$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/trace.c common/safefile.c stats/format.c $(SHIM_HDR) $(POOL_HDR)
+$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/trace.c common/safefile.c common/text.c stats/format.c $(SHIM_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/base/recorder.c \
-	    trace/trace.c common/safefile.c stats/format.c -lcmocka -lpthread -o $@
+	    trace/trace.c common/safefile.c common/text.c stats/format.c -lcmocka -lpthread -o $@
 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner test_handoff)

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "pool.h"
+#include "text.h"
 
 /* cupool's version: `cupool --version`, the JSON's "version", Prometheus's
  * cupool_build_info. */
@@ -244,12 +245,6 @@ double stats_fragmentation(const stats_device *d);
 bool stats_oom_is_fragmentation(uint64_t size, uint64_t allocated,
                                 uint64_t cached, uint64_t limit);
 
-/* s for a terminal or a label: every byte that is not printable ASCII
- * (escape sequences, newlines, other encodings) becomes '?', truncated to
- * len - 1 bytes. Names (a process's, a path) are their owner's to choose,
- * not ours. Returns buf. */
-const char *stats_printable(const char *s, char *buf, size_t len);
-
 /* s as a JSON string, quotes included: '"' and '\\' escaped, every byte
  * outside printable ASCII as \u00XX. Into buf as a formatter does; returns
  * the length it needed (at most 6 per byte of s, plus 2). */
@@ -287,10 +282,21 @@ size_t stats_format_table_with(const stats_view *const *v, const char *head,
                                const char *const *extra, size_t n, char *buf, size_t len);
 /* Every field of one view, one "device N  name  value" line each. */
 size_t stats_format_detail(const stats_view *v, char *buf, size_t len);
-struct group_view;
 enum stats_format { STATS_TABLE, STATS_JSON, STATS_PROMETHEUS };
+
+/* The pieces the formats are made of, for a format of another view (a
+ * group's, group/format.c) to look the same: a figure in at most 6
+ * characters ("146M", "4.00G"; "-" when unknown), a JSON string (quotes
+ * included), a Prometheus label value (escaped, no quotes), a metric
+ * family's HELP and TYPE lines. */
+const char *stats_fmt_short(uint64_t n, char *buf, size_t len);
+void stats_put_json_string(text_buf *o, const char *s);
+void stats_put_label(text_buf *o, const char *s);
+void stats_put_family(text_buf *o, const char *m, int counter, const char *help);
+
 /* A group's budget and each member's share per device (cupool stat
- * --group), in the format asked for. */
+ * --group), in the format asked for (group/format.c). */
+struct group_view;
 size_t stats_format_group(const struct group_view *g, enum stats_format f, char *buf,
                           size_t len);
 /* One JSON object per view, one line each. */

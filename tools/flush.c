@@ -14,7 +14,7 @@
 #include "args.h"
 #include "jobgate.h"
 #include "reader.h"
-#include "stat.h"
+#include "commands.h"
 
 const args_cmd flush_cmd = {
     "cupool", "flush",

@@ -12,7 +12,7 @@
 #include "jobview.h"
 #include "node.h"
 #include "reader.h"
-#include "stat.h"
+#include "commands.h"
 
 const args_cmd job_cmd = {
     "cupool", "job",

@@ -123,7 +123,7 @@ static void text_comm(out *o, const stats_view *v, const stats_comm *c, const no
     for (size_t i = 0; i < n && i < PEERS_MAX; i++) {
         char name[sizeof(p[i].view->comm)];
         put(o, "  %7d %-16s %4d ", p[i].view->pid,
-            stats_printable(p[i].view->comm, name, sizeof(name)), p[i].comm->rank);
+            text_printable(p[i].view->comm, name, sizeof(name)), p[i].comm->rank);
         text_device(o, p[i].comm->device, 6);
         put(o, "\n");
     }
@@ -194,7 +194,7 @@ size_t jobview_format(const stats_view *v, const node_scan *s, bool json, char *
             v->gate.can_suspend ? "true" : "false");
     } else {
         put(&o, "%d %s: %llu NCCL communicator%s", v->pid,
-            stats_printable(v->comm, name, sizeof(name)),
+            text_printable(v->comm, name, sizeof(name)),
             (unsigned long long)v->proc.nccl_comms, v->proc.nccl_comms == 1 ? "" : "s");
         if (v->proc.nccl_comms > v->ncomms)
             put(&o, " (its page lists %u)", v->ncomms);

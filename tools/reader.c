@@ -128,7 +128,7 @@ int reader_group_text(const char *name, int json, int prom, char *out, size_t le
     int err = group_read(name, &g);
     if (err) {
         char shown[80];
-        fprintf(stderr, "cupool: group %s: %s\n", stats_printable(name, shown, sizeof(shown)),
+        fprintf(stderr, "cupool: group %s: %s\n", text_printable(name, shown, sizeof(shown)),
                 err == -EINVAL ? "not a group name (1 to 64 of A-Z a-z 0-9 . _ -)"
                 : err == -ENOENT ? "no such group of this user (CUPOOL_GROUP)"
                 : err == -EPERM || err == -EPROTO ? "the file there is not a group "

@@ -24,7 +24,7 @@
 
 #include "args.h"
 #include "reader.h"
-#include "stat.h"
+#include "commands.h"
 
 const args_cmd stat_cmd = {
     "cupool", "stat",

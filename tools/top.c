@@ -18,7 +18,7 @@
 #include "args.h"
 #include "node.h"
 #include "reader.h"
-#include "stat.h"
+#include "commands.h"
 
 const args_cmd top_cmd = {
     "cupool", "top",
@@ -154,12 +154,12 @@ static void job_of(const node_proc *p, char *out, size_t len)
 {
     char a[40];
     if (p->job[0])
-        snprintf(out, len, "%s slurm:%s", p->user, stats_printable(p->job, a, sizeof(a)));
+        snprintf(out, len, "%s slurm:%s", p->user, text_printable(p->job, a, sizeof(a)));
     else if (p->pod[0])
-        snprintf(out, len, "%s pod:%.8s/%.12s", p->user, stats_printable(p->pod, a, sizeof(a)),
+        snprintf(out, len, "%s pod:%.8s/%.12s", p->user, text_printable(p->pod, a, sizeof(a)),
                  p->container);
     else if (p->group[0])
-        snprintf(out, len, "%s group:%s", p->user, stats_printable(p->group, a, sizeof(a)));
+        snprintf(out, len, "%s group:%s", p->user, text_printable(p->group, a, sizeof(a)));
     else
         snprintf(out, len, "%s", p->user);
 }

@@ -295,10 +295,10 @@ static int load(const char *path, trace *t)
 {
     char why[1024], shown[1024];
     if (trace_load_any(path, t, why, sizeof(why))) {
-        fprintf(stderr, "%s: %s\n", me, stats_printable(why, shown, sizeof(shown)));
+        fprintf(stderr, "%s: %s\n", me, text_printable(why, shown, sizeof(shown)));
         return 1;
     }
-    stats_printable(path, shown, sizeof(shown));
+    text_printable(path, shown, sizeof(shown));
     if (t->partial_bytes)
         fprintf(stderr, "%s: %s: the trace ends in a partial record (%zu bytes, "
                 "ignored): the recording process was cut short\n", me, shown,
@@ -324,7 +324,7 @@ static int load_devices(const args *a, trace *t, uint64_t devs[4])
     if (a->device >= 0 && !has_dev(devs, a->device)) {
         char shown[1024];
         fprintf(stderr, "%s: %s has no records of device %d\n", me,
-                stats_printable(a->trace, shown, sizeof(shown)), a->device);
+                text_printable(a->trace, shown, sizeof(shown)), a->device);
         trace_free(t);
         return 1;
     }
@@ -343,7 +343,7 @@ static int cmd_dump(const args *a)
         return 1;
     /* The name is the recorded program's to choose: never raw to a terminal. */
     printf("# cupool trace v%u: pid %d (%s), source %s, %zu records\n",
-           t.hdr.version, t.hdr.pid, stats_printable(t.hdr.comm, comm, sizeof(comm)),
+           t.hdr.version, t.hdr.pid, text_printable(t.hdr.comm, comm, sizeof(comm)),
            t.hdr.source == TRACE_SRC_SHIM ? "libcupool.so"
            : t.hdr.source == TRACE_SRC_TORCH ? "torch" : "text", t.n);
     for (size_t i = 0; i < t.n; i++) {
@@ -377,7 +377,7 @@ static int cmd_encode(const args *a)
     if (!a->out)
         return usage_error("encode: -o TRACE is required%s", "");
     char shown[1024];
-    stats_printable(a->out, shown, sizeof(shown));
+    text_printable(a->out, shown, sizeof(shown));
     FILE *f = fopen(a->out, "wb");
     if (!f) {
         fprintf(stderr, "%s: cannot create %s: %s\n", me, shown, strerror(errno));
@@ -491,7 +491,7 @@ static int policy_list(const char *list, const replay_policy **out, int *n)
 static int write_timeline(const char *path, const replay_result *r)
 {
     char shown[1024];
-    stats_printable(path, shown, sizeof(shown));
+    text_printable(path, shown, sizeof(shown));
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "%s: cannot create %s: %s\n", me, shown, strerror(errno));
@@ -589,8 +589,8 @@ static void print_header(const args *a, const trace *t)
     } else {
         snprintf(comm, sizeof(comm), "%.*s", (int)sizeof(t->hdr.comm), t->hdr.comm);
         printf("%s: %zu records over %.3f s, pid %d (%s)%s\n",
-               stats_printable(a->trace, name, sizeof(name)), t->n, secs, t->hdr.pid,
-               stats_printable(comm, b1, sizeof(b1)),
+               text_printable(a->trace, name, sizeof(name)), t->n, secs, t->hdr.pid,
+               text_printable(comm, b1, sizeof(b1)),
                t->hdr.source == TRACE_SRC_TORCH ? ", converted from a PyTorch snapshot" : "");
     }
 }
@@ -689,7 +689,7 @@ static int cmd_replay(const args *a)
 static void plot_title(const args *a, const trace *t, int dev, char *title, size_t len)
 {
     char who[1024], pid[32] = "";
-    stats_printable(t->hdr.comm[0] ? t->hdr.comm : a->trace, who, sizeof(who));
+    text_printable(t->hdr.comm[0] ? t->hdr.comm : a->trace, who, sizeof(who));
     if (t->hdr.pid)
         snprintf(pid, sizeof(pid), " (pid %d)", t->hdr.pid);
     if (a->title)
@@ -705,7 +705,7 @@ static int plot_write(const args *a, const trace *t, const replay_opts *o,
 {
     char title[1200], pr[32], name[1024];
     plot_title(a, t, dev, title, sizeof(title));
-    stats_printable(a->out, name, sizeof(name));
+    text_printable(a->out, name, sizeof(name));
     bool to_stdout = !strcmp(a->out, "-");
     FILE *f = to_stdout ? stdout : fopen(a->out, "w");
     if (!f || plot_svg(f, t, o, r, title, a->by_event) ||
@@ -742,7 +742,7 @@ static int cmd_plot(const args *a)
     if (dev < 0) {
         char shown[1024];
         fprintf(stderr, "%s: %s has no records\n", me,
-                stats_printable(a->trace, shown, sizeof(shown)));
+                text_printable(a->trace, shown, sizeof(shown)));
         trace_free(&t);
         return 1;
     }

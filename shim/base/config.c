@@ -379,7 +379,7 @@ static void complain(shim_warn_fn warn, const char *name, const char *value,
     char line[512];
     char shown[80];
     snprintf(line, sizeof(line), "%s=%s is invalid (expected %s); using %s",
-             name, stats_printable(value, shown, sizeof(shown)), expected(kind),
+             name, text_printable(value, shown, sizeof(shown)), expected(kind),
              *def ? def : "the default (empty)");
     warn(line);
 }
@@ -467,7 +467,7 @@ static int check_group_name(shim_config *c, shim_warn_fn warn)
     char line[160], shown[80];
     snprintf(line, sizeof(line), "CUPOOL_GROUP=%s is invalid (expected 1 to 64 of "
              "A-Z a-z 0-9 . _ -, not starting with .); using none",
-             stats_printable(c->group, shown, sizeof(shown)));
+             text_printable(c->group, shown, sizeof(shown)));
     warn(line);
     c->group[0] = '\0';
     return 1;
@@ -673,7 +673,7 @@ int shim_config_unknown(char *const *env, shim_warn_fn warn)
         }
         char line[256];
         snprintf(line, sizeof(line), "%s is not a cupool option%s%s%s; using "
-                 "nothing from it ('cupool options' lists the options)", stats_printable(name, shown, sizeof(shown)),
+                 "nothing from it ('cupool options' lists the options)", text_printable(name, shown, sizeof(shown)),
                  near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
         warn(line);
         bad++;

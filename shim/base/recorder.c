@@ -287,7 +287,7 @@ static int trace_file_open(const char *path)
         why = strerror(errno);
     if (why) {
         shim_log(SHIM_LOG_ERROR, "CUPOOL_TRACE file %s: %s; this process records "
-                 "nothing", stats_printable(path, shown, sizeof(shown)), why);
+                 "nothing", text_printable(path, shown, sizeof(shown)), why);
         if (fd >= 0)
             close(fd);
         return -1;
@@ -302,7 +302,7 @@ void shim_trace_open(const char *pattern, uint64_t max)
     if (shim_path_expand(pattern, (int)getpid(), path, sizeof(path))) {
         char shown[SHIM_PATH_MAX];
         shim_log(SHIM_LOG_ERROR, "CUPOOL_TRACE=%s: path too long; not "
-                 "recording", stats_printable(pattern, shown, sizeof(shown)));
+                 "recording", text_printable(pattern, shown, sizeof(shown)));
         return;
     }
     int fd = trace_file_open(path);
@@ -326,7 +326,7 @@ void shim_trace_open(const char *pattern, uint64_t max)
         atomic_store(&shim_trace_state, 1);
         char shown[SHIM_PATH_MAX + 32];
         shim_log(SHIM_LOG_INFO, "recording allocation events to %s",
-                 stats_printable(path, shown, sizeof(shown)));
+                 text_printable(path, shown, sizeof(shown)));
     }
 }
 

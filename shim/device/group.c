@@ -311,7 +311,7 @@ void shim_group_report(int dev, size_t size, bool refused, char *buf, size_t len
         const group_member_view *m = &v->members[i];
         char comm[16];
         n += (size_t)snprintf(buf + n, len - n, "%s pid %d (%s%s) holds %s, caches %s",
-                              i ? ";" : "", m->pid, stats_printable(m->comm, comm, sizeof(comm)),
+                              i ? ";" : "", m->pid, text_printable(m->comm, comm, sizeof(comm)),
                               m->ending ? ", ending" : "",
                               stats_fmt_bytes(m->held[dev], a, sizeof(a)),
                               stats_fmt_bytes(m->cached[dev], c, sizeof(c)));

@@ -184,7 +184,7 @@ static int stats_fd(void)
         fd = safefile_open(path, O_WRONLY | O_CREAT | O_APPEND, &why);
     if (fd < 0)
         shim_log(SHIM_LOG_WARN, "cannot write to CUPOOL_STATS_FILE %s: %s; "
-                 "writing to stderr", stats_printable(shim_cfg.stats_file, shown,
+                 "writing to stderr", text_printable(shim_cfg.stats_file, shown,
                  sizeof(shown)), why);
     return fd < 0 ? STDERR_FILENO : fd;
 }
@@ -210,7 +210,7 @@ static void stats_file_check(void)
         return;
     char shown[SHIM_PATH_MAX];
     shim_log(SHIM_LOG_ERROR, "CUPOOL_STATS_FILE=%s cannot be used: %s; statistics "
-             "go to stderr", stats_printable(shim_cfg.stats_file, shown, sizeof(shown)),
+             "go to stderr", text_printable(shim_cfg.stats_file, shown, sizeof(shown)),
              why);
     shim_cfg.stats_file[0] = '\0';
 }
@@ -241,7 +241,7 @@ static void dump_stats(void)
     char shown[SHIM_PATH_MAX];
     if (w != (ssize_t)n && fd != STDERR_FILENO)
         shim_log(SHIM_LOG_WARN, "cannot write the statistics to CUPOOL_STATS_FILE "
-                 "%s: %s", stats_printable(shim_cfg.stats_file, shown, sizeof(shown)),
+                 "%s: %s", text_printable(shim_cfg.stats_file, shown, sizeof(shown)),
                  w < 0 ? strerror(errno) : "short write");
     if (fd != STDERR_FILENO)
         close(fd);
@@ -515,7 +515,7 @@ static void helper_spawn(void)
         bool passed_over;
         stats_page *p = stats_page_create(&why, &passed_over);
         char dir[256];
-        stats_printable(stats_page_dir(), dir, sizeof(dir));
+        text_printable(stats_page_dir(), dir, sizeof(dir));
         if (!p)
             shim_log(SHIM_LOG_WARN, "no live statistics page in %s: %s; the "
                      "program runs on without it (cupool stat and flush cannot "

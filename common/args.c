@@ -10,14 +10,14 @@
 #include <string.h>
 
 #include "args.h"
-#include "stats.h"
+#include "text.h"
 
 const char *args_shown(const char *arg)
 {
     static char b[4][128];
     static unsigned next;
     char *out = b[next++ % 4];
-    return stats_printable(arg, out, sizeof(b[0]));
+    return text_printable(arg, out, sizeof(b[0]));
 }
 
 int args_mistake(const args_cmd *c, const char *fmt, ...)

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * stat.h - cupool-stat's commands: each its usage (args.h) and what runs
+ * commands.h - cupool-stat's commands: each its usage (args.h) and what runs
  * it with the arguments after the command's name; each returns the exit
  * status (stat.c says what they mean).
  */
-#ifndef CUPOOL_TOOLS_STAT_H
-#define CUPOOL_TOOLS_STAT_H
+#ifndef CUPOOL_TOOLS_COMMANDS_H
+#define CUPOOL_TOOLS_COMMANDS_H
 
 #include "args.h"
 

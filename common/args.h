@@ -6,8 +6,8 @@
  * named on the first line and the command's usage follows; whatever the
  * user typed is shown with its control bytes as '?'.
  */
-#ifndef CUPOOL_TOOLS_ARGS_H
-#define CUPOOL_TOOLS_ARGS_H
+#ifndef CUPOOL_COMMON_ARGS_H
+#define CUPOOL_COMMON_ARGS_H
 
 #include <stdbool.h>
 
