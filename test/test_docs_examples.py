@@ -8,7 +8,8 @@ go stale.
 Every fenced block of those docs says what it is:
   ```sh       commands (a line ending in a backslash goes on), each run:
               each must exit 0
-  ```console  "$ COMMAND" lines, each run, each followed by what it prints
+  ```console  "$ COMMAND" lines, each run (each must exit 0), each followed
+              by what it prints
   ```text     (or any other language): shown, not run
 An HTML comment "<!-- not run: REASON -->" on the line before a sh or
 console block keeps it from running: it is counted as skipped, with its
@@ -262,10 +263,14 @@ class Session:
         self.start()
 
     def start(self):
-        self.sh = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=self.work,
-                                   env=environment(self.top), stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, start_new_session=True)
+        # The shell's own messages (a job's end) go to a file: its stdout
+        # carries the exit statuses alone.
+        with open(f"{self.top}/meta/shell.err", "a") as err:
+            self.sh = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=self.work,
+                                       env=environment(self.top), stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=err, text=True,
+                                       start_new_session=True)
+        self.pending = b""
 
     def reset(self):
         """Back in the sandbox's directory, and what a block unset of the
@@ -298,14 +303,18 @@ class Session:
         """The exit status the shell reports, noting the last background
         pid; None (and a fresh shell) after TIMEOUT seconds."""
         deadline = time.monotonic() + TIMEOUT
+        fd = self.sh.stdout.fileno()
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.sh.stdout], [], [], 0.5)
-            if not ready:
+            if b"\n" not in self.pending:
+                if not select.select([fd], [], [], 0.5)[0]:
+                    continue
+                data = os.read(fd, 4096)
+                if not data:
+                    break
+                self.pending += data
                 continue
-            line = self.sh.stdout.readline()
-            if not line:
-                break
-            m = re.match(r"__rc (\d+) ?(\d*)", line)
+            line, self.pending = self.pending.split(b"\n", 1)
+            m = re.match(r"__rc (\d+) ?(\d*)", line.decode())
             if m:
                 if m.group(2):
                     self.pids.add(m.group(2))
@@ -377,8 +386,9 @@ def run_steps(s, block):
         return None
     for n, cmd, shown in console_steps(block):
         rc, out = s.run(cmd)
-        if rc is None:
-            return n, cmd, f"ran past {TIMEOUT} s" + tail(out)
+        if rc != 0:
+            why = "ran past %d s" % TIMEOUT if rc is None else f"exited {rc}"
+            return n, cmd, why + tail(out)
         why = matches(shown, out, s.pids)
         if why:
             return n, cmd, why + tail(out)
