@@ -6,8 +6,8 @@ compares what it prints with what the doc shows, so that an example cannot
 go stale.
 
 Every fenced block of those docs says what it is:
-  ```sh       commands (a line ending in a backslash goes on), each run:
-              each must exit 0
+  ```sh       commands (a line ending in a backslash, a pipe or && goes
+              on in the next), each run: each must exit 0
   ```console  "$ COMMAND" lines, each run (each must exit 0), each followed
               by what it prints
   ```text     (or any other language): shown, not run
@@ -16,24 +16,26 @@ console block keeps it from running: it is counted as skipped, with its
 reason. A block without a language is a mistake, reported.
 
 Each doc runs in one bash, command after command, as a user following it
-in one terminal would (a program started with & in one block is there in
-the next; each block starts in the sandbox's directory): in a sandbox of
-its own (HOME, TMPDIR, CUPOOL_PAGE_DIR and the
-working directory under a temporary directory, where scripts/, build/,
-test/, docs/ and deploy/ are links into the checkout), with scripts/,
-build/ and build/tools/ on PATH and LD_LIBRARY_PATH=build/sim (the
-simulated CUDA driver, which cupool pause loads). Placeholders the docs
-use for the reader's own things get stand-ins (STAND_INS, PLACEHOLDERS):
-./prog (and ./my_program, ./train) is a small program on the simulated
-runtime, PID and <pid> a program under cupool holding memory (rt_prog
-serve), run.trace (and TRACE) a trace recorded on an H200.
+in one terminal would: a variable set or a program started with & in one
+block is there in the next. Each block starts in the sandbox's working
+directory. The sandbox is the doc's own: HOME, TMPDIR, CUPOOL_PAGE_DIR and
+the working directory under a temporary directory (scripts/, build/,
+test/, docs/ and deploy/ there are links into the checkout); scripts/,
+build/ and build/tools/ on PATH; LD_LIBRARY_PATH=build/sim (the simulated
+CUDA driver, which cupool pause loads). Placeholders the docs use for the
+reader's own things get stand-ins (STAND_INS, PLACEHOLDERS): ./prog (and
+./my_program, ./train) is a small program on the simulated runtime; PID
+and <pid> a program under cupool holding memory (rt_prog serve), for as
+long as the block runs; run.trace (and TRACE) a recorded PyTorch training
+run (test/data/train.trace.gz).
 
 What a console block shows is compared line by line with what its command
-printed (stdout and stderr, as a terminal shows them): runs of blanks are
-one blank, words and numbers must be equal, except what differs from run
-to run: the session's process ids, times of day, durations and rates. A
-"..." line stands for lines left out; without one at the start (or the
-end), the output must start (or end) where the block does.
+printed (stdout and stderr together): runs of blanks are one blank, words
+and numbers must be equal, except what differs from run to run (VOLATILE:
+the session's process ids, times of day, durations, rates, NCCL
+communicator ids, the user's name). A "..." line stands for lines left
+out; without one at the start (or the end), the output must start (or
+end) where the block does.
 
 Prints one line per block: "ok DOC:LINE", "FAIL DOC:LINE: COMMAND: why"
 (naming the line of the command), or "skip DOC:LINE: REASON"; then how
@@ -217,10 +219,9 @@ def mismatch(chunk, have, first, last, pids):
 
 STAND_INS = {
     # The reader's own program: a small one on the simulated runtime that
-    # allocates and frees (2000 pairs), whatever its arguments.
+    # allocates and frees (2000 pairs), whatever its arguments. (The
+    # reader's trace, run.trace, is test/data/train.trace.gz: sandbox().)
     "prog": "#!/bin/sh\nPAIR_N=2000 exec {root}/build/rt/rt_prog pairbench\n",
-    # The reader's own trace: one recorded on an H200.
-    "run.trace": None,
 }
 PLACEHOLDERS = [
     (re.compile(r"(?<![\w/.-])(PID|<pid>)(?![\w-])"), '"$CUPOOL_DOC_PID"'),
@@ -324,23 +325,25 @@ class Session:
         return None
 
     def stand_in_pid(self):
-        """Starts (once, and again if it ended) a program under cupool
-        holding memory, for PID: rt_prog serve, which waits up to 20 s."""
-        rc, _ = self.run_raw('[ -n "${CUPOOL_DOC_PID-}" ] && kill -0 "$CUPOOL_DOC_PID"')
-        if rc == 0:
+        """Starts (once a block, and again if it ended) a program under
+        cupool holding memory, for PID: rt_prog serve, until run_block
+        ends it."""
+        if self.run_raw('[ -n "${CUPOOL_DOC_PID-}" ] && kill -0 "$CUPOOL_DOC_PID"') == 0:
             return
         ready = f"{self.top}/meta/ready.{self.n}"
-        self.run_raw(f"READY={ready} scripts/cupool run -- build/rt/rt_prog serve "
+        self.run_raw(f"READY={ready} scripts/cupool run -- build/rt/rt_prog serve 600 "
                      f">{self.top}/meta/serve.{self.n} 2>&1 & CUPOOL_DOC_PID=$!; "
                      f"until [ -e {ready} ]; do sleep 0.05; done")
 
     def run_raw(self, cmd):
+        """Runs the runner's own cmd (no placeholders, its output kept
+        apart): its exit status, None on a timeout."""
         self.n += 1
         meta = f"{self.top}/meta/{self.n}"
         self.sh.stdin.write(f"{{ {cmd}; }} >{meta}.out 2>&1 </dev/null; "
                             f"echo \"__rc $? ${{!:-}}\"\n")
         self.sh.stdin.flush()
-        return self.answer(), None
+        return self.answer()
 
     def stop(self):
         """Ends the shell and everything it left running."""
@@ -375,21 +378,16 @@ def run_block(s, block):
 
 
 def run_steps(s, block):
+    """Each command of block: None if all held, else (line, command, why)."""
     if block.lang == "sh":
-        for n, cmd in join_continued(block.lines):
-            if not cmd.strip() or cmd.lstrip().startswith("#"):
-                continue
-            rc, out = s.run(cmd)
-            if rc != 0:
-                why = "ran past %d s" % TIMEOUT if rc is None else f"exited {rc}"
-                return n, cmd, why + tail(out)
-        return None
-    for n, cmd, shown in console_steps(block):
+        steps = [(n, cmd, None) for n, cmd in join_continued(block.lines)
+                 if cmd.strip() and not cmd.lstrip().startswith("#")]
+    else:
+        steps = console_steps(block)
+    for n, cmd, shown in steps:
         rc, out = s.run(cmd)
-        if rc != 0:
-            why = "ran past %d s" % TIMEOUT if rc is None else f"exited {rc}"
-            return n, cmd, why + tail(out)
-        why = matches(shown, out, s.pids)
+        why = (f"ran past {TIMEOUT} s" if rc is None else f"exited {rc}" if rc
+               else matches(shown, out, s.pids) if shown is not None else None)
         if why:
             return n, cmd, why + tail(out)
     return None
@@ -416,8 +414,9 @@ def run_doc(doc):
                 else:
                     try:
                         bad = run_block(s, b)
-                    except ValueError as e:
-                        bad = b.line, "", str(e)
+                    except ValueError as e:  # a console block's output before its command
+                        report("FAIL", b.where(), str(e))
+                        continue
                     if bad:
                         report("FAIL", b.where(bad[0]), f"`{first_line(bad[1])}`: {bad[2]}")
                     else:
