@@ -1139,9 +1139,21 @@ static int frag(void)
     return 0;
 }
 
+static int prog_argc;
+static char **prog_argv;
+
+/* How many 10 ms ticks a scenario that waits for SIGTERM waits: `rt_prog
+ * NAME SECONDS`, or seconds by default (the README's and the guide's
+ * walk-throughs give a person time to type). */
+static int hold_ticks(int seconds)
+{
+    return (prog_argc > 2 ? atoi(prog_argv[2]) : seconds) * 100;
+}
+
 /* Holds known amounts (1000 B and 3 MiB live, a 6 MiB segment cached),
- * touches $READY, and waits up to 20 s for SIGTERM; then prints how many
- * segments the driver saw freed. For cupool stat / flush from outside. */
+ * touches $READY, and waits for SIGTERM up to 20 s (`serve SECONDS`: that
+ * long); then prints how many segments
+ * the driver saw freed. For cupool stat / flush from outside. */
 static volatile sig_atomic_t stop;
 static void on_term(int sig) { (void)sig; stop = 1; }
 static atomic_int own_calls;
@@ -1169,7 +1181,7 @@ static int serve(void)
     FILE *f = ready ? fopen(ready, "w") : NULL;
     if (f)
         fclose(f);
-    for (int i = 0; i < 2000 && !stop; i++)
+    for (int i = 0, n = hold_ticks(20); i < n && !stop; i++)
         sleep_ms(10);
 #ifdef SIMCUDA
     if (comm)
@@ -1241,8 +1253,8 @@ static void job_step(void *const *comm, int n, unsigned long *ops)
  * file JOB_ID (rank 0 makes it); with JOB_LOCAL=2, as ranks JOB_RANK and
  * JOB_RANK + 1 both (two GPUs' ranks in one process). With JOB_SPLIT=COLOR,
  * splits it (key: its rank); with JOB_SPLITS=N, N more splits (colors 100
- * on), kept to the end. Touches $READY, then waits up to 20 s for
- * SIGTERM; once the file JOB_DESTROY names appears, destroys the split's
+ * on), kept to the end. Touches $READY, then waits up to 20 s (`job
+ * SECONDS`: that long) for SIGTERM; once the file JOB_DESTROY names appears, destroys the split's
  * child (else the job's communicator) and touches JOB_DESTROY.done. With
  * JOB_EVERY=N, an all-reduce on each of the job's communicators every N
  * ticks of 10 ms (job_step). Aborts what is left at the end. */
@@ -1274,7 +1286,7 @@ static int nccl_job(void)
     int (*destroy_fn)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
     int every = getenv("JOB_EVERY") ? atoi(getenv("JOB_EVERY")) : 0;
     unsigned long ops = 0;
-    for (int i = 0; i < 2000 && !stop; i++) {
+    for (int i = 0, n = hold_ticks(20); i < n && !stop; i++) {
         if (every > 0 && i % every == 0)
             job_step(comm, local, &ops);
         if (destroy && access(destroy, F_OK) == 0) {
@@ -1695,8 +1707,6 @@ static unsigned char dev_byte(const void *p)
     return b;
 }
 
-static int prog_argc;
-static char **prog_argv;
 
 static void hex(const cudaIpcMemHandle_t *h, char *out)
 {

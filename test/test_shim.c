@@ -830,8 +830,9 @@ static void test_cli_help_and_mistakes(void **s)
 
 /* Every cupool command the README's examples use exists (its --help
  * exits 0), and every option they give it is one the command takes: the
- * examples cannot go stale silently. Placeholders (PID, TRACE, ./prog) are
- * not run. */
+ * examples cannot go stale silently, those marked not run (sudo, a GPU)
+ * too. test/test_docs_examples.py runs the others and compares their
+ * output. */
 static void test_readme_examples_are_commands(void **s)
 {
     (void)s;

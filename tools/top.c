@@ -184,8 +184,12 @@ static int collect_node(void)
  * rows as the terminal holds) and the group's table if asked for. */
 static void top_frame(int tty, const char *gname, char *gbuf, size_t glen)
 {
-    int n = top_all ? collect_node() : reader_collect(NULL, 0, 0); /* the next frame shows
-                                                             what they read */
+    /* The first frame waits for fresh figures, as stat does (a program
+     * just started shows what it holds, not its page's last tick); each
+     * later frame shows what the frame before asked for. */
+    static bool first = true;
+    int n = top_all ? collect_node() : reader_collect(NULL, 0, first ? 1.0 : 0);
+    first = false;
     qsort(reader_order, (size_t)n, sizeof(reader_order[0]), by_reserved);
     const char *jobs[READER_MAX_PROCS];
     for (int i = 0; i < n; i++) /* it points into reader_views: its index is its job's */
