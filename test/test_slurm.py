@@ -333,8 +333,9 @@ def start_jobs(cluster):
     if r.returncode:
         raise RuntimeError(f"sbatch failed: {r.stderr.strip()}")
     try:
-        pids = wait_for("both jobs' tasks publishing their pages", TASK_S, lambda: (
-            lambda p: p if len(p) == 2 else None)(task_pids(cluster)))
+        pids = wait_for("both jobs' tasks allocating ($READY) and publishing their pages",
+                        TASK_S, lambda: (lambda p: p if len(p) == 2 and all(
+                            os.path.exists(r) for r in p) else None)(task_pids(cluster)))
     except TimeoutError as e:
         raise RuntimeError(f"{e}; job a: {open(f'{t}/job-a.out').read()[-300:]}; squeue: "
                            f"{squeue(cluster)}") from None
@@ -362,7 +363,11 @@ def check_capped(key, pid, share, cluster):
     """The task's environment from the recipe, its devices' caps share% of
     the device in cupool stat."""
     env = environ(pid)
-    s = stat_json(pid, cluster)
+    try:
+        s = wait_for(f"task {pid}'s page showing its device", 10, lambda: (
+            lambda j: j if j.get("devices") else None)(stat_json(pid, cluster)), step=0.2)
+    except TimeoutError as e:
+        s = {"error": str(e)}
     caps = [d.get("cap") for d in s.get("devices", [])]
     want = CAPACITY * share // 100
     report(CHECKS[key], env.get("LD_PRELOAD") == lib and
