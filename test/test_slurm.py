@@ -30,7 +30,6 @@ import re
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -140,9 +139,9 @@ class Cluster:
         t = self.tmp
         for d in ("state", "spool", "pages", "home", "tmp"):
             os.makedirs(f"{t}/{d}", mode=0o700)
-        # A fake GPU: a character device named as the driver's first device
-        # (Slurm refuses a File= that is not one), the null device's numbers.
-        os.mknod(f"{t}/nvidia0", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        # A fake GPU named as the driver's first device: Slurm refuses a
+        # File= that is not a character or block device; it follows links.
+        os.symlink("/dev/null", f"{t}/nvidia0")
         with open(os.open(f"{t}/munge.key", os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
             f.write(os.urandom(1024))
         ctld_port, d_port = free_ports(2)
@@ -246,12 +245,21 @@ class Cluster:
             print(f"     {e}", flush=True)
         if killed:
             print(f"     killed what was left: {', '.join(sorted(killed))}", flush=True)
-        if not self.cgroup_was and os.path.isdir(self.cgroup_root):
-            for d, _, _ in os.walk(self.cgroup_root, topdown=False):
-                try:
-                    os.rmdir(d)
-                except OSError as e:
-                    print(f"     {d} not removed: {e}", flush=True)
+        if not self.cgroup_was:
+            try:
+                wait_for(f"{self.cgroup_root} removed", 10, self.cgroups_removed, step=0.2)
+            except TimeoutError as e:
+                print(f"     {e}", flush=True)
+
+    def cgroups_removed(self):
+        """Removes the job cgroups' root and what is in it (the last of
+        the tasks may still be leaving): True once it is gone."""
+        for d, _, _ in os.walk(self.cgroup_root, topdown=False):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        return not os.path.exists(self.cgroup_root)
 
     def sweep(self, killed):
         """Kills every process other than this one using tmp, adding each
