@@ -5,10 +5,11 @@
 # cupool, capped at the job's share of its GPU. A job that asked for N of a
 # GPU's shards (--gres=shard:N; Slurm gives the TaskProlog
 # SLURM_SHARDS_ON_NODE) of SHARDS_PER_GPU (gres.conf's Count of shards per
-# GPU: set it here if not 8) gets N/SHARDS_PER_GPU of the device's memory; a
-# job with whole GPUs no cap. Jobs sharing a node's GPUs take turns in one
-# group. Slurm applies the "export NAME=VALUE" lines this prints to the
-# task. It runs as the job's user, in the job's environment (which may name
+# GPU: set it here if not 8) gets N/SHARDS_PER_GPU of the device's memory
+# (Slurm 22.05 takes a job's shards on a node from one GPU: a request for
+# more stays pending); a job with whole GPUs no cap. One user's jobs sharing
+# a node's GPUs take turns in one group. Slurm applies the "export
+# NAME=VALUE" lines this prints to the task. It runs as the job's user, in the job's environment (which may name
 # its own LIBCUPOOL or SHARDS_PER_GPU: a cap is an agreement, not a wall).
 # make test runs it under a real one-node Slurm (test/test_slurm.py).
 SHARDS_PER_GPU=${SHARDS_PER_GPU:-8}
