@@ -9,9 +9,10 @@
 # (Slurm 22.05 takes a job's shards on a node from one GPU: a request for
 # more stays pending); a job with whole GPUs no cap. One user's jobs sharing
 # a node's GPUs take turns in one group. Slurm applies the "export
-# NAME=VALUE" lines this prints to the task. It runs as the job's user, in the job's environment (which may name
-# its own LIBCUPOOL or SHARDS_PER_GPU: a cap is an agreement, not a wall).
-# make test runs it under a real one-node Slurm (test/test_slurm.py).
+# NAME=VALUE" lines this prints to the task. It runs as the job's user, in
+# the job's environment (which may name its own LIBCUPOOL or SHARDS_PER_GPU:
+# a cap is an agreement, not a wall). make test runs it under a real
+# one-node Slurm (test/test_slurm.py).
 SHARDS_PER_GPU=${SHARDS_PER_GPU:-8}
 LIBCUPOOL=${LIBCUPOOL:-/opt/cupool/lib/libcupool.so}
 [ -r "$LIBCUPOOL" ] || exit 0
