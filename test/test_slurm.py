@@ -293,7 +293,7 @@ def user_env(cluster, **extra):
          if not k.startswith(("CUPOOL_", "SLURM_", "SIMCUDA_")) and
          k not in ("LD_PRELOAD", "XDG_RUNTIME_DIR")}
     e.update(SLURM_CONF=f"{t}/slurm.conf", CUPOOL_PAGE_DIR=f"{t}/pages", HOME=f"{t}/home",
-             TMPDIR=f"{t}/tmp", LIBCUPOOL=lib, LD_LIBRARY_PATH=sim,
+             TMPDIR=f"{t}/tmp", LIBCUPOOL=lib, LD_LIBRARY_PATH=sim, SIMCUDA_DEVICES="1",
              SIMCUDA_CAPACITY=str(CAPACITY), **extra)
     return e
 
@@ -405,12 +405,19 @@ def cgroup_job(pid):
     return m and m.group(1)
 
 
+def exporter_once(cluster):
+    """One scrape of the tasks' pages; the node's one fake GPU named where
+    the exporter counts the node's GPUs (--devices: this machine has none)."""
+    h = subprocess.run([exporter, "--help"], capture_output=True, text=True, timeout=10)
+    gpus = ["--devices", "1"] if "--devices" in h.stdout + h.stderr else []
+    return [exporter, "--once", "--page-dir", f"{cluster.tmp}/pages"] + gpus
+
+
 def check_labels(jobs, cluster):
     """slurm_job from the job's cgroup where the task has one (job b's
     task claims another in its environment); else the job its environment
     names, as claimed_slurm_job or slurm_job."""
-    r = subprocess.run([exporter, "--once", "--page-dir", f"{cluster.tmp}/pages"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(exporter_once(cluster), capture_output=True, text=True, timeout=30)
     held, bad = set(), []
     for key, (pid, job, _) in jobs.items():
         lab, cg = labels_of(r.stdout, pid), cgroup_job(pid)
@@ -428,7 +435,8 @@ def check_labels(jobs, cluster):
             bad.append(f"job {key} ({job}, cgroup job {cg}, its environment's {claim}): {lab}")
     report(CHECKS["label"], not bad and r.returncode == 0, f"{bad} {r.stderr}")
     print(f"     the label held: {'; '.join(sorted(held))} ({cluster.proctrack})", flush=True)
-    grouped = [labels_of(r.stdout, pid).get("group") for pid, _, _ in jobs.values()]
+    grouped = [(lambda lab: lab.get("group", lab.get("claimed_group")))(labels_of(r.stdout, pid))
+               for pid, _, _ in jobs.values()]
     envs = [environ(pid).get("CUPOOL_GROUP_MAX_RESERVED") for pid, _, _ in jobs.values()]
     report(CHECKS["group"], grouped == [f"slurm-{cluster.node}"] * 2 and envs == ["95%"] * 2,
            f"groups {grouped}, budgets {envs}")
