@@ -1,22 +1,22 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """test_slurm.py BUILD - deploy/slurm/cupool-task-prolog.sh under a real
-one-node Slurm: Debian's munged, slurmctld and slurmd started as root from
-a temporary directory (their configuration, keys, state, spool, logs, pid
-files and a fake GPU's device node all there; ports of their own), the
-recipe as the cluster's TaskProlog. Two jobs share the node's one GPU by
+one-node Slurm: Debian's munged, slurmctld and slurmd started as root from a
+temporary directory (their configuration, keys, state, spool, logs, pid
+files and a fake GPU, a link to /dev/null, all there; ports of their own),
+the recipe as the cluster's TaskProlog. Two jobs share the node's one GPU by
 GRES shards (srun --gres=shard:2, a batch job with --gres=shard:4 whose
 script runs srun), each task BUILD/rt/rt_prog serve on the simulated
-runtime: each is preloaded and capped at its share of the device, as
-`cupool stat --json` shows, and `cupool exporter --once` labels it with its
-job. A job with a whole GPU (--gres=gpu:1) runs preloaded, uncapped.
+runtime: each is preloaded and capped at its share of the device, as `cupool
+stat --json` shows, and `cupool exporter --once` labels it with its job. A
+job with a whole GPU (--gres=gpu:1) runs preloaded, uncapped.
 
 Where the node's cgroup v1 freezer is mounted, Slurm tracks the jobs'
 processes in cgroups (proctrack/cgroup), and the exporter's slurm_job must
-come from the job's cgroup; elsewhere (cgroup v2 alone: Slurm 22.05's
-cgroup/v2 needs systemd) it runs with proctrack/linuxproc, and the label
-may come from the task's environment (claimed_slurm_job or slurm_job). The
-test says which held.
+come from the job's cgroup; elsewhere (Slurm 22.05's cgroup/v2 is for a host
+of cgroup v2 alone under systemd) it runs with proctrack/linuxproc, and the
+label may come from the task's environment (claimed_slurm_job or slurm_job).
+The test says which held.
 
 Skipped, with the reason, where it cannot run: not root, Slurm not
 installed (make test installs slurmctld, slurmd and munge as root with
