@@ -73,7 +73,12 @@ deps:
 # prometheus binary (the exporter's test scrapes through it), taken out of
 # Debian's prometheus package into $(BUILD)/tools without installing the
 # package, which would enable a Prometheus server (scripts/get-promtool);
-# PyYAML (the recipes' YAML is parsed).
+# PyYAML (the recipes' YAML is parsed); Slurm's daemons and munge
+# (test/test_slurm.py starts a one-node Slurm), installed where root has
+# apt-get, else that test says it skipped; kubernetes-models, the
+# Kubernetes API's schema for deploy/kubernetes/, from the npm registry into
+# $(BUILD)/tools/kube (scripts/get-kube-models; without node and npm, or
+# offline, test/test_kube_schema.py says it skipped).
 cmocka-check:
 	@missing=; \
 	test -f /usr/include/cmocka.h || missing="$$missing libcmocka-dev"; \
@@ -82,7 +87,14 @@ cmocka-check:
 	python3 -c 'import yaml' 2>/dev/null || /usr/bin/python3 -c 'import yaml' 2>/dev/null || \
 	    missing="$$missing python3-yaml"; \
 	scripts/install-deps "the tests" $$missing
+	@missing=; \
+	for t in slurmctld:slurmctld slurmd:slurmd munged:munge; do \
+	    command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; \
+	done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    scripts/install-deps "test/test_slurm.py" $$missing || true; fi
 	@scripts/get-promtool $(BUILD)/tools
+	@scripts/get-kube-models $(BUILD)/tools/kube || true
 
 # The preloadable library: not linked against any CUDA runtime (it finds the
 # program's own at run time), exporting only the interposed symbols.
@@ -259,6 +271,8 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
 	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
 	    "timeout 300 python3 test/test_exporter.py $(BUILD)" \
+	    "timeout 300 python3 test/test_slurm.py $(BUILD)" \
+	    "timeout 120 python3 test/test_kube_schema.py $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)"
 
