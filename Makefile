@@ -64,6 +64,7 @@ deps:
 	@missing=; \
 	command -v $(CC) >/dev/null || missing="$$missing gcc"; \
 	test -f /usr/include/zlib.h || missing="$$missing zlib1g-dev"; \
+	test -f /usr/include/microhttpd.h || missing="$$missing libmicrohttpd-dev"; \
 	scripts/install-deps "the build" $$missing
 
 # The tests' own tools: cmocka; Python 3 (a real JSON parser reads the
@@ -148,11 +149,13 @@ $(BUILD)/cupool-stat: $(STAT_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(STAT_SRC) -o $@
 
-# cupool exporter: every process under cupool on the node, over HTTP.
-EXPORTER_SRC := tools/exporter.c $(NODE_SRC) $(STATS_SRC)
-$(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR)
+# cupool exporter: every process under cupool on the node, over HTTP
+# (libmicrohttpd's server).
+EXPORTER_SRC := tools/exporter.c tools/exporter_scrape.c node/proclabels.c node/gpus.c \
+                $(NODE_SRC) $(STATS_SRC)
+$(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(EXPORTER_SRC) -o $@
+	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(EXPORTER_SRC) -lmicrohttpd -o $@
 
 # cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
 # time, as the shim finds CUDA), a process's page for its flush, the NCCL
