@@ -28,7 +28,8 @@ root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 lib = os.path.abspath(os.path.join(build, "libcupool.so"))
 prog = os.path.abspath(os.path.join(build, "rt", "rt_prog"))
 # not a sanitizer build; EXPORTER names another (an older one, to show the
-# attacks' checks fail without the bounds), ONLY=attacks runs those alone
+# attacks' checks fail without the bounds), ONLY=attacks (or claims) runs
+# those alone
 exporter = os.environ.get("EXPORTER") or os.path.abspath(os.path.join("build", "cupool-exporter"))
 # The simulated runtime's processes use device 0; this machine has no GPU.
 ONE_GPU = ["--devices", "1"]
@@ -640,8 +641,8 @@ def check_claims():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-if os.environ.get("ONLY") == "attacks":
-    check_attacks()
+if os.environ.get("ONLY"):  # attacks, claims
+    globals()["check_" + os.environ["ONLY"]]()
     sys.exit(1 if failed else 0)
 check_listen()
 check_bound_port()
