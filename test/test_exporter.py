@@ -268,6 +268,27 @@ def check_recipes():
                  not re.sub(r"_\d+$", "_<N>", n) in known)
     report("every CUPOOL_* name in the recipes is an option", names and not bad,
            f"not options: {bad}")
+    check_units()
+
+
+def check_units():
+    """deploy/systemd's units pass systemd-analyze verify, the service's
+    ExecStart pointed at this build."""
+    sa = shutil.which("systemd-analyze")
+    if not sa:
+        return skip("the systemd units pass systemd-analyze verify", "no systemd-analyze")
+    d = tempfile.mkdtemp(prefix="cupool-units-")
+    try:
+        units = []
+        for f in sorted(glob.glob(os.path.join(root, "deploy", "systemd", "*"))):
+            text = open(f).read().replace("/opt/cupool/lib/cupool-exporter", exporter)
+            units.append(os.path.join(d, os.path.basename(f)))
+            open(units[-1], "w").write(text)
+        r = subprocess.run([sa, "verify"] + units, capture_output=True, text=True, timeout=60)
+        report(f"the systemd units pass systemd-analyze verify ({len(units)} files)",
+               r.returncode == 0 and len(units) == 2, r.stdout + r.stderr)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # ---- the HTTP side under attack ----------------------------------------------
@@ -349,6 +370,23 @@ def check_socket_activation():
                    b"cupool_exporter_processes" in body, f"{line!r} status {status}")
         finally:
             stop(ex)
+    sa = shutil.which("systemd-socket-activate")
+    if not sa:
+        skip("systemd's own socket activation is served", "no systemd-socket-activate")
+    else:
+        port = free_port()
+        ex = subprocess.Popen([sa, "-l", f"127.0.0.1:{port}", exporter, "--devices", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(100):  # systemd-socket-activate listening
+                t, status, body = get(port)
+                if status:
+                    break
+                time.sleep(0.1)
+            report("systemd's own socket activation (systemd-socket-activate) is served",
+                   status == 200 and b"cupool_exporter_processes" in body, status)
+        finally:
+            stop(ex)
     r = subprocess.run(["sh", "-c", f"export LISTEN_PID=$$ LISTEN_FDS=1; exec {exporter} "
                         "--devices 1 3</dev/null"], capture_output=True, text=True, timeout=10)
     report("a descriptor 3 that is no listening socket is refused, said",
@@ -356,20 +394,26 @@ def check_socket_activation():
 
 
 class Attack:
-    """Threads running fn(port, stop) against 127.0.0.1 until stopped."""
+    """n processes running fn(port, stop) against 127.0.0.1 until stopped:
+    processes of their own, so that the scrapes timed here wait for the
+    exporter alone, not for the attackers' hold on this interpreter."""
 
     def __init__(self, port, fn, n):
-        import threading
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=fn, args=(port, self.stop), daemon=True)
-                        for _ in range(n)]
-        for t in self.threads:
-            t.start()
+        import multiprocessing
+        ctx = multiprocessing.get_context("fork")
+        self.stop = ctx.Event()
+        self.procs = [ctx.Process(target=fn, args=(port, self.stop), daemon=True)
+                      for _ in range(n)]
+        for p in self.procs:
+            p.start()
 
     def end(self):
         self.stop.set()
-        for t in self.threads:
-            t.join(timeout=10)
+        for p in self.procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 def slowloris(port, stop):
@@ -500,12 +544,16 @@ def check_deadlines(ex, port):
 def timed_scrapes(port, n=20, gap=0.25, timeout=3.0):
     """n scrapes, gap apart: their times in seconds (timeout+ for one not
     served within timeout)."""
-    out = []
+    out, why = [], []
     for _ in range(n):
         t, status, body = get(port, timeout=timeout)
         ok = t is not None and status == 200 and b"cupool_exporter_processes" in body
         out.append(t if ok else timeout + 1)
+        if not ok:
+            why.append(f"{status}: {body[:80]!r}" if status else body)
         time.sleep(gap)
+    if why:
+        print(f"     {len(why)} not served: {why[:3]}", flush=True)
     return out
 
 

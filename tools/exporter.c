@@ -21,8 +21,9 @@
  * file bounds each connection as a whole: one that has not delivered its
  * request within 2 s of its start, however slowly it trickles in, or still
  * holds its answer 10 s after its start, is shut down; when connections
- * near the limit, the oldest is shut down for each new one, so that a
- * flood of idle connections never keeps a scrape waiting. Scrapes within
+ * near the limit, the oldest still sending its request is shut down for
+ * each new one, so that a flood of idle connections never keeps a scrape
+ * waiting nor cuts one being answered. Scrapes within
  * 1 s of each other share one answer, so that a flood of requests scans
  * the node at most once a second and slow readers hold at most one answer
  * a second between them.
@@ -120,6 +121,17 @@ static void conn_shut(server *sv, conn *k)
     shutdown(k->fd, SHUT_RDWR);
 }
 
+/* The connection to give way for a new one: the oldest still sending its
+ * request, so that a flood of idle ones never takes the place of one being
+ * answered; the oldest of all when every one is being answered. */
+static conn *conn_oldest(server *sv)
+{
+    for (conn *k = sv->head; k; k = k->next)
+        if (!k->asked)
+            return k;
+    return sv->head;
+}
+
 static void notify(void *cls, struct MHD_Connection *c, void **socket_context,
                    enum MHD_ConnectionNotificationCode code)
 {
@@ -150,7 +162,7 @@ static void notify(void *cls, struct MHD_Connection *c, void **socket_context,
     sv->nlisted++;
     *socket_context = k;
     while (sv->nlisted > sv->spare_at && sv->head != k)
-        conn_shut(sv, sv->head);
+        conn_shut(sv, conn_oldest(sv));
 }
 
 /* Shuts down every connection past its deadline. */
