@@ -46,4 +46,25 @@ void proclabels_parse_cgroup(const char *text, uint32_t uid, proc_vouched *v);
 void proclabels_read(int pid, uint32_t uid, proc_vouched *v, proc_claimed *c, char *env,
                      size_t len);
 
+/* docs/STATS.md's section on the exporter's labels (cupool-stat fields
+ * prints it), kept beside what makes them. */
+#define PROCLABELS_DOC                                                                    \
+    "\n## The exporter's labels\n\n" \
+    "`cupool exporter` labels each series `pid` (as the node sees it), `comm`,\n" \
+    "`device` (a device's), and, by who vouches for them:\n\n" \
+    "| label | from | vouched for by |\n| --- | --- | --- |\n" \
+    "| `user` | the process's uid (`/proc/PID`) | the kernel |\n" \
+    "| `slurm_job` | a cgroup path Slurm made: `/system.slice/slurmstepd.scope/job_N/...`, " \
+    "`/slurm/uid_UID/job_N/...` | the kernel (only root places a process there) |\n" \
+    "| `pod_uid`, `container_id` | a cgroup path the kubelet made: `/kubepods/...`, " \
+    "`/kubepods.slice/...` | the kernel |\n" \
+    "| `claimed_slurm_job` | `SLURM_JOB_ID` in its environment | no one: the process " \
+    "says so |\n" \
+    "| `claimed_group` | `CUPOOL_GROUP` in its environment (a group of its user's) | " \
+    "no one: the process says so |\n\n" \
+    "A label is empty where it does not apply. A cgroup path counts only from\n" \
+    "the root of the hierarchy as the reader sees it: the same names further\n" \
+    "down (a subtree systemd delegated to a user) or outside the reader's cgroup\n" \
+    "namespace vouch for nothing."
+
 #endif

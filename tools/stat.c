@@ -34,6 +34,7 @@
 #include "jobgate.h"
 #include "jobview.h"
 #include "node.h"
+#include "proclabels.h"
 #include "stats.h"
 #include "userns.h"
 
@@ -573,8 +574,7 @@ static int cmd_top(int argc, char **argv)
     return 0;
 }
 
-/* cupool-stat fields: every statistic, as docs/STATS.md lists them (a test
- * keeps the two equal). */
+/* cupool-stat fields: docs/STATS.md, every statistic (a test keeps the two equal). */
 static int cmd_fields(void)
 {
     static const char *const units[] = {"count", "bytes"};
@@ -598,24 +598,7 @@ static int cmd_fields(void)
     puts("\n## Per process\n\n| field | unit | kind | what |\n| --- | --- | --- | --- |");
     STATS_PROCESS_FIELDS(X)
 #undef X
-    puts("\n## The exporter's labels\n\n"
-         "`cupool exporter` labels each series `pid` (as the node sees it), `comm`,\n"
-         "`device` (a device's), and, by who vouches for them:\n\n"
-         "| label | from | vouched for by |\n| --- | --- | --- |\n"
-         "| `user` | the process's uid (`/proc/PID`) | the kernel |\n"
-         "| `slurm_job` | a cgroup path Slurm made: `/system.slice/slurmstepd.scope/job_N/...`, "
-         "`/slurm/uid_UID/job_N/...` | the kernel (only root places a process there) |\n"
-         "| `pod_uid`, `container_id` | a cgroup path the kubelet made: `/kubepods/...`, "
-         "`/kubepods.slice/...` | the kernel |\n"
-         "| `claimed_slurm_job` | `SLURM_JOB_ID` in its environment | no one: the process "
-         "says so |\n"
-         "| `claimed_group` | `CUPOOL_GROUP` in its environment (a group of its user's) | "
-         "no one: the process says so |\n\n"
-         "A label is empty where it does not apply. A cgroup path counts only from\n"
-         "the root of the hierarchy as the reader sees it: the same names further\n"
-         "down (a subtree systemd delegated to a user) or outside the reader's cgroup\n"
-         "namespace vouch for nothing.");
-    return 0;
+    return puts(PROCLABELS_DOC) < 0;
 }
 
 /* Asks pid for r through its page and waits up to timeout seconds for
