@@ -65,6 +65,7 @@ deps:
 	@missing=; \
 	command -v $(CC) >/dev/null || missing="$$missing gcc"; \
 	test -f /usr/include/zlib.h || missing="$$missing zlib1g-dev"; \
+	test -f /usr/include/microhttpd.h || missing="$$missing libmicrohttpd-dev"; \
 	scripts/install-deps "the build" $$missing
 
 # The tests' own tools: cmocka; Python 3 (a real JSON parser reads the
@@ -162,11 +163,13 @@ $(BUILD)/cupool-stat: $(STAT_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(STAT_SRC) -o $@
 
-# cupool exporter: every process under cupool on the node, over HTTP.
-EXPORTER_SRC := tools/exporter.c $(NODE_SRC) $(STATS_SRC)
-$(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR)
+# cupool exporter: every process under cupool on the node, over HTTP
+# (libmicrohttpd's server).
+EXPORTER_SRC := tools/exporter.c tools/exporter_scrape.c node/proclabels.c node/gpus.c \
+                $(NODE_SRC) $(STATS_SRC)
+$(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(EXPORTER_SRC) -o $@
+	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(EXPORTER_SRC) -lmicrohttpd -o $@
 
 # cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
 # time, as the shim finds CUDA), a process's page for its flush, the NCCL
@@ -194,6 +197,11 @@ $(BUILD)/cupool-trace: tools/trace.c common/args.c $(TRACE_SRC) $(TRACE_HDR) $(P
 $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(NODE_SRC) $(STATS_HDR) $(NODE_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) $(STATS_INC) -Inode $< $(STATS_SRC) $(NODE_SRC) -lcmocka -lpthread -o $@
+
+# What a cgroup path vouches for (the exporter's labels), on fixture paths.
+$(BUILD)/asan/test_proclabels: test/test_proclabels.c node/proclabels.c node/proclabels.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Inode $< node/proclabels.c -lcmocka -o $@
 
 $(BUILD)/asan/test_config: test/test_config.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -249,7 +257,8 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/tra
 	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/base/recorder.c \
 	    trace/trace.c common/safefile.c common/text.c stats/format.c -lcmocka -lpthread -o $@
 
-TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
+TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace \
+                                       test_proclabels) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner test_handoff)
 # Built only once the tests' tools are there (installed, or named).
 $(TEST_BINS) $(BUILD)/test_shim: | cmocka-check

@@ -3,44 +3,75 @@
  * exporter.c - cupool exporter: every process under cupool on this node
  * (node/node.h) in Prometheus's text exposition format, over HTTP.
  *
- *   cupool-exporter [--listen ADDR:PORT] [--page-dir DIR]... [--once]
+ *   cupool-exporter [--listen ADDR:PORT] [--page-dir DIR]... [--devices N]
+ *                   [--max-answer SIZE] [--once]
  *
  * Serves GET /metrics on ADDR:PORT (127.0.0.1:9464 by default; another
- * address only when given, said in a line). --once writes one scrape to
- * stdout and exits (for node_exporter's textfile directory). A scrape reads
- * pages only: it asks nothing of any process. One connection at a time,
- * each given 2 s to send its request and take the answer, so a slow client
- * delays the next scrape by at most that.
+ * address only when given, said in a line), or on the listening socket
+ * systemd hands in (socket activation: a port bound at boot, before any
+ * user could take it). --once writes one scrape to stdout and exits (for
+ * node_exporter's textfile directory). A scrape reads pages only: it asks
+ * nothing of any process. The scrape itself is exporter_scrape.c's.
+ *
+ * The HTTP side is libmicrohttpd's, in one thread (its epoll loop, run
+ * here): no client can hold it. It reads at most 16 KiB of a request (a
+ * longer request line or headers is refused), takes GET without a body
+ * only, answers each request on a connection of its own (Connection:
+ * close). Beyond what libmicrohttpd bounds (an idle connection's 2 s), this
+ * file bounds each connection as a whole: one that has not delivered its
+ * request within 2 s of its start, however slowly it trickles in, or still
+ * holds its answer 10 s after its start, is shut down; when connections
+ * near the limit, the oldest still sending its request is shut down for
+ * each new one, so that a flood of idle connections never keeps a scrape
+ * waiting nor cuts one being answered. Scrapes within
+ * 1 s of each other share one answer, so that a flood of requests scans
+ * the node at most once a second and slow readers hold at most one answer
+ * a second between them.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
 #include <netdb.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stddef.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "node.h"
+#include "exporter_scrape.h"
+#include "gpus.h"
+#include "stats.h"
 
-enum { MAX_DIRS = 16 };
+enum {
+    MAX_DIRS = 16,
+    CONN_MAX = 1024,          /* connections at once (fewer if descriptors are fewer) */
+    CONN_SPARE = 32,          /* kept free by shutting down the oldest */
+    REQUEST_BYTES = 16 * 1024, /* a connection's memory: request line, headers, answer's head */
+    SEND_BUFFER = 64 * 1024   /* the kernel's send buffer (it doubles it) */
+};
+static const double request_deadline_s = 2.0, exchange_deadline_s = 10.0, reuse_s = 1.0;
 
 static const char usage_text[] =
-    "usage: cupool exporter [--listen ADDR:PORT] [--page-dir DIR]... [--once]\n"
+    "usage: cupool exporter [--listen ADDR:PORT] [--page-dir DIR]... [--devices N]\n"
+    "                       [--max-answer SIZE] [--once]\n"
     "  Serves every process under cupool on this node (run as root; a user sees\n"
     "  their own) in Prometheus's format at http://ADDR:PORT/metrics.\n"
     "  --listen ADDR:PORT  where to listen (default 127.0.0.1:9464; [::1]:9464 for\n"
-    "                      IPv6); an address other than loopback only when given\n"
+    "                      IPv6; port 0: any free one, printed); an address other\n"
+    "                      than loopback only when given. A socket handed in by\n"
+    "                      systemd (LISTEN_FDS) is served instead\n"
     "  --page-dir DIR      a page directory to look in, in every mount namespace\n"
     "                      (repeatable; default /dev/shm and /tmp)\n"
+    "  --devices N         the node's GPUs (default: counted from /dev/nvidiaN and\n"
+    "                      /proc/driver/nvidia/gpus); a page's devices from N on\n"
+    "                      are not shown\n"
+    "  --max-answer SIZE   the most one answer may hold (default 16M); processes\n"
+    "                      past it are left out, and counted\n"
     "  --once              write one scrape to stdout and exit\n";
-
-/* Counters across scrapes. */
-static uint64_t scrapes, skipped_total[NODE_SKIPS];
 
 static double mono_s(void)
 {
@@ -49,152 +80,198 @@ static double mono_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* A growing text buffer. */
-typedef struct text {
-    char *s;
-    size_t n, cap;
-    bool failed;
-} text;
+/* ---- connections ------------------------------------------------------------ */
 
-static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(text *t, const char *fmt, ...)
+/* A connection, from its start, in the order they started. */
+typedef struct conn {
+    struct conn *prev, *next;
+    int fd;
+    double start;
+    bool asked;               /* its request came in whole */
+    bool listed;              /* in the list: not yet shut down */
+} conn;
+
+typedef struct server {
+    exporter_opts opts;
+    conn *head, *tail;        /* oldest first */
+    size_t nlisted, spare_at; /* the oldest is shut down past spare_at */
+    struct MHD_Response *latest;
+    double latest_at;
+} server;
+
+static void conn_unlink(server *sv, conn *k)
 {
-    for (int round = 0; round < 2 && !t->failed; round++) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0)
-            break;
-        if (t->s && (size_t)k < t->cap - t->n) {
-            t->n += (size_t)k;
-            return;
-        }
-        size_t cap = (t->cap + (size_t)k + 1) * 2;
-        char *s = realloc(t->s, cap);
-        if (!s)
-            t->failed = true;
-        else
-            t->s = s, t->cap = cap;
+    if (!k->listed)
+        return;
+    *(k->prev ? &k->prev->next : &sv->head) = k->next;
+    *(k->next ? &k->next->prev : &sv->tail) = k->prev;
+    k->listed = false;
+    sv->nlisted--;
+}
+
+/* Ends k: libmicrohttpd sees the socket shut and closes the connection
+ * itself (which it tells notify about before it closes the descriptor).
+ * Lingering off, the close resets the connection: what the kernel still
+ * holds of the answer is dropped, not left for a slow reader to take. */
+static void conn_shut(server *sv, conn *k)
+{
+    struct linger off = {1, 0};
+    conn_unlink(sv, k);
+    setsockopt(k->fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
+    shutdown(k->fd, SHUT_RDWR);
+}
+
+/* The connection to give way for a new one: the oldest still sending its
+ * request, so that a flood of idle ones never takes the place of one being
+ * answered; the oldest of all when every one is being answered. */
+static conn *conn_oldest(server *sv)
+{
+    for (conn *k = sv->head; k; k = k->next)
+        if (!k->asked)
+            return k;
+    return sv->head;
+}
+
+static void notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                   enum MHD_ConnectionNotificationCode code)
+{
+    server *sv = cls;
+    conn *k = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (k)
+            conn_unlink(sv, k);
+        free(k);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
+                                                                 MHD_CONNECTION_INFO_CONNECTION_FD);
+    k = calloc(1, sizeof(*k));
+    if (!k || !ci) {
+        free(k);
+        return; /* untracked: libmicrohttpd's idle timeout still ends it */
+    }
+    /* What the kernel takes of an answer at once: the rest stays with the
+     * connection, so a reader too slow for its deadline is cut off, not
+     * left the kernel's copy of a whole answer to take for ever. */
+    int sndbuf = SEND_BUFFER;
+    setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+    *k = (conn){sv->tail, NULL, ci->connect_fd, mono_s(), false, true};
+    *(sv->tail ? &sv->tail->next : &sv->head) = k;
+    sv->tail = k;
+    sv->nlisted++;
+    *socket_context = k;
+    while (sv->nlisted > sv->spare_at && sv->head != k)
+        conn_shut(sv, conn_oldest(sv));
+}
+
+/* Shuts down every connection past its deadline. */
+static void conn_sweep(server *sv)
+{
+    double now = mono_s();
+    for (conn *k = sv->head, *next; k; k = next) {
+        next = k->next;
+        if (now - k->start > (k->asked ? exchange_deadline_s : request_deadline_s))
+            conn_shut(sv, k);
     }
 }
 
-/* The per-process series: every statistic with its labels. */
-static void add_processes(text *t, const node_scan *s)
+/* ---- answers ---------------------------------------------------------------- */
+
+/* A response for a fixed text, its connection closed after it. */
+static struct MHD_Response *fixed(const char *text, const char *type)
 {
-    const stats_view **v = calloc(s->nprocs + 1, sizeof(*v));
-    char **extra = calloc(s->nprocs + 1, sizeof(*extra));
-    char *labels = calloc(s->nprocs + 1, 1024);
-    if (!v || !extra || !labels) {
-        t->failed = true;
-    } else {
-        for (size_t i = 0; i < s->nprocs; i++) {
-            v[i] = &s->procs[i].view;
-            extra[i] = labels + i * 1024;
-            node_labels(&s->procs[i], extra[i], 1024);
-        }
-        /* Formatted once into room guessed large enough (16 KiB a
-         * process, about 9 KiB written), a second time only if it was not. */
-        size_t room = (s->nprocs + 2) * 16 * 1024;
-        for (int round = 0; round < 2 && !t->failed; round++) {
-            if (t->cap - t->n < room) {
-                char *grown = realloc(t->s, t->n + room);
-                if (!grown) {
-                    t->failed = true;
-                    break;
-                }
-                t->s = grown, t->cap = t->n + room;
-            }
-            size_t need = stats_format_prometheus_with(v, (const char *const *)extra,
-                                                       s->nprocs, t->s + t->n, room);
-            if (need < room) {
-                t->n += need;
-                break;
-            }
-            room = need + 1;
-        }
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (r) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     }
-    free(v);
-    free(extra);
-    free(labels);
+    return r;
 }
 
-/* Device totals over every process, so that a dashboard adds nothing. */
-static void add_devices(text *t, const node_scan *s)
+/* The answer to GET /metrics: the last one if made within reuse_s, else a
+ * new scrape's. The server holds one reference; each connection answered
+ * holds one until it is done. NULL when out of memory. */
+static struct MHD_Response *metrics(server *sv)
 {
-    static const struct { const char *name, *help; size_t off; } sums[] = {
-        {"reserved_bytes", "bytes every process under cupool reserves on the device",
-         offsetof(stats_device, reserved)},
-        {"allocated_bytes", "bytes allocated to the programs on the device",
-         offsetof(stats_device, allocated)},
-        {"cached_bytes", "bytes cached (free in the pools) on the device",
-         offsetof(stats_device, cached)},
-    };
-    for (size_t f = 0; f < sizeof(sums) / sizeof(sums[0]) + 1; f++) {
-        bool procs = f == sizeof(sums) / sizeof(sums[0]);
-        const char *name = procs ? "processes" : sums[f].name;
-        text_add(t, "# HELP cupool_node_%s %s\n# TYPE cupool_node_%s gauge\n", name,
-                 procs ? "processes under cupool using the device" : sums[f].help, name);
-        for (int dev = 0; dev < STATS_MAX_DEVICES; dev++) {
-            uint64_t sum = 0;
-            bool used = false;
-            for (size_t i = 0; i < s->nprocs; i++)
-                for (uint32_t k = 0; k < s->procs[i].view.ndevices; k++) {
-                    const stats_device *d = &s->procs[i].view.dev[k];
-                    if (d->device != dev)
-                        continue;
-                    used = true;
-                    sum += procs ? 1 : *(const uint64_t *)((const char *)d + sums[f].off);
-                }
-            if (used)
-                text_add(t, "cupool_node_%s{device=\"%d\"} %lu\n", name, dev,
-                         (unsigned long)sum);
-        }
+    double now = mono_s();
+    if (sv->latest && now - sv->latest_at < reuse_s)
+        return sv->latest;
+    char *text;
+    size_t n;
+    if (exporter_scrape(&sv->opts, &text, &n))
+        return NULL;
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return NULL;
     }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (sv->latest)
+        MHD_destroy_response(sv->latest);
+    sv->latest = r, sv->latest_at = now;
+    return r;
 }
 
-/* The exporter's own figures. */
-static void add_self(text *t, const node_scan *s, double seconds)
+static enum MHD_Result queue(struct MHD_Connection *c, unsigned status,
+                             struct MHD_Response *r, bool own)
 {
-    text_add(t, "# HELP cupool_exporter_pages_skipped_total pages found but not counted, by "
-                "reason (a page that vanishes or lies mid-scrape is skipped, never a failed "
-                "scrape)\n# TYPE cupool_exporter_pages_skipped_total counter\n");
-    for (int r = 0; r < NODE_SKIPS; r++) {
-        skipped_total[r] += s->skipped[r];
-        text_add(t, "cupool_exporter_pages_skipped_total{reason=\"%s\"} %lu\n",
-                 node_skip_name((enum node_skip)r), (unsigned long)skipped_total[r]);
+    if (!r)
+        return MHD_NO; /* out of memory: the connection is closed */
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    if (own)
+        MHD_destroy_response(r);
+    return ok;
+}
+
+/* Whether the request says it has a body. */
+static bool has_body(struct MHD_Connection *c)
+{
+    const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return (len && strcmp(len, "0")) ||
+           MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+}
+
+/* libmicrohttpd's request handler, called once a request's line and headers
+ * are in: GET /metrics, a pointer to it at /, else 404; anything but a GET
+ * without a body is refused at once, its body unread. */
+static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **req)
+{
+    (void)version, (void)upload, (void)upload_size, (void)req;
+    server *sv = cls;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
+                                                                 MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context)
+        ((conn *)ci->socket_context)->asked = true;
+    if (strcmp(method, MHD_HTTP_METHOD_GET)) {
+        struct MHD_Response *r = fixed("GET only\n", "text/plain");
+        if (r)
+            MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, MHD_HTTP_METHOD_GET);
+        return queue(c, MHD_HTTP_METHOD_NOT_ALLOWED, r, true);
     }
-    text_add(t, "# HELP cupool_exporter_processes processes under cupool this scrape saw\n"
-                "# TYPE cupool_exporter_processes gauge\ncupool_exporter_processes %zu\n",
-             s->nprocs);
-    text_add(t, "# HELP cupool_exporter_scrape_duration_seconds how long this scrape took\n"
-                "# TYPE cupool_exporter_scrape_duration_seconds gauge\n"
-                "cupool_exporter_scrape_duration_seconds %.6f\n", seconds);
-    text_add(t, "# HELP cupool_exporter_scrapes_total scrapes served\n"
-                "# TYPE cupool_exporter_scrapes_total counter\n"
-                "cupool_exporter_scrapes_total %lu\n", (unsigned long)++scrapes);
+    if (has_body(c))
+        return queue(c, MHD_HTTP_CONTENT_TOO_LARGE, fixed("a GET takes no body\n",
+                                                          "text/plain"), true);
+    if (!strcmp(url, "/metrics"))
+        return queue(c, MHD_HTTP_OK, metrics(sv), false);
+    if (!strcmp(url, "/"))
+        return queue(c, MHD_HTTP_OK, fixed("<html><body><a href=\"/metrics\">metrics</a>"
+                                           "</body></html>\n", "text/html"), true);
+    return queue(c, MHD_HTTP_NOT_FOUND, fixed("not found\n", "text/plain"), true);
 }
 
-/* One scrape into t. */
-static void scrape(text *t, const char *const *dirs, size_t ndirs)
-{
-    double t0 = mono_s();
-    node_scan s;
-    if (node_scan_run(&s, ndirs ? dirs : NULL, ndirs) == -ENOMEM)
-        t->failed = true;
-    add_processes(t, &s);
-    add_devices(t, &s);
-    add_self(t, &s, mono_s() - t0);
-    node_scan_free(&s);
-}
-
-/* ---- HTTP -------------------------------------------------------------------- */
+/* ---- the listening socket --------------------------------------------------- */
 
 /* Whether host names the loopback interface. */
 static bool loopback(const char *host)
 {
-    return !strcmp(host, "127.0.0.1") || !strcmp(host, "::1") || !strcmp(host, "localhost") ||
-           !strncmp(host, "127.", 4);
+    return !strcmp(host, "::1") || !strcmp(host, "localhost") || !strncmp(host, "127.", 4);
 }
 
 /* Splits ADDR:PORT ([V6]:PORT) into host and port. 0 or -EINVAL. */
@@ -231,7 +308,7 @@ static int listen_on(const char *host, const char *port)
     }
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0), on = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 16)) {
+        bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 128)) {
         fprintf(stderr, "cupool exporter: cannot listen on %s:%s: %s\n", host, port,
                 strerror(errno));
         if (fd >= 0)
@@ -242,116 +319,202 @@ static int listen_on(const char *host, const char *port)
     return fd;
 }
 
-static void send_all(int fd, const char *s, size_t n)
+/* The socket systemd handed in, by its protocol (sd_listen_fds: LISTEN_PID
+ * names this process, LISTEN_FDS counts the sockets from descriptor 3):
+ * 3; -1 when none was handed in; -2 after saying why the one handed in
+ * cannot be served. The variables are cleared, so no child inherits them. */
+static int handed_socket(void)
 {
-    while (n) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        if (k <= 0)
-            return;
-        s += k, n -= (size_t)k;
+    const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+    char *end;
+    if (!pid || !fds || strtol(pid, &end, 10) != getpid() || *end)
+        return -1;
+    long n = strtol(fds, &end, 10);
+    bool one = !*end && n == 1;
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    int type = 0, listening = 0;
+    socklen_t l = sizeof(int), l2 = sizeof(int);
+    if (!one || getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &l) || type != SOCK_STREAM ||
+        getsockopt(3, SOL_SOCKET, SO_ACCEPTCONN, &listening, &l2) || !listening) {
+        fprintf(stderr, "cupool exporter: systemd handed in %s; it serves one listening "
+                        "stream socket (ListenStream=, Accept=no)\n",
+                one ? "a descriptor 3 that is not a listening stream socket" : "not one socket");
+        return -2;
     }
+    fcntl(3, F_SETFD, FD_CLOEXEC);
+    return 3;
 }
 
-static void reply(int fd, const char *status, const char *type, const char *body, size_t n)
+/* fd's address as ADDR:PORT ([V6]:PORT), the port really bound. */
+static void bound_address(int fd, char *out, size_t len)
 {
-    char head[256];
-    int k = snprintf(head, sizeof(head), "HTTP/1.1 %s\r\nContent-Type: %s\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n", status, type, n);
-    send_all(fd, head, (size_t)k);
-    send_all(fd, body, n);
+    struct sockaddr_storage a;
+    socklen_t al = sizeof(a);
+    char host[128] = "?", port[16] = "?";
+    if (!getsockname(fd, (struct sockaddr *)&a, &al))
+        getnameinfo((struct sockaddr *)&a, al, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(out, len, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
 }
 
-/* Answers one connection: GET /metrics, a pointer to it at /, else 404. */
-static void serve_one(int fd, const char *const *dirs, size_t ndirs)
+/* ---- main ------------------------------------------------------------------- */
+
+/* SIZE with an optional K, M or G (binary): 0 or -EINVAL. */
+static int parse_size(const char *s, size_t *out)
 {
-    struct timeval tv = {2, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    char req[8192];
-    size_t n = 0;
-    while (n < sizeof(req) - 1) {
-        ssize_t k = recv(fd, req + n, sizeof(req) - 1 - n, 0);
-        if (k <= 0)
-            break;
-        n += (size_t)k;
-        req[n] = '\0';
-        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-            break;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    int shift = !*end ? 0 : !strcmp(end, "K") ? 10 : !strcmp(end, "M") ? 20
+              : !strcmp(end, "G") ? 30 : -1;
+    if (errno || end == s || shift < 0 || v > (SIZE_MAX >> shift) || s[0] == '-')
+        return -EINVAL;
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
+typedef struct options {
+    exporter_opts scrape;
+    const char *dirs[MAX_DIRS];
+    const char *listen;
+    bool given, once;
+} options;
+
+/* Parses argv into o: 0, or the exit status (help printed, or a bad
+ * option said). */
+static int parse_args(int argc, char **argv, options *o)
+{
+    const char *devices = NULL, *max = "16M";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return 1;
+        } else if (!strcmp(a, "--once")) {
+            o->once = true;
+        } else if (!strcmp(a, "--listen") && v) {
+            o->listen = v, o->given = true, i++;
+        } else if (!strcmp(a, "--page-dir") && v && o->scrape.ndirs < MAX_DIRS) {
+            o->dirs[o->scrape.ndirs++] = v, i++;
+        } else if (!strcmp(a, "--devices") && v) {
+            devices = v, i++;
+        } else if (!strcmp(a, "--max-answer") && v) {
+            max = v, i++;
+        } else {
+            fprintf(stderr, "cupool exporter: unknown option '%s'\n%s", a, usage_text);
+            return 2;
+        }
     }
-    req[n] = '\0';
-    char method[8] = "", path[256] = "";
-    if (sscanf(req, "%7s %255s", method, path) != 2 || strcmp(method, "GET")) {
-        reply(fd, "405 Method Not Allowed", "text/plain", "GET only\n", 9);
-        return;
+    o->scrape.dirs = o->dirs;
+    char *end = NULL;
+    long n = devices ? strtol(devices, &end, 10) : node_gpus_count();
+    if (!devices && n > STATS_MAX_DEVICES)
+        n = STATS_MAX_DEVICES;
+    if (devices && (*end || end == devices || n < 0 || n > STATS_MAX_DEVICES)) {
+        fprintf(stderr, "cupool exporter: --devices takes 0 to %d, not '%s'\n",
+                STATS_MAX_DEVICES, devices);
+        return 2;
     }
-    path[strcspn(path, "?")] = '\0';
-    if (!strcmp(path, "/metrics")) {
-        text t = {0};
-        scrape(&t, dirs, ndirs);
-        if (t.failed)
-            reply(fd, "500 Internal Server Error", "text/plain", "out of memory\n", 14);
-        else
-            reply(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", t.s, t.n);
-        free(t.s);
-    } else if (!strcmp(path, "/")) {
-        static const char page[] = "<html><body><a href=\"/metrics\">metrics</a></body></html>\n";
-        reply(fd, "200 OK", "text/html", page, sizeof(page) - 1);
-    } else {
-        reply(fd, "404 Not Found", "text/plain", "not found\n", 10);
+    o->scrape.devices = (int)n;
+    if (parse_size(max, &o->scrape.max_answer) || o->scrape.max_answer < 256 * 1024) {
+        fprintf(stderr, "cupool exporter: --max-answer takes a size of at least 256K "
+                        "(16M, 64M), not '%s'\n", max);
+        return 2;
+    }
+    if (!n && !devices)
+        fprintf(stderr, "cupool exporter: no NVIDIA GPU found (/dev/nvidiaN, "
+                        "/proc/driver/nvidia/gpus): pages' device series are left out "
+                        "(--devices N to say how many there are)\n");
+    return 0;
+}
+
+/* The listening socket: systemd's, or one bound to o->listen; after
+ * saying why there is none, -2 for a bad --listen, else -1. */
+static int listening_socket(const options *o)
+{
+    int fd = handed_socket();
+    if (fd >= 0 && o->given) {
+        fprintf(stderr, "cupool exporter: --listen given beside the socket systemd "
+                        "handed in; drop one\n");
+        return -2;
+    }
+    if (fd != -1)
+        return fd < 0 ? -1 : fd;
+    char host[256], port[16];
+    if (split_listen(o->listen, host, sizeof(host), port, sizeof(port))) {
+        fprintf(stderr, "cupool exporter: --listen takes ADDR:PORT ([ADDR]:PORT for IPv6), "
+                        "not '%s'\n", o->listen);
+        return -2;
+    }
+    if (o->given && !loopback(host))
+        fprintf(stderr, "cupool exporter: listening on %s, beyond this machine: whoever "
+                        "reaches it reads every process's figures and labels\n", o->listen);
+    return listen_on(host, port);
+}
+
+/* Room for the connections: the descriptor limit raised to its hard
+ * limit; how many connections that allows. */
+static unsigned conn_room(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r))
+        return 64;
+    if (r.rlim_cur < r.rlim_max && r.rlim_cur < CONN_MAX + 64) {
+        r.rlim_cur = r.rlim_max < CONN_MAX + 64 ? r.rlim_max : CONN_MAX + 64;
+        setrlimit(RLIMIT_NOFILE, &r);
+    }
+    rlim_t room = r.rlim_cur > 64 + CONN_SPARE * 2 ? r.rlim_cur - 64 : CONN_SPARE * 2;
+    return room < CONN_MAX ? (unsigned)room : CONN_MAX;
+}
+
+static int serve(server *sv, int fd)
+{
+    unsigned limit = conn_room();
+    sv->spare_at = limit - CONN_SPARE;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_EPOLL, 0, NULL, NULL, answer, sv, MHD_OPTION_LISTEN_SOCKET, fd,
+        MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)request_deadline_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)REQUEST_BYTES, MHD_OPTION_NOTIFY_CONNECTION, notify, sv, MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, "cupool exporter: libmicrohttpd would not start on the socket\n");
+        return 1;
+    }
+    char addr[160];
+    bound_address(fd, addr, sizeof(addr));
+    fprintf(stderr, "cupool exporter: serving http://%s/metrics\n", addr);
+    for (;;) {
+        if (MHD_run_wait(d, 100) == MHD_NO && errno != EINTR) {
+            fprintf(stderr, "cupool exporter: libmicrohttpd's loop failed: %s\n",
+                    strerror(errno));
+            MHD_stop_daemon(d);
+            return 1;
+        }
+        conn_sweep(sv);
     }
 }
 
 int main(int argc, char **argv)
 {
-    const char *listen_arg = "127.0.0.1:9464", *dirs[MAX_DIRS];
-    size_t ndirs = 0;
-    bool once = false, given = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--once")) {
-            once = true;
-        } else if (!strcmp(argv[i], "--listen") && i + 1 < argc) {
-            listen_arg = argv[++i], given = true;
-        } else if (!strcmp(argv[i], "--page-dir") && i + 1 < argc && ndirs < MAX_DIRS) {
-            dirs[ndirs++] = argv[++i];
-        } else {
-            fprintf(stderr, "cupool exporter: unknown option '%s'\n%s", argv[i], usage_text);
-            return 2;
-        }
-    }
-    if (once) {
-        text t = {0};
-        scrape(&t, dirs, ndirs);
-        if (!t.failed)
-            fwrite(t.s, 1, t.n, stdout);
-        free(t.s);
-        return t.failed ? 1 : 0;
-    }
-    char host[256], port[16];
-    if (split_listen(listen_arg, host, sizeof(host), port, sizeof(port))) {
-        fprintf(stderr, "cupool exporter: --listen takes ADDR:PORT ([ADDR]:PORT for IPv6), "
-                        "not '%s'\n", listen_arg);
-        return 2;
-    }
-    if (given && !loopback(host))
-        fprintf(stderr, "cupool exporter: listening on %s, beyond this machine: whoever "
-                        "reaches it reads every process's figures and labels\n", listen_arg);
-    int lfd = listen_on(host, port);
-    if (lfd < 0)
-        return 1;
-    signal(SIGPIPE, SIG_IGN);
-    fprintf(stderr, "cupool exporter: serving http://%s/metrics\n", listen_arg);
-    for (;;) {
-        int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (c < 0) {
-            if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE)
-                continue;
-            fprintf(stderr, "cupool exporter: accept: %s\n", strerror(errno));
+    options o = {.listen = "127.0.0.1:9464"};
+    int r = parse_args(argc, argv, &o);
+    if (r)
+        return r == 1 ? 0 : r;
+    if (o.once) {
+        char *text;
+        size_t n;
+        if (exporter_scrape(&o.scrape, &text, &n))
             return 1;
-        }
-        serve_one(c, dirs, ndirs);
-        close(c);
+        fwrite(text, 1, n, stdout);
+        free(text);
+        return 0;
     }
+    int fd = listening_socket(&o);
+    if (fd < 0)
+        return fd == -2 ? 2 : 1;
+    signal(SIGPIPE, SIG_IGN);
+    server sv = {.opts = o.scrape};
+    return serve(&sv, fd);
 }

@@ -23,8 +23,9 @@
 #include <string.h>
 
 #include "args.h"
-#include "reader.h"
 #include "commands.h"
+#include "proclabels.h"
+#include "reader.h"
 
 const args_cmd stat_cmd = {
     "cupool", "stat",
@@ -85,8 +86,7 @@ static int stat_run(int argc, char **argv)
     return status;
 }
 
-/* cupool-stat fields: every statistic, as docs/STATS.md lists them (a test
- * keeps the two equal). */
+/* cupool-stat fields: docs/STATS.md, every statistic (a test keeps the two equal). */
 static int fields_run(void)
 {
     static const char *const units[] = {"count", "bytes"};
@@ -110,7 +110,7 @@ static int fields_run(void)
     puts("\n## Per process\n\n| field | unit | kind | what |\n| --- | --- | --- | --- |");
     STATS_PROCESS_FIELDS(X)
 #undef X
-    return 0;
+    return puts(PROCLABELS_DOC) < 0;
 }
 
 /* Every command, its usage and what runs it. */
