@@ -124,6 +124,9 @@ $(1)/rt/libfailmalloc.so: test/failmalloc.c
 $(1)/rt/libnext.so: test/next_interposer.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -fPIC -shared $$< -ldl -o $$@
+$(1)/rt/evil_page: test/evil_page.c $$(STATS_SRC) $$(STATS_HDR)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) -Ipool -Istats -Icommon -Igroup -Itrace $$< $$(STATS_SRC) -lpthread -o $$@
 $(1)/rt/drv_prog: test/drv_prog.c $(1)/sim/libcuda.so.1
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) $$(CUDA_INC) -Itest/simcuda $$< \
@@ -248,7 +251,7 @@ $(BUILD)/cupool-trace: | deps
 # longest, test_shim under TSan, takes one core; everything else runs beside
 # it on the other, the quick ones first (each test_shim run keeps its pages,
 # groups and simulated devices in a directory of its own).
-test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
+test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(BUILD)/rt/evil_page
 	@PATH="$(abspath $(BUILD))/tools:$$PATH" TEST_LOGS=$(BUILD)/test-logs scripts/run-tests \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
 	    -- "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \

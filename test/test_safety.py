@@ -396,6 +396,67 @@ def test_trace_escapes_not_printed(tmp):
            not bad and d.returncode == 0 and b"pid 7 (?]0;x?)" in d.stdout, bad or d.stdout[:200])
 
 
+EVIL = "\x1b]0;owned\x07\x1b[2J\x7f\r\x08x"
+
+
+def bad_bytes(b):
+    """The bytes of b a terminal would act on: below 0x20 but newline and
+    tab, and DEL."""
+    return sorted({c for c in b if (c < 0x20 and c not in (0x0a, 0x09)) or c == 0x7f})
+
+
+def test_page_escapes_not_printed(tmp):
+    """A page says what its process's user wrote there (no cupool code is
+    needed to write it): its program name, its gate's reason for refusing a
+    suspend, its job and group (the process's environment), its name among
+    a group's members. Every command that prints them (stat, top, job,
+    flush, flush --nccl, dump, stat --group, pause and resume) prints no
+    byte a terminal would act on."""
+    name = "no escape sequence from a page reaches the terminal"
+    base = os.path.join(tmp, "evil-pages")
+    os.mkdir(base, 0o700)
+    helper = os.path.abspath(os.path.join("build", "rt", "evil_page"))
+    exe = os.path.join(tmp, "\x1b[2J\x1b]0;x\x07")  # its /proc comm: the name it runs as
+    os.symlink(helper, exe)
+    env = clean_env(CUPOOL_PAGE_DIR=base, EVIL_TEXT=EVIL, EVIL_GROUP="evil",
+                    SLURM_JOB_ID=EVIL, CUPOOL_GROUP=EVIL)
+    env.pop("LD_PRELOAD")
+    ready = os.path.join(tmp, "evil-ready")
+    p = subprocess.Popen([exe, ready], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    if not wait_file(ready):
+        p.kill()
+        return report(name, False, "evil_page never got ready: " + p.communicate()[1].decode())
+    ckpt = os.path.join(tmp, "evil-ckpt")
+    os.mkdir(ckpt)
+    penv = dict(env, LD_LIBRARY_PATH=sim, SIMCUDA_CKPT_DIR=ckpt,
+                SIMCUDA_CKPT_LOG=os.path.join(ckpt, "log"))
+    pid = str(p.pid)
+    runs = [[reader, "stat", pid], [reader, "stat"], [reader, "stat", "--json", pid],
+            [reader, "top", "--count", "1"], [reader, "top", "--all", "--count", "1"],
+            [reader, "top", "--count", "1", "--group", "evil"],
+            [reader, "job", pid], [reader, "flush", pid], [reader, "flush", "--nccl", pid],
+            [reader, "dump", pid], [reader, "stat", "--group", "evil"],
+            [pauser, "pause", pid], [pauser, "resume", pid]]
+    bad, said = [], {}
+    try:
+        for args in runs:
+            r = subprocess.run(args, env=penv, capture_output=True, timeout=60)
+            out = r.stdout + r.stderr
+            said[" ".join(args[1:])] = out
+            if bad_bytes(out):
+                bad.append((os.path.basename(args[0]), args[1:-1] if args[-1] == pid else args[1:],
+                            bad_bytes(out), out[:300]))
+    finally:
+        p.terminate()
+        p.communicate(timeout=20)
+    # The hostile strings did reach each command (each printed them, made
+    # printable), so the check above saw them.
+    seen = [k for k, out in said.items() if b"?]0;owned?" in out or b"?[2J?]0;x?" in out]
+    report(name, not bad and len(seen) >= 9,
+           [b[:3] for b in bad] or sorted(set(said) - set(seen)))
+
+
 def test_others_process_named(tmp, user):
     """stat, flush and dump of another user's process say it is another
     user's (whose page this user cannot read), not that it runs without
@@ -532,6 +593,7 @@ if __name__ == "__main__":
         test_root_reads_other_users(tmp, user)
         test_pause_other_users(tmp, user)
         test_trace_escapes_not_printed(tmp)
+        test_page_escapes_not_printed(tmp)
         test_others_process_named(tmp, user)
         test_pause_in_user_namespace(tmp)
         test_install_deps_names_the_command(user)
