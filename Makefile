@@ -185,6 +185,10 @@ $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(NODE_SRC) $(STATS_HDR
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) $(STATS_INC) -Inode $< $(STATS_SRC) $(NODE_SRC) -lcmocka -lpthread -o $@
 
+$(BUILD)/asan/test_safefile: test/test_safefile.c common/safefile.c common/safefile.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Icommon $< common/safefile.c -lcmocka -o $@
+
 $(BUILD)/asan/test_config: test/test_config.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) $(STATS_INC) -Ishim/base $< shim/base/config.c $(STATS_SRC) $(POOL_SRC) \
@@ -239,7 +243,7 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/tra
 	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/base/recorder.c \
 	    trace/trace.c common/safefile.c stats/format.c -lcmocka -lpthread -o $@
 
-TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
+TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_safefile test_trace) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner test_handoff)
 # Built only once the tests' tools are there (installed, or named).
 $(TEST_BINS) $(BUILD)/test_shim: | cmocka-check

@@ -3108,7 +3108,7 @@ static void test_trace_child_leaves_parent_file(void **s)
         result *r = run("tracechild", env, shell_child ? "TC_SHELL=1" : NULL, NULL);
         assert_int_equal(r->status, 0);
         assert_non_null(strstr(r->out, "pairs 2000"));
-        assert_non_null(strstr(r->err, "another process records to it"));
+        assert_non_null(strstr(r->err, "another process writes to it"));
         assert_int_equal(replay_check(trace, "assert v[\"allocs\"] == 2000 and "
                                       "v[\"frees\"] == 2000, v"), 0);
         unlink(trace);
