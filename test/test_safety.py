@@ -362,6 +362,76 @@ def test_full_tmpfs(tmp, user):
         subprocess.run(["umount", "-l", base])
 
 
+# ---- groups ---------------------------------------------------------------
+
+def group_member(tmp, page_dir, budget, group="g"):
+    """rt_prog pairs as a member of group with budget, HOME unusable and no
+    XDG_RUNTIME_DIR (no place but the page directory): (process, the caps
+    its JSON statistics at exit say, per device)."""
+    import json
+    stats = os.path.join(tmp, f"group-stats-{os.getpid()}.json")
+    env = clean_env(CUPOOL_PAGE_DIR=page_dir, HOME="/nonexistent", CUPOOL_GROUP=group,
+                    CUPOOL_GROUP_MAX_RESERVED=budget, CUPOOL_STATS_AT_EXIT="1",
+                    CUPOOL_STATS_FORMAT="json", CUPOOL_STATS_FILE=stats)
+    env.pop("XDG_RUNTIME_DIR", None)
+    p = run([prog, "pairs"], env)
+    try:
+        with open(stats) as f:
+            caps = [d["cap"] for d in json.loads(f.read().splitlines()[-1])["devices"]]
+        os.unlink(stats)
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        caps = [repr(e)]
+    return p, caps
+
+
+def test_group_budget_never_off(tmp):
+    """A member that cannot meet its group (its page directory unsafe and
+    no other place; a full tmpfs) holds itself to the group's budget as a
+    cap of its own, and says so; without a budget asked, its own cap
+    alone. It ran uncapped before."""
+    name = "a member that cannot meet its group holds itself to the budget"
+    unsafe = os.path.join(tmp, "group-unsafe")
+    os.mkdir(unsafe)
+    os.chmod(unsafe, 0o777)  # others may write, not sticky: refused as a base
+    p, caps = group_member(tmp, unsafe, "16M")
+    q, none = group_member(tmp, unsafe, "0")
+    report(name, p.returncode == 0 and caps == [16 << 20] and "cannot join" in p.stderr and
+           q.returncode == 0 and none == [0], (caps, none, p.stderr[-300:]))
+    name = "a member on a full tmpfs holds itself to the group's budget"
+    if os.geteuid() != 0:
+        return skip(name, "needs root to mount a tmpfs")
+    small = os.path.join(tmp, "group-small")
+    os.mkdir(small)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=1777", "tmpfs", small],
+                       capture_output=True, text=True)
+    if m.returncode:
+        return skip(name, f"cannot mount a tmpfs: {m.stderr.strip()}")
+    try:
+        subprocess.run(["/bin/sh", "-c", f"cat /dev/zero > {small}/fill"], capture_output=True)
+        p, caps = group_member(tmp, small, "16M")
+        report(name, p.returncode == 0 and caps == [16 << 20], (caps, p.stderr[-300:]))
+    finally:
+        subprocess.run(["umount", "-l", small])
+
+
+def test_group_budget_reset_when_none_lives(tmp):
+    """A group whose members all ended takes its next first member's
+    budget (it kept the first one's for ever)."""
+    import json
+    base = os.path.join(tmp, "group-reset")
+    os.mkdir(base, 0o700)
+    budgets = []
+    for budget in ("60G", "16M"):
+        group_member(tmp, base, budget, group="reset")
+        r = run([reader, "stat", "--json", "--group", "reset"], dict(os.environ, CUPOOL_PAGE_DIR=base))
+        try:
+            budgets.append(json.loads(r.stdout)["budgets"][0]["bytes"])
+        except (ValueError, KeyError, IndexError) as e:
+            budgets.append(repr(e) + r.stderr)
+    report("a group no member lives in takes its next member's budget",
+           budgets == [60 << 30, 16 << 20], budgets)
+
+
 # ---- what the tools print, and whose process they act on ------------------
 
 def trace_named(path, comm):
@@ -598,6 +668,8 @@ if __name__ == "__main__":
         test_pause_in_user_namespace(tmp)
         test_install_deps_names_the_command(user)
         test_full_tmpfs(tmp, user)
+        test_group_budget_never_off(tmp)
+        test_group_budget_reset_when_none_lives(tmp)
         test_shim_host_memory()
         test_replay_host_memory()
     if made_user:
