@@ -239,7 +239,10 @@ static result *run_expecting(int expect, const char *scenario, ...)
     va_start(ap, scenario);
     start(&c, scenario, ap);
     va_end(ap);
-    return finish(&c, scenario, expect);
+    /* Every scenario ends in seconds; one that hangs (a guard gone: a
+     * fence inside a capture, a wait nobody ends) fails here, not after
+     * the minutes of the program's own timeouts. */
+    return finish_within(&c, scenario, expect, 90, "the scenario's end");
 }
 
 #define run(...) run_expecting(0, __VA_ARGS__)
