@@ -191,8 +191,9 @@ static void stats_write(const char *buf, size_t n)
         return; /* nowhere left to say it */
 }
 
-/* At start-up: says at once when CUPOOL_STATS_FILE cannot be used, and
- * falls back to stderr (nothing is created before the first dump). */
+/* At start-up: says at once when CUPOOL_STATS_FILE cannot be used (its
+ * directory must take the new file each dump is), and falls back to
+ * stderr (nothing is created before the first dump). */
 static void stats_file_check(void)
 {
     if (!*shim_cfg.stats_file)
@@ -205,7 +206,7 @@ static void stats_file_check(void)
         char *slash = strrchr(dir, '/');
         if (slash)
             *(slash == dir ? slash + 1 : slash) = '\0';
-        if (access(path, F_OK) != 0 && access(slash ? dir : ".", W_OK | X_OK) != 0)
+        if (access(slash ? dir : ".", W_OK | X_OK) != 0) /* each dump is a new file */
             why = "its directory is missing or not writable";
     }
     if (!why)
