@@ -231,6 +231,9 @@ static void test_comm_escaped(void **s)
 #define R "\xef\xbf\xbd"
     assert_non_null(strstr(buf, "comm=\"" R "]0;x" R R "[2J" R "\\n\\\\\\\"\xc3\xa9"
                                 R R R R R R R R "\""));
+    char lab[128]; /* the exporter's node labels (user, group, job...) alike */
+    stats_prometheus_label("slurm_job", "a\"\\\n\033\xc3\xa9", lab, sizeof(lab));
+    assert_string_equal(lab, "slurm_job=\"a\\\"\\\\\\n" R "\xc3\xa9\"");
 #undef R
     for (const unsigned char *c = (const unsigned char *)buf; *c; c++)
         if ((*c < 0x20 && *c != '\n') || *c == 0x7f || (c[0] == 0xc2 && c[1] >= 0x80 &&
