@@ -138,6 +138,9 @@ $(1)/rt/libfailmalloc.so: test/failmalloc.c
 $(1)/rt/libnext.so: test/next_interposer.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -fPIC -shared $$< -ldl -o $$@
+$(1)/rt/evil_page: test/evil_page.c $$(STATS_SRC) $$(STATS_HDR)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) -Ipool -Istats -Icommon -Igroup -Itrace $$< $$(STATS_SRC) -lpthread -o $$@
 $(1)/rt/drv_prog: test/drv_prog.c $(1)/sim/libcuda.so.1
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) $$(CUDA_INC) -Itest/simcuda $$< \
@@ -202,6 +205,9 @@ $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(NODE_SRC) $(STATS_HDR
 $(BUILD)/asan/test_proclabels: test/test_proclabels.c node/proclabels.c node/proclabels.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Inode $< node/proclabels.c -lcmocka -o $@
+$(BUILD)/asan/test_safefile: test/test_safefile.c common/safefile.c common/safefile.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) -Icommon $< common/safefile.c -lcmocka -o $@
 
 $(BUILD)/asan/test_config: test/test_config.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -257,8 +263,8 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/tra
 	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/base/recorder.c \
 	    trace/trace.c common/safefile.c common/text.c stats/format.c -lcmocka -lpthread -o $@
 
-TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace \
-                                       test_proclabels) \
+TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_safefile \
+                                       test_trace test_proclabels) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner test_handoff)
 # Built only once the tests' tools are there (installed, or named).
 $(TEST_BINS) $(BUILD)/test_shim: | cmocka-check
@@ -270,7 +276,7 @@ $(BUILD)/cupool-trace: | deps
 # longest, test_shim under TSan, takes one core; everything else runs beside
 # it on the other, the quick ones first (each test_shim run keeps its pages,
 # groups and simulated devices in a directory of its own).
-test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
+test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(BUILD)/rt/evil_page
 	@PATH="$(abspath $(BUILD))/tools:$$PATH" TEST_LOGS=$(BUILD)/test-logs scripts/run-tests \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
 	    -- "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \

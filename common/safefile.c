@@ -16,7 +16,11 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "safefile.h"
@@ -191,23 +195,267 @@ static int parent_open(const char *path, const char **name, const char **why)
     return walk_dirs(dir, why);
 }
 
+/* Opens name in dfd, which must be the one regular file st describes
+ * (found there by fstatat before): never created, never truncated, never
+ * appended to (flags' O_APPEND is set after). The file opened must be st's
+ * inode, still with one name: then the name named it alone at the
+ * fstatat, which another user's second name of a victim's file (which
+ * has its own name too) never does, however it comes and goes between
+ * the calls. The descriptor, or -1 with *why (-ENOENT: the name was gone
+ * at the open). */
+static int open_existing(int dfd, const char *name, int flags, const struct stat *st,
+                         const char **why)
+{
+    int fd = openat(dfd, name, (flags & ~(O_CREAT | O_EXCL | O_TRUNC | O_APPEND)) |
+                    O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        *why = err == ELOOP ? "it is a symbolic link" : strerror(err);
+        return err == ENOENT ? -ENOENT : -1;
+    }
+    struct stat now;
+    if (fstat(fd, &now))
+        *why = strerror(errno);
+    else if (now.st_dev != st->st_dev || now.st_ino != st->st_ino)
+        *why = "it was replaced while it was opened (another user may be swapping its name)";
+    else
+        *why = safefile_stat_refusal(&now, geteuid());
+    if (!*why && (flags & O_APPEND) && fcntl(fd, F_SETFL, O_APPEND | O_NONBLOCK))
+        *why = strerror(errno);
+    if (*why) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Opens (or with O_CREAT, makes) name in dfd as safefile_open says. A
+ * file made here is new (O_EXCL): nobody else's, no other name. One there
+ * already is judged before it is opened and after (open_existing). */
+static int open_in(int dfd, const char *name, int flags, const char **why)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        if (flags & O_CREAT) {
+            int fd = openat(dfd, name, (flags & ~O_TRUNC) | O_EXCL | O_NOFOLLOW | O_NONBLOCK |
+                            O_NOCTTY | O_CLOEXEC, 0600);
+            if (fd >= 0 || errno != EEXIST) {
+                *why = fd >= 0 ? NULL : errno == ELOOP ? "it is a symbolic link" : strerror(errno);
+                return fd;
+            }
+        }
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW)) {
+            if (errno == ENOENT && (flags & O_CREAT))
+                continue; /* removed since: make it */
+            *why = strerror(errno);
+            return -1;
+        }
+        if ((*why = safefile_stat_refusal(&st, geteuid())) != NULL)
+            return -1;
+        int fd = open_existing(dfd, name, flags, &st, why);
+        if (fd != -ENOENT || !(flags & O_CREAT))
+            return fd < 0 ? -1 : fd;
+    }
+    *why = "its name kept changing while it was opened (another user may be swapping it)";
+    return -1;
+}
+
 int safefile_open(const char *path, int flags, const char **why)
 {
     const char *name;
     int dfd = parent_open(path, &name, why);
     if (dfd < 0)
         return -1;
-    int fd = openat(dfd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
-    int err = errno;
+    int fd = open_in(dfd, name, flags, why);
     close(dfd);
+    return fd;
+}
+
+/* Whether the file at name in dfd is held (flock LOCK_EX) by another
+ * open file: opened read-only to ask (a regular file only, checked
+ * before and after: nothing is written). */
+static bool held_by_another(int dfd, const char *name)
+{
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+        return false;
+    const char *why;
+    int fd = open_existing(dfd, name, O_RDONLY, &st, &why);
+    if (fd < 0)
+        return false;
+    bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return held;
+}
+
+/* Makes a new file, mode 0600, under a temporary name beside name in dfd
+ * (".NAME.XXXXXXXX", random): its descriptor, with tmp its name, or -1. */
+static int make_temporary(int dfd, const char *name, char *tmp, size_t len)
+{
+    for (int tries = 0; tries < 16; tries++) {
+        uint32_t r;
+        if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+            return -1;
+        if (snprintf(tmp, len, ".%.200s.%08x", name, (unsigned)r) >= (int)len) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK |
+                        O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+/* Copies what fd holds, from its start, to out: 0 or -errno. */
+static int copy_all(int fd, int out)
+{
+    char b[8192]; /* (a helper thread's stack) */
+    for (;;) {
+        ssize_t n = read(fd, b, sizeof(b));
+        if (n == 0)
+            return 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || write(out, b, (size_t)n) != n)
+            return n < 0 ? -errno : -EIO;
+    }
+}
+
+/* Takes the file at name in dfd, which st describes, for an append: opened
+ * read-only (nothing written), locked against other appenders (up to 5 s:
+ * a lock held longer is not an appender's) and still the file at the name
+ * once locked. The descriptor; -EAGAIN when the name moved on (try
+ * again); or -1 with *why. */
+static int take_old(int dfd, const char *name, const struct stat *st, const char **why)
+{
+    int fd = open_existing(dfd, name, O_RDONLY, st, why);
+    if (fd < 0)
+        return fd == -ENOENT ? -EAGAIN : -1;
+    for (int i = 0; flock(fd, LOCK_EX | LOCK_NB); i++)
+        if (errno != EWOULDBLOCK || i == 500) {
+            *why = errno != EWOULDBLOCK ? strerror(errno) : "another process held it locked "
+                   "for 5 s";
+            close(fd);
+            return -1;
+        }
+        else
+            nanosleep(&(struct timespec){0, 10000000L}, NULL);
+    struct stat now;
+    if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) || now.st_ino != st->st_ino ||
+        now.st_dev != st->st_dev) {
+        close(fd);
+        return -EAGAIN;
+    }
+    return fd;
+}
+
+/* A new file at name in dfd holding what old holds (none: nothing) and
+ * then len bytes of buf, renamed into place: 0, or -1 with *why. */
+static int write_new(int dfd, const char *name, int old, const void *buf, size_t len,
+                     const char **why)
+{
+    char tmp[NAME_MAX + 1];
+    int fd = make_temporary(dfd, name, tmp, sizeof(tmp)), err = 0;
     if (fd < 0) {
-        *why = err == ELOOP ? "it is a symbolic link" : strerror(err);
+        *why = strerror(errno);
         return -1;
     }
-    if ((*why = safefile_refusal(fd, geteuid())) != NULL) {
+    if (old >= 0)
+        err = copy_all(old, fd);
+    if (!err && write(fd, buf, len) != (ssize_t)len)
+        err = errno ? -errno : -EIO;
+    if (!err && renameat(dfd, tmp, dfd, name))
+        err = -errno;
+    close(fd);
+    if (err) {
+        unlinkat(dfd, tmp, 0);
+        *why = strerror(-err);
+        return -1;
+    }
+    return 0;
+}
+
+static int append_in(int dfd, const char *name, const void *buf, size_t len, const char **why)
+{
+    for (int tries = 0; tries < 64; tries++) {
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW)) {
+            if (errno != ENOENT) {
+                *why = strerror(errno);
+                return -1;
+            }
+            int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                            0600);
+            if (fd < 0 && errno == EEXIST)
+                continue;
+            ssize_t w = fd < 0 ? -1 : write(fd, buf, len);
+            *why = fd < 0 ? strerror(errno) : w != (ssize_t)len ? "short write" : NULL;
+            if (fd >= 0)
+                close(fd);
+            return *why ? -1 : 0;
+        }
+        if ((*why = safefile_stat_refusal(&st, geteuid())) != NULL)
+            return -1;
+        int old = take_old(dfd, name, &st, why);
+        if (old == -EAGAIN)
+            continue;
+        if (old < 0)
+            return -1;
+        int r = write_new(dfd, name, old, buf, len, why);
+        close(old);
+        return r;
+    }
+    *why = "its name kept changing while it was written (another user may be swapping it)";
+    return -1;
+}
+
+int safefile_append(const char *path, const void *buf, size_t len, const char **why)
+{
+    const char *name;
+    int dfd = parent_open(path, &name, why);
+    if (dfd < 0)
+        return -1;
+    int r = append_in(dfd, name, buf, len, why);
+    close(dfd);
+    return r;
+}
+
+/* safefile_replace in dfd: the new file's descriptor, or -1 with *why. */
+static int replace_in(int dfd, const char *name, const char **why)
+{
+    struct stat st;
+    *why = fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) ? NULL /* nothing there */
+           : safefile_stat_refusal(&st, geteuid());
+    if (!*why && held_by_another(dfd, name))
+        *why = "another process writes to it (holds it locked)";
+    if (*why)
+        return -1;
+    char tmp[NAME_MAX + 1];
+    int fd = make_temporary(dfd, name, tmp, sizeof(tmp));
+    if (fd < 0) {
+        *why = strerror(errno);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) || renameat(dfd, tmp, dfd, name)) {
+        *why = strerror(errno);
+        unlinkat(dfd, tmp, 0);
         close(fd);
         return -1;
     }
+    return fd;
+}
+
+int safefile_replace(const char *path, const char **why)
+{
+    const char *name;
+    int dfd = parent_open(path, &name, why);
+    if (dfd < 0)
+        return -1;
+    int fd = replace_in(dfd, name, why);
+    close(dfd);
     return fd;
 }
 

@@ -632,9 +632,14 @@ group *group_join(const char *name, group_cap *caps, const char **why)
     /* A slot of this pid is this process before an exec (which runs no
      * destructor, so it never left): alive by pid and start time, but
      * nothing of it remains. */
-    for (int i = 0; i < GROUP_MEMBERS; i++)
+    bool alive = false;
+    for (int i = 0; i < GROUP_MEMBERS; i++) {
         if (atomic_load(&d->slots[i].pid) == (int32_t)getpid())
             atomic_store(&d->slots[i].pid, 0);
+        alive |= atomic_load(&d->slots[i].pid) != 0;
+    }
+    if (!alive) /* no member lives: this one is the first again, its budget the group's */
+        memcpy(d->caps, caps, sizeof(d->caps));
     for (int i = 0; i < GROUP_MEMBERS && !g->me; i++) {
         slot *s = &d->slots[i];
         if (atomic_load(&s->pid))

@@ -52,9 +52,11 @@ typedef struct group_cap {
 bool group_name_ok(const char *name);
 
 /* Joins group name of this user, making it with the budgets caps (one per
- * device, STATS_MAX_DEVICES of them) if it does not exist; a member of an
- * existing group takes the group's (into caps). Returns the group, or
- * NULL with *why. */
+ * device, STATS_MAX_DEVICES of them) if it does not exist, or setting them
+ * when no member of it lives (the segment outlives its members: a group
+ * whose members all ended starts again with its next first member's
+ * budget); a member of a group with a live member takes the group's (into
+ * caps). Returns the group, or NULL with *why. */
 group *group_join(const char *name, group_cap *caps, const char **why);
 
 /* The directory the group met in; *passed gets why the user's page

@@ -46,12 +46,14 @@ static const char *const state_names[] = {"running", "locked", "checkpointed (pa
 
 void pause_say(const char *fmt, ...)
 {
+    char msg[2048], shown[sizeof(msg)];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", me);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* A message may carry what a rank's page says (its gate's reason):
+     * its user's words, made printable here, once for every message. */
+    fprintf(stderr, "%s: %s\n", me, text_printable(msg, shown, sizeof(shown)));
 }
 
 const char *pause_cu_text(CUresult r)

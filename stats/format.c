@@ -292,17 +292,49 @@ size_t stats_format_json(const stats_view *v, char *buf, size_t len)
 
 /* ---- Prometheus -------------------------------------------------------------- */
 
+/* The length of the UTF-8 sequence at s (1 to 4) if it is valid and not
+ * a control character (C1: U+0080 to U+009F), else 0: shortest form, no
+ * surrogates, at most U+10FFFF. */
+static size_t utf8_char(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t n = c >= 0xf5 ? 0 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+    if (!n)
+        return 0;
+    unsigned cp = c & (0x7f >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    bool shortest = n != 3 ? (n != 4 || cp >= 0x10000) : cp >= 0x800;
+    if (!shortest || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0)
+        return 0;
+    return n;
+}
+
+/* A label value as the exposition format wants it: \\, \" and \n
+ * escaped, UTF-8 text as it is; a control character (other than the
+ * newline) or a byte that is not UTF-8 becomes U+FFFD, for the format has
+ * no escape for them and a reader's terminal would act on them. At most
+ * 128 bytes of s are read. */
 void stats_put_label(text_buf *o, const char *s)
 {
-    char name[64], esc[2 * sizeof(name)];
-    size_t k = 0;
-    for (s = text_printable(s, name, sizeof(name)); *s; s++) {
-        if (*s == '\\' || *s == '"')
-            esc[k++] = '\\';
-        esc[k++] = *s;
+    const unsigned char *u = (const unsigned char *)s, *end = u + strnlen(s, 128);
+    while (u < end) {
+        size_t n = *u >= 0x80 ? utf8_char(u) : 1;
+        if (n > (size_t)(end - u))
+            n = 0;
+        if (*u == '\\' || *u == '"')
+            text_put(o, "\\%c", *u);
+        else if (*u == '\n')
+            text_str(o, "\\n");
+        else if (!n || *u < 0x20 || *u == 0x7f)
+            text_str(o, "\xef\xbf\xbd");
+        else
+            text_put(o, "%.*s", (int)n, (const char *)u);
+        u += n ? n : 1;
     }
-    esc[k] = '\0';
-    text_str(o, esc);
 }
 
 /* Prometheus name of a field: cupool_NAME[_bytes][_total]. */
@@ -342,13 +374,7 @@ void stats_prometheus_label(const char *name, const char *value, char *buf, size
 {
     text_buf o = {buf, len, 0};
     text_put(&o, "%s=\"", name);
-    for (const char *s = value; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '\\' || c == '"')
-            text_put(&o, "\\%c", c);
-        else
-            text_put(&o, "%c", c >= 0x20 && c < 0x7f ? c : '?');
-    }
+    stats_put_label(&o, value);
     text_put(&o, "\"");
     text_done(&o);
 }

@@ -309,8 +309,9 @@ size_t stats_format_prometheus(const stats_view *const *v, size_t n,
  * stats_prometheus_label writes them, comma-separated) or NULL. */
 size_t stats_format_prometheus_with(const stats_view *const *v, const char *const *extra,
                                     size_t n, char *buf, size_t len);
-/* name="value" with the value escaped for the exposition format (\\ and
- * \" escaped, bytes outside printable ASCII as '?'), into buf. */
+/* name="value" with the value escaped for the exposition format (\\, \"
+ * and \n escaped; UTF-8 text kept; every other control character and
+ * every byte that is not UTF-8 written as U+FFFD), into buf. */
 void stats_prometheus_label(const char *name, const char *value, char *buf, size_t len);
 
 /* ---- the live page (stats/page.c) ---------------------------------------

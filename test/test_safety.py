@@ -362,6 +362,76 @@ def test_full_tmpfs(tmp, user):
         subprocess.run(["umount", "-l", base])
 
 
+# ---- groups ---------------------------------------------------------------
+
+def group_member(tmp, page_dir, budget, group="g"):
+    """rt_prog pairs as a member of group with budget, HOME unusable and no
+    XDG_RUNTIME_DIR (no place but the page directory): (process, the caps
+    its JSON statistics at exit say, per device)."""
+    import json
+    stats = os.path.join(tmp, f"group-stats-{os.getpid()}.json")
+    env = clean_env(CUPOOL_PAGE_DIR=page_dir, HOME="/nonexistent", CUPOOL_GROUP=group,
+                    CUPOOL_GROUP_MAX_RESERVED=budget, CUPOOL_STATS_AT_EXIT="1",
+                    CUPOOL_STATS_FORMAT="json", CUPOOL_STATS_FILE=stats)
+    env.pop("XDG_RUNTIME_DIR", None)
+    p = run([prog, "pairs"], env)
+    try:
+        with open(stats) as f:
+            caps = [d["cap"] for d in json.loads(f.read().splitlines()[-1])["devices"]]
+        os.unlink(stats)
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        caps = [repr(e)]
+    return p, caps
+
+
+def test_group_budget_never_off(tmp):
+    """A member that cannot meet its group (its page directory unsafe and
+    no other place; a full tmpfs) holds itself to the group's budget as a
+    cap of its own, and says so; without a budget asked, its own cap
+    alone. It ran uncapped before."""
+    name = "a member that cannot meet its group holds itself to the budget"
+    unsafe = os.path.join(tmp, "group-unsafe")
+    os.mkdir(unsafe)
+    os.chmod(unsafe, 0o777)  # others may write, not sticky: refused as a base
+    p, caps = group_member(tmp, unsafe, "16M")
+    q, none = group_member(tmp, unsafe, "0")
+    report(name, p.returncode == 0 and caps == [16 << 20] and "cannot join" in p.stderr and
+           q.returncode == 0 and none == [0], (caps, none, p.stderr[-300:]))
+    name = "a member on a full tmpfs holds itself to the group's budget"
+    if os.geteuid() != 0:
+        return skip(name, "needs root to mount a tmpfs")
+    small = os.path.join(tmp, "group-small")
+    os.mkdir(small)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=1777", "tmpfs", small],
+                       capture_output=True, text=True)
+    if m.returncode:
+        return skip(name, f"cannot mount a tmpfs: {m.stderr.strip()}")
+    try:
+        subprocess.run(["/bin/sh", "-c", f"cat /dev/zero > {small}/fill"], capture_output=True)
+        p, caps = group_member(tmp, small, "16M")
+        report(name, p.returncode == 0 and caps == [16 << 20], (caps, p.stderr[-300:]))
+    finally:
+        subprocess.run(["umount", "-l", small])
+
+
+def test_group_budget_reset_when_none_lives(tmp):
+    """A group whose members all ended takes its next first member's
+    budget (it kept the first one's for ever)."""
+    import json
+    base = os.path.join(tmp, "group-reset")
+    os.mkdir(base, 0o700)
+    budgets = []
+    for budget in ("60G", "16M"):
+        group_member(tmp, base, budget, group="reset")
+        r = run([reader, "stat", "--json", "--group", "reset"], dict(os.environ, CUPOOL_PAGE_DIR=base))
+        try:
+            budgets.append(json.loads(r.stdout)["budgets"][0]["bytes"])
+        except (ValueError, KeyError, IndexError) as e:
+            budgets.append(repr(e) + r.stderr)
+    report("a group no member lives in takes its next member's budget",
+           budgets == [60 << 30, 16 << 20], budgets)
+
+
 # ---- what the tools print, and whose process they act on ------------------
 
 def trace_named(path, comm):
@@ -394,6 +464,68 @@ def test_trace_escapes_not_printed(tmp):
     d = subprocess.run([tracer, "dump", trace], capture_output=True, timeout=60)
     report("no escape sequence from a trace reaches the terminal",
            not bad and d.returncode == 0 and b"pid 7 (?]0;x?)" in d.stdout, bad or d.stdout[:200])
+
+
+EVIL = "\x1b]0;owned\x07\x1b[2J\x7f\r\x08x"
+
+
+def bad_bytes(b):
+    """The bytes of b a terminal would act on: below 0x20 but newline and
+    tab, and DEL."""
+    return sorted({c for c in b if (c < 0x20 and c not in (0x0a, 0x09)) or c == 0x7f})
+
+
+def test_page_escapes_not_printed(tmp):
+    """A page says what its process's user wrote there (no cupool code is
+    needed to write it): its program name, its gate's reason for refusing a
+    suspend, its job and group (the process's environment), its name among
+    a group's members. Every command that prints them (stat, top, job,
+    flush, flush --nccl, dump, stat --group, pause and resume) prints no
+    byte a terminal would act on."""
+    name = "no escape sequence from a page reaches the terminal"
+    base = os.path.join(tmp, "evil-pages")
+    os.mkdir(base, 0o700)
+    helper = os.path.abspath(os.path.join("build", "rt", "evil_page"))
+    exe = os.path.join(tmp, "\x1b[2J\x1b]0;x\x07")  # its /proc comm: the name it runs as
+    os.symlink(helper, exe)
+    env = clean_env(CUPOOL_PAGE_DIR=base, EVIL_TEXT=EVIL, EVIL_GROUP="evil",
+                    SLURM_JOB_ID=EVIL, CUPOOL_GROUP=EVIL)
+    env.pop("LD_PRELOAD")
+    ready = os.path.join(tmp, "evil-ready")
+    p = subprocess.Popen([exe, ready], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    if not wait_file(ready):
+        p.kill()
+        return report(name, False, "evil_page never got ready: " + p.communicate()[1].decode())
+    ckpt = os.path.join(tmp, "evil-ckpt")
+    os.mkdir(ckpt)
+    penv = dict(env, LD_LIBRARY_PATH=sim, SIMCUDA_CKPT_DIR=ckpt,
+                SIMCUDA_CKPT_LOG=os.path.join(ckpt, "log"))
+    pid = str(p.pid)
+    runs = [[reader, "stat", pid], [reader, "stat"], [reader, "stat", "--json", pid],
+            [reader, "top", "--count", "1"], [reader, "top", "--all", "--count", "1"],
+            [reader, "top", "--count", "1", "--group", "evil"],
+            [reader, "job", pid], [reader, "flush", pid], [reader, "flush", "--nccl", pid],
+            [reader, "dump", pid], [reader, "stat", "--group", "evil"],
+            [pauser, "pause", pid], [pauser, "resume", pid]]
+    bad, said = [], {}
+    try:
+        for args in runs:
+            r = subprocess.run(args, env=penv, capture_output=True, timeout=60)
+            out = r.stdout + r.stderr
+            said[" ".join(args[1:])] = out
+            if bad_bytes(out):
+                bad.append((os.path.basename(args[0]), args[1:-1] if args[-1] == pid else args[1:],
+                            bad_bytes(out), out[:300]))
+    finally:
+        p.terminate()
+        p.communicate(timeout=20)
+    # The hostile strings did reach each command (each printed them, made
+    # printable), so the check above saw them.
+    seen = [k for k, out in said.items() if b"?]0;owned?" in out or b"?[2J?]0;x?" in out]
+    job = b"slurm:?]0;owned?" in said["top --all --count 1"]  # the job column, from its environment
+    report(name, not bad and len(seen) >= 9 and job,
+           [b[:3] for b in bad] or sorted(set(said) - set(seen)))
 
 
 def test_others_process_named(tmp, user):
@@ -532,10 +664,13 @@ if __name__ == "__main__":
         test_root_reads_other_users(tmp, user)
         test_pause_other_users(tmp, user)
         test_trace_escapes_not_printed(tmp)
+        test_page_escapes_not_printed(tmp)
         test_others_process_named(tmp, user)
         test_pause_in_user_namespace(tmp)
         test_install_deps_names_the_command(user)
         test_full_tmpfs(tmp, user)
+        test_group_budget_never_off(tmp)
+        test_group_budget_reset_when_none_lives(tmp)
         test_shim_host_memory()
         test_replay_host_memory()
     if made_user:

@@ -191,6 +191,28 @@ static result *finish(child *c, const char *scenario, int expect)
     return &r;
 }
 
+/* finish(), the child given secs to end (generous for a loaded machine):
+ * else it is killed and the test fails at once, saying what it waited for,
+ * where a guard gone would have held it (and every later test) for
+ * minutes. */
+static result *finish_within(child *c, const char *scenario, int expect, int secs,
+                             const char *what)
+{
+    int gone = c->reaped;
+    for (int i = 0; i < secs * 100 && !gone; i++)
+        if (!(gone = waitpid(c->pid, &c->st, WNOHANG)))
+            usleep(10000);
+    if (!gone) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, &c->st, 0);
+    }
+    c->reaped = true;
+    result *r = finish(c, scenario, gone ? expect : -1);
+    if (!gone)
+        fail_msg("%s did not end within %d s: it waited for %s", scenario, secs, what);
+    return r;
+}
+
 /* Waits up to 10 s for the child to end; kills it if it did not (a
  * scenario left running may write its trace on without end). True if it
  * ended by itself. finish() then collects it. */
@@ -217,7 +239,10 @@ static result *run_expecting(int expect, const char *scenario, ...)
     va_start(ap, scenario);
     start(&c, scenario, ap);
     va_end(ap);
-    return finish(&c, scenario, expect);
+    /* Every scenario ends in seconds; one that hangs (a guard gone: a
+     * fence inside a capture, a wait nobody ends) fails here, not after
+     * the minutes of the program's own timeouts. */
+    return finish_within(&c, scenario, expect, 90, "the scenario's end");
 }
 
 #define run(...) run_expecting(0, __VA_ARGS__)
@@ -262,13 +287,23 @@ static int remove_tree(const char *path)
 }
 
 /* Runs a shell command; returns its exit status and its stdout in out. */
+/* Runs cmd under sh, its stdout into out: its exit status. Bounded at
+ * 60 s (generous for a loaded machine: a command that waits on a guard
+ * gone fails the test at once, not after its own timeout of minutes):
+ * then said, and -1. */
 static int shell(const char *cmd, char *out, size_t len)
 {
-    FILE *p = popen(cmd, "r");
+    setenv("TEST_SHELL_CMD", cmd, 1); /* one word to sh, however cmd is quoted */
+    FILE *p = popen("exec timeout -k 5 60 sh -c \"$TEST_SHELL_CMD\"", "r");
     assert_non_null(p);
     size_t n = fread(out, 1, len - 1, p);
     out[n] = '\0';
     int st = pclose(p);
+    unsetenv("TEST_SHELL_CMD");
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 124) {
+        print_message("did not end within 60 s, killed: %s\n", cmd);
+        return -1;
+    }
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -1466,7 +1501,8 @@ static int fw_flush(child *c, char *out, size_t len)
 static result *fw_end(child *c)
 {
     kill(c->pid, SIGTERM);
-    result *r = finish(c, "fw_prog.py", 0);
+    result *r = finish_within(c, "fw_prog.py", 0, 30, "its end after SIGTERM (its "
+                              "framework's release done)");
     assert_int_equal(r->status, 0);
     return r;
 }
@@ -2521,7 +2557,8 @@ static void test_group_turn_deadlock(void **s)
     turn_start(&a, "td", "a", "TURN_MORE_MIB=32", after_b, "TURN_HOLD_MS=100", NULL);
     turn_wait("a.got", 0);
     turn_start(&b, "td", "b", "TURN_MIB=32", "TURN_MORE_MIB=32", after_a, NULL);
-    result *r = finish(&b, "turn b", 1);
+    result *r = finish_within(&b, "turn b", 1, 30, "its refusal at once (the group's deadlock "
+                              "check, group_wait_stuck)");
     assert_int_equal(r->status, 1);
     unsigned long ms = 0;
     assert_int_equal(sscanf(strstr(r->out, "refused after"), "refused after %lu", &ms), 1);
@@ -2533,7 +2570,7 @@ static void test_group_turn_deadlock(void **s)
     snprintf(pb, sizeof(pb), "pid %d (rt_prog) holds 32.00 MiB", b.pid);
     if (!strstr(r->err, pa) || !strstr(r->err, pb))
         fail_msg("the report names not both:\n%s", r->err);
-    r = finish(&a, "turn a", 0);
+    r = finish_within(&a, "turn a", 0, 30, "its turn once the other member failed");
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->out, "got more"));
 }
@@ -2556,8 +2593,9 @@ static void test_group_turn_killed(void **s)
     kill(b.pid, SIGKILL);
     finish(&b, "turn b", 128 + SIGKILL);
     turn_touch("go");
-    assert_int_equal(finish(&a, "turn a", 0)->status, 0);
-    assert_int_equal(finish(&c, "turn c", 0)->status, 0);
+    assert_int_equal(finish_within(&a, "turn a", 0, 30, "its end once told to")->status, 0);
+    assert_int_equal(finish_within(&c, "turn c", 0, 30, "its turn past the killed waiter "
+                                   "at the head of the queue")->status, 0);
     turn_fresh("killed-holder");
     snprintf(go, sizeof(go), "TURN_UNTIL=%s/never", turn_dir);
     turn_start(&a, "tk", "a", go, NULL, NULL, NULL);
@@ -2569,7 +2607,7 @@ static void test_group_turn_killed(void **s)
     uint64_t killed = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
     kill(a.pid, SIGKILL);
     finish(&a, "turn a", 128 + SIGKILL);
-    result *r = finish(&b, "turn b", 0);
+    result *r = finish_within(&b, "turn b", 0, 30, "the memory of the holder killed");
     assert_int_equal(r->status, 0);
     double ms = (double)(turn_time(r->out, "got") - killed) / 1e6;
     print_message("the holder killed: the waiter got the memory %.0f ms after\n", ms);
@@ -3109,7 +3147,7 @@ static void test_trace_child_leaves_parent_file(void **s)
         result *r = run("tracechild", env, shell_child ? "TC_SHELL=1" : NULL, NULL);
         assert_int_equal(r->status, 0);
         assert_non_null(strstr(r->out, "pairs 2000"));
-        assert_non_null(strstr(r->err, "another process records to it"));
+        assert_non_null(strstr(r->err, "another process writes to it"));
         assert_int_equal(replay_check(trace, "assert v[\"allocs\"] == 2000 and "
                                       "v[\"frees\"] == 2000, v"), 0);
         unlink(trace);

@@ -213,11 +213,9 @@ static void test_comm_escaped(void **s)
     stats_view v;
     sample(&v, "\033]0;x\a\033[2J\x9b\n");
     const stats_view *one = &v;
-    size_t (*text[])(const stats_view *const *, size_t, char *, size_t) = {
-        stats_format_table, stats_format_prometheus};
-    for (int k = 0; k < 3; k++) {
-        if (k < 2)
-            text[k](&one, 1, buf, sizeof(buf));
+    for (int k = 0; k < 2; k++) {
+        if (k == 0)
+            stats_format_table(&one, 1, buf, sizeof(buf));
         else
             stats_format_detail(&v, buf, sizeof(buf));
         for (const unsigned char *c = (const unsigned char *)buf; *c; c++)
@@ -226,6 +224,21 @@ static void test_comm_escaped(void **s)
         /* (the table shows a name's first 10 characters) */
         assert_non_null(strstr(buf, k == 0 ? "?]0;x??[2J" : "?]0;x??[2J??"));
     }
+    /* Prometheus: the format's escapes, UTF-8 kept, and U+FFFD for each
+     * control character (C1 included) and each byte that is not UTF-8. */
+    sample(&v, "\033]0;x\a\033[2J\x9b\n\\\"\xc3\xa9\xc2\x9b\xed\xa0\x80\xc0\xaf\x7f");
+    stats_format_prometheus(&one, 1, buf, sizeof(buf));
+#define R "\xef\xbf\xbd"
+    assert_non_null(strstr(buf, "comm=\"" R "]0;x" R R "[2J" R "\\n\\\\\\\"\xc3\xa9"
+                                R R R R R R R R "\""));
+    char lab[128]; /* the exporter's node labels (user, group, job...) alike */
+    stats_prometheus_label("slurm_job", "a\"\\\n\033\xc3\xa9", lab, sizeof(lab));
+    assert_string_equal(lab, "slurm_job=\"a\\\"\\\\\\n" R "\xc3\xa9\"");
+#undef R
+    for (const unsigned char *c = (const unsigned char *)buf; *c; c++)
+        if ((*c < 0x20 && *c != '\n') || *c == 0x7f || (c[0] == 0xc2 && c[1] >= 0x80 &&
+                                                       c[1] < 0xa0))
+            fail_msg("Prometheus passes byte 0x%02x", *c);
     stats_format_json(&v, buf, sizeof(buf));
     for (const unsigned char *c = (const unsigned char *)buf; *c; c++)
         if ((*c < 0x20 && *c != '\n') || *c >= 0x7f)

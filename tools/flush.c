@@ -103,8 +103,10 @@ static int flush_job(int pid, double timeout)
     jobgate_signals_block(&old);
     int err = stats_page_read(pid, &after);
     int bad = err || jobgate_suspend_idle(&g, &after, timeout);
-    if (bad)
-        fprintf(stderr, "cupool: %d: %s\n", pid, err ? reader_error_text(err) : g.why);
+    char shown[sizeof(g.why)];
+    if (bad) /* g.why carries the ranks' own reasons, their users' words */
+        fprintf(stderr, "cupool: %d: %s\n", pid, err ? reader_error_text(err)
+                : text_printable(g.why, shown, sizeof(shown)));
     else
         printf("%d: suspended the %zu NCCL communicator%s of its job (%zu process%s here): "
                "NCCL gave back %s; each resumes at its rank's next NCCL call\n", pid, g.nids,

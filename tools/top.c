@@ -149,19 +149,22 @@ static bool wait_for_q(double seconds)
 static bool top_all;
 static char top_jobs[READER_MAX_PROCS][96];
 
-/* A process's job in a few words: its Slurm job, pod, container or group. */
+/* A process's job in a few words: its Slurm job, pod, container or group.
+ * Each comes from the process (its environment, its cgroup's names): made
+ * printable, as the user's name is. */
 static void job_of(const node_proc *p, char *out, size_t len)
 {
-    char a[40];
+    char a[40], c[40], u[sizeof(p->user)];
+    text_printable(p->user, u, sizeof(u));
     if (p->job[0])
-        snprintf(out, len, "%s slurm:%s", p->user, text_printable(p->job, a, sizeof(a)));
+        snprintf(out, len, "%s slurm:%s", u, text_printable(p->job, a, sizeof(a)));
     else if (p->pod[0])
-        snprintf(out, len, "%s pod:%.8s/%.12s", p->user, text_printable(p->pod, a, sizeof(a)),
-                 p->container);
+        snprintf(out, len, "%s pod:%.8s/%.12s", u, text_printable(p->pod, a, sizeof(a)),
+                 text_printable(p->container, c, sizeof(c)));
     else if (p->group[0])
-        snprintf(out, len, "%s group:%s", p->user, text_printable(p->group, a, sizeof(a)));
+        snprintf(out, len, "%s group:%s", u, text_printable(p->group, a, sizeof(a)));
     else
-        snprintf(out, len, "%s", p->user);
+        snprintf(out, len, "%s", u);
 }
 
 /* Fills reader_views and reader_order from a node scan: how many. */
@@ -200,7 +203,7 @@ static void top_frame(int tty, const char *gname, char *gbuf, size_t glen)
                             reader_buf, sizeof(reader_buf));
     struct winsize ws;
     if (gname && reader_group_text(gname, 0, 0, gbuf, glen))
-        snprintf(gbuf, glen, "group %s: gone\n", gname);
+        snprintf(gbuf, glen, "group %s: gone\n", text_printable(gname, (char[80]){0}, 80));
     if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 4) {
         /* The title, the line "... more" may take, and the cursor's own
          * last row (a newline there would scroll the title away). */

@@ -23,7 +23,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -269,27 +268,21 @@ void shim_trace_event(trace_op op, trace_result res, int dev, uint64_t addr,
 
 /* ---- life cycle ---------------------------------------------------------- */
 
-/* Opens path for this process's recording: only a file safefile_open
- * accepts (never through a link, a regular file of this user with one
- * name), and only if no other process records to it (an exclusive lock
- * held for the process's life: a child that inherited CUPOOL_TRACE finds
- * the parent's file locked and leaves it alone). Then empties it. Returns
- * the descriptor, or -1 after saying why. */
+/* Opens path for this process's recording: a new file, renamed into
+ * place (safefile_replace: never through a link another user chose, and
+ * whatever had the name, or another name of it, is never truncated), and
+ * only if no other process records to it (an exclusive lock held for the
+ * process's life: a child that inherited CUPOOL_TRACE finds the parent's
+ * file locked and leaves it alone). Returns the descriptor, or -1 after
+ * saying why. */
 static int trace_file_open(const char *path)
 {
     const char *why = NULL;
     char shown[SHIM_PATH_MAX + 32];
-    int fd = safefile_open(path, O_WRONLY | O_CREAT, &why);
-    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0)
-        why = errno == EWOULDBLOCK ? "another process records to it (the parent of "
-                                     "this one, or another run)" : strerror(errno);
-    else if (fd >= 0 && ftruncate(fd, 0) != 0)
-        why = strerror(errno);
-    if (why) {
+    int fd = safefile_replace(path, &why);
+    if (fd < 0) {
         shim_log(SHIM_LOG_ERROR, "CUPOOL_TRACE file %s: %s; this process records "
                  "nothing", text_printable(path, shown, sizeof(shown)), why);
-        if (fd >= 0)
-            close(fd);
         return -1;
     }
     fcntl(fd, F_SETFL, 0); /* blocking writes from here */

@@ -22,6 +22,9 @@ uint64_t shim_cap_set(int dev, uint64_t total)
 {
     shim_device *d = &shim_devices[dev];
     uint64_t cap = shim_cap_bytes(cap_option(dev), total);
+    uint64_t alone = shim_group_alone_cap(dev, total); /* a group it could not meet */
+    if (alone && (!cap || alone < cap))
+        cap = alone;
     pool_budget_set_limit(&d->budget, cap);
     atomic_store(&d->cap_known, true);
     return cap;
@@ -32,7 +35,7 @@ uint64_t shim_cap_limit(int dev)
     shim_device *d = &shim_devices[dev];
     if (atomic_load(&d->cap_known))
         return pool_budget_limit(&d->budget);
-    if (!cap_option(dev)->percent)
+    if (!cap_option(dev)->percent && !shim_group_alone_percent(dev))
         return shim_cap_set(dev, 0);
     size_t f = 0, t = 0;
     if (shim_drv_resolve() != 0 || shim_drv.cuMemGetInfo_v2(&f, &t) != CUDA_SUCCESS)

@@ -62,12 +62,28 @@ bool shim_group_refused(void) { return refused_here; }
 
 static void outer_give(void *ctx, uint64_t size) { group_give(grp, *(const int *)ctx, size); }
 
+/* Whether this member could not meet its group and holds itself to the
+ * budget it asked for (shim_group_alone_cap). Set once at start-up. */
+static bool alone;
+
+static const shim_cap *group_option(int dev)
+{
+    return dev < SHIM_MAX_DEVICES && shim_cfg.has_group_dev[dev] ? &shim_cfg.group_max_dev[dev]
+                                                                 : &shim_cfg.group_max;
+}
+
+uint64_t shim_group_alone_cap(int dev, uint64_t total)
+{
+    return alone ? shim_cap_bytes(group_option(dev), total) : 0;
+}
+
+bool shim_group_alone_percent(int dev) { return alone && group_option(dev)->percent; }
+
 /* The budgets the options ask for, one per device. */
 static void caps_asked(group_cap *caps)
 {
     for (int i = 0; i < STATS_MAX_DEVICES; i++) {
-        const shim_cap *c = i < SHIM_MAX_DEVICES && shim_cfg.has_group_dev[i]
-                                ? &shim_cfg.group_max_dev[i] : &shim_cfg.group_max;
+        const shim_cap *c = group_option(i);
         caps[i] = (group_cap){c->bytes, c->percent, 0};
     }
 }
@@ -81,14 +97,18 @@ void shim_group_join(void)
     caps_asked(asked);
     memcpy(caps, asked, sizeof(caps));
     grp = group_join(shim_cfg.group, caps, &why);
+    char text[256];
+    group_caps_text(grp ? caps : asked, text, sizeof(text));
+    group_cap none[STATS_MAX_DEVICES] = {{0}};
     if (!grp) {
-        shim_log_always(SHIM_LOG_ERROR, "CUPOOL_GROUP=%s: cannot join: %s; this process "
-                        "runs under its own cap only", shim_cfg.group, why);
+        alone = memcmp(asked, none, sizeof(none)) != 0;
+        shim_log_always(SHIM_LOG_ERROR, "CUPOOL_GROUP=%s: cannot join: %s; %s%s%s",
+                        shim_cfg.group, why, alone ? "this process holds itself alone to "
+                        "the group's budget, " : "this process runs under its own cap only "
+                        "(it asked the group for no budget)", alone ? text : "",
+                        alone ? ", as a cap of its own" : "");
         return;
     }
-    char text[256];
-    group_caps_text(caps, text, sizeof(text));
-    group_cap none[STATS_MAX_DEVICES] = {{0}};
     if (memcmp(asked, none, sizeof(none)) && memcmp(asked, caps, sizeof(caps)))
         shim_log_always(SHIM_LOG_WARN, "CUPOOL_GROUP=%s: the group's budget is %s, set by "
                         "its first member; CUPOOL_GROUP_MAX_RESERVED is ignored",

@@ -30,9 +30,18 @@
  * finalizing), its process still holding its memory until it goes. */
 #define SHIM_GROUP_END_WAIT_MS 15000
 
-/* Joins CUPOOL_GROUP if set, before any budget is used; says why not (the
- * process then runs under its own cap alone). */
+/* Joins CUPOOL_GROUP if set, before any budget is used. A member that
+ * cannot meet its group (no place to hold it, a full /dev/shm) says so and
+ * holds itself to the budget it asked for the group
+ * (CUPOOL_GROUP_MAX_RESERVED[_N]) as a cap of its own, beside its own
+ * cap: the budget is never silently off. */
 void shim_group_join(void);
+/* The budget a member that could not meet its group holds itself to on
+ * dev, in bytes (total: the device's memory, for a percentage); 0 when it
+ * met its group or asked for none. */
+uint64_t shim_group_alone_cap(int dev, uint64_t total);
+/* Whether that budget on dev is a percentage (it needs the device's size). */
+bool shim_group_alone_percent(int dev);
 /* Leaves the group (exit), or forgets it (a forked child). */
 void shim_group_leave(void);
 void shim_group_forget(void);

@@ -168,29 +168,32 @@ static void refresh_outside(void)
     }
 }
 
-/* Opens CUPOOL_STATS_FILE (with %p replaced by the pid) for appending, or
- * returns stderr. Never follows a link at its name or one another user
- * chose on its path, never blocks, never writes into something that is
- * not a regular file of this user with one name. */
-static int stats_fd(void)
+/* Appends buf to CUPOOL_STATS_FILE (with %p replaced by the pid), or
+ * writes it to stderr when none is set or it cannot be written (said).
+ * Never through a link at its name or one another user chose on its path,
+ * never into something that is not a regular file of this user with one
+ * name, and never into a file that had the name: safefile_append makes a
+ * new one, so that a name another user swaps never gets another file
+ * written. */
+static void stats_write(const char *buf, size_t n)
 {
-    if (!*shim_cfg.stats_file)
-        return STDERR_FILENO;
     char path[SHIM_PATH_MAX + 32], shown[SHIM_PATH_MAX];
     const char *why = "the path is too long";
-    int fd = -1;
-    if (shim_path_expand(shim_cfg.stats_file, (int)getpid(), path, sizeof(path)) == 0 &&
-        !(why = safefile_path_refusal(path))) /* (a FIFO: said as such, not ENXIO) */
-        fd = safefile_open(path, O_WRONLY | O_CREAT | O_APPEND, &why);
-    if (fd < 0)
+    if (*shim_cfg.stats_file &&
+        shim_path_expand(shim_cfg.stats_file, (int)getpid(), path, sizeof(path)) == 0 &&
+        safefile_append(path, buf, n, &why) == 0)
+        return;
+    if (*shim_cfg.stats_file)
         shim_log(SHIM_LOG_WARN, "cannot write to CUPOOL_STATS_FILE %s: %s; "
                  "writing to stderr", text_printable(shim_cfg.stats_file, shown,
                  sizeof(shown)), why);
-    return fd < 0 ? STDERR_FILENO : fd;
+    if (write(STDERR_FILENO, buf, n) < 0)
+        return; /* nowhere left to say it */
 }
 
-/* At start-up: says at once when CUPOOL_STATS_FILE cannot be used, and
- * falls back to stderr (nothing is created before the first dump). */
+/* At start-up: says at once when CUPOOL_STATS_FILE cannot be used (its
+ * directory must take the new file each dump is), and falls back to
+ * stderr (nothing is created before the first dump). */
 static void stats_file_check(void)
 {
     if (!*shim_cfg.stats_file)
@@ -203,7 +206,7 @@ static void stats_file_check(void)
         char *slash = strrchr(dir, '/');
         if (slash)
             *(slash == dir ? slash + 1 : slash) = '\0';
-        if (access(path, F_OK) != 0 && access(slash ? dir : ".", W_OK | X_OK) != 0)
+        if (access(slash ? dir : ".", W_OK | X_OK) != 0) /* each dump is a new file */
             why = "its directory is missing or not writable";
     }
     if (!why)
@@ -236,15 +239,7 @@ static void dump_stats(void)
     }
     if (n >= sizeof(buf))
         n = sizeof(buf) - 1;
-    int fd = stats_fd();
-    ssize_t w = write(fd, buf, n);
-    char shown[SHIM_PATH_MAX];
-    if (w != (ssize_t)n && fd != STDERR_FILENO)
-        shim_log(SHIM_LOG_WARN, "cannot write the statistics to CUPOOL_STATS_FILE "
-                 "%s: %s", text_printable(shim_cfg.stats_file, shown, sizeof(shown)),
-                 w < 0 ? strerror(errno) : "short write");
-    if (fd != STDERR_FILENO)
-        close(fd);
+    stats_write(buf, n);
     pthread_mutex_unlock(&dump_lock);
 }
 
