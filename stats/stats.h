@@ -26,11 +26,34 @@
 #define STATS_MAX_DEVICES 64
 #define STATS_UNKNOWN UINT64_MAX   /* a figure nobody could measure */
 
+/* The shim's own counters per device, in the order the rows below show
+ * them: X(name, unit, kind, help), every one a COUNTER. Each becomes an
+ * atomic of the device's state (shim/device/devstate.h: SHIM_DEV_<name>,
+ * counted with shim_device_count) and is copied into stats_device by
+ * shim_device_counts_fill: a new one is its row here and the line that
+ * counts it. */
+#define STATS_DEVICE_COUNTS(X)                                                \
+    X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
+    X(vmm_syncs, COUNT, COUNTER, "device synchronizations done so that VMM "  \
+      "memory queued work may still use could be unmapped (CUPOOL_VMM, "     \
+      "CUPOOL_STITCH)")                                                       \
+    X(fence_orders, COUNT, COUNTER, "poll fences done by making the non-"   \
+      "blocking streams wait for the legacy stream's work (while CUPTI "     \
+      "watches, owe the wait until their next work), not by completion "     \
+      "(CUPOOL_FENCE=poll)")                                                  \
+    X(fence_waits, COUNT, COUNTER, "streams made to wait for another's work by " \
+      "fences (one cudaStreamWaitEvent each)")                                \
+    X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "  \
+      "GPU work since the last (CUPOOL_CUPTI)")                               \
+    X(fence_streams_left, COUNT, COUNTER, "non-blocking streams poll fences " \
+      "left out: no work queued on them since a fence covered them, or only " \
+      "collectives on other memory (CUPOOL_CUPTI)")
+
 /* Per device. X(name, unit, kind, help): unit BYTES or COUNT; kind GAUGE
  * or COUNTER (Prometheus: *_bytes for byte gauges, *_total for counters).
  * Rows P(X, name, from, ...) are the pool's statistics, pool_stats' field
  * from (the one place the two lists meet; stats_device_from_pool copies
- * them); rows X(...) are the shim's own. */
+ * them); rows X(...) are the shim's own, STATS_DEVICE_COUNTS its counters. */
 #define STATS_DEVICE_ROWS(X, P)                                               \
     P(X, requested, requested, BYTES, GAUGE, "bytes the program asked for, live") \
     P(X, requested_peak, requested_peak, BYTES, GAUGE, "peak of requested")   \
@@ -85,21 +108,7 @@
     P(X, fence_forced, fence_forced, COUNT, COUNTER, "poll fences forced done by ordering the " \
       "streams rather than grow, and barriers when it could not grow "        \
       "(CUPOOL_FENCE=poll)")                                                  \
-    X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
-    X(vmm_syncs, COUNT, COUNTER, "device synchronizations done so that VMM "  \
-      "memory queued work may still use could be unmapped (CUPOOL_VMM, "     \
-      "CUPOOL_STITCH)")                                                       \
-    X(fence_orders, COUNT, COUNTER, "poll fences done by making the non-"   \
-      "blocking streams wait for the legacy stream's work (while CUPTI "     \
-      "watches, owe the wait until their next work), not by completion "     \
-      "(CUPOOL_FENCE=poll)")                                                  \
-    X(fence_waits, COUNT, COUNTER, "streams made to wait for another's work by " \
-      "fences (one cudaStreamWaitEvent each)")                                \
-    X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "  \
-      "GPU work since the last (CUPOOL_CUPTI)")                               \
-    X(fence_streams_left, COUNT, COUNTER, "non-blocking streams poll fences " \
-      "left out: no work queued on them since a fence covered them, or only " \
-      "collectives on other memory (CUPOOL_CUPTI)")                           \
+    STATS_DEVICE_COUNTS(X)                                                    \
     P(X, flushes, flushes, COUNT, COUNTER, "flushes of the cache")            \
     P(X, retries, retries, COUNT, COUNTER, "allocations retried after releasing cache") \
     P(X, oom_failures, failures, COUNT, COUNTER, "allocations that failed for memory") \

@@ -128,14 +128,7 @@ void shim_stats_view(stats_view *v)
         shim_cap_view cv;
         shim_cap_view_of(i, &cv);
         d->cap = cv.limit;
-        shim_fence_counts fc;
-        shim_device_fence_counts(i, &fc);
-        d->syncs = fc.syncs;
-        d->vmm_syncs = fc.vmm_syncs;
-        d->fences_skipped = fc.skipped;
-        d->fence_orders = fc.orders;
-        d->fence_waits = fc.waits;
-        d->fence_streams_left = fc.streams_left;
+        shim_device_counts_fill(i, d);
         d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
         d->passed = cv.passed;
         d->passed_peak = cv.passed_peak;
