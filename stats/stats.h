@@ -47,7 +47,12 @@
       "GPU work since the last (CUPOOL_CUPTI)")                               \
     X(fence_streams_left, COUNT, COUNTER, "non-blocking streams poll fences " \
       "left out: no work queued on them since a fence covered them, or only " \
-      "collectives on other memory (CUPOOL_CUPTI)")
+      "collectives on other memory (CUPOOL_CUPTI)")                           \
+    X(cap_refusals, COUNT, COUNTER, "requests the cap (CUPOOL_MAX_RESERVED) " \
+      "or the group's budget (CUPOOL_GROUP) refused, each counted once "     \
+      "however often retried: allocations their pool could not fit by "      \
+      "returning its own idle segments (oom_failures counts these, the "     \
+      "device's own refusals and each retry), and calls passed on")
 
 /* Per device. X(name, unit, kind, help): unit BYTES or COUNT; kind GAUGE
  * or COUNTER (Prometheus: *_bytes for byte gauges, *_total for counters).
