@@ -123,6 +123,22 @@
 #define STATS_POOL_ROW(X, name, from, unit, kind, help) X(name, unit, kind, help)
 #define STATS_DEVICE_FIELDS(X) STATS_DEVICE_ROWS(X, STATS_POOL_ROW)
 
+/* The frameworks whose cache a flush releases, in the order it does
+ * (shim/process/framework.c's table says how): F(X, name, label, help).
+ * Each is the process counter framework_<name>, the bytes its cache gave
+ * back; label names its part in a flush's answer and in the program's log
+ * ("torch.cuda.empty_cache 18.00 MiB"). A new one is its row here and its
+ * row in framework.c's table. */
+#define STATS_FRAMEWORKS(F, X)                                                \
+    F(X, torch, "torch.cuda.empty_cache", "of those, torch.cuda.empty_cache's") \
+    F(X, cupy, "CuPy's pool", "of those, CuPy's memory pool's")
+#define STATS_FRAMEWORK_FIELD(X, name, label, help) \
+    X(framework_##name, BYTES, COUNTER, help)
+/* The frameworks a flush finds but cannot release (framework.c's table
+ * rows without a release), as framework_unable and cupool flush name
+ * them. */
+#define STATS_FRAMEWORKS_UNABLE "JAX"
+
 /* Per process. */
 #define STATS_PROCESS_FIELDS(X)                                               \
     X(foreign_frees, COUNT, COUNTER, "cudaFree of pointers no pool owns")     \
@@ -136,11 +152,10 @@
     X(requested_dumps, COUNT, COUNTER, "dumps asked for by cupool dump")      \
     X(flushed, BYTES, COUNTER, "bytes returned by flushes")                   \
     X(framework_flushes, COUNT, COUNTER, "flushes that first released a "    \
-      "framework's cache (PyTorch, CuPy), idle or not")                       \
+      "framework's cache, idle or not (framework_<name> below: whose)")      \
     X(framework_flushed, BYTES, COUNTER, "bytes the frameworks' caches gave " \
       "back in those flushes (returned to the driver with cupool's)")        \
-    X(framework_torch, BYTES, COUNTER, "of those, torch.cuda.empty_cache's")  \
-    X(framework_cupy, BYTES, COUNTER, "of those, CuPy's memory pool's")       \
+    STATS_FRAMEWORKS(STATS_FRAMEWORK_FIELD, X)                                \
     X(framework_late, COUNT, COUNTER, "flushes whose framework release "     \
       "came late: the program's Python lock (GIL) held in a long call, or a " \
       "graph capture under way; each runs when it can, and counts then")     \
@@ -148,7 +163,8 @@
       "asker stopped waiting (counted in flushed when they did)")             \
     X(framework_deferred, COUNT, COUNTER, "flushes that waited for the "     \
       "program's CUDA graph captures to end before they ran")                 \
-    X(framework_unable, COUNT, COUNTER, "flushes of a program using JAX, "    \
+    X(framework_unable, COUNT, COUNTER, "flushes of a program using "        \
+      STATS_FRAMEWORKS_UNABLE ", "                                            \
       "whose memory cannot be given back from outside")                       \
     X(group_reclaims, COUNT, COUNTER, "times this process, refused by its "   \
       "group's budget (CUPOOL_GROUP), asked the other members to flush")      \
