@@ -131,7 +131,9 @@
  * row in framework.c's table. */
 #define STATS_FRAMEWORKS(F, X)                                                \
     F(X, torch, "torch.cuda.empty_cache", "of those, torch.cuda.empty_cache's") \
-    F(X, cupy, "CuPy's pool", "of those, CuPy's memory pool's")
+    F(X, cupy, "CuPy's pool", "of those, CuPy's memory pool's")             \
+    F(X, paddle, "paddle.device.cuda.empty_cache", "of those, PaddlePaddle's " \
+      "(paddle.device.cuda.empty_cache)")
 #define STATS_FRAMEWORK_FIELD(X, name, label, help) \
     X(framework_##name, BYTES, COUNTER, help)
 /* The frameworks a flush finds but cannot release (framework.c's table

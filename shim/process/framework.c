@@ -110,6 +110,19 @@ static const framework frameworks[] = {
      "        pool.free_all_blocks()\n"
      "        m.get_default_pinned_memory_pool().free_all_blocks()\n"
      "    released = max(0, before - pool.total_bytes())\n"},
+    /* Its empty_cache releases every device's idle cache (each freed on
+     * its own device); not called while it holds nothing. */
+    {SHIM_FRAMEWORK_paddle, "paddle", NULL,
+     "cuda = getattr(getattr(m, 'device', None), 'cuda', None)\n"
+     "if cuda is not None and cuda.device_count():\n"
+     "    seen = 1\n"
+     "    devs = [d for d in range(cuda.device_count()) if cuda.memory_reserved(d)]\n"
+     "    before = sum(cuda.memory_reserved(d) for d in devs)\n"
+     "    if not worth(before - sum(cuda.memory_allocated(d) for d in devs), before):\n"
+     "        skipped = 1\n"
+     "    elif devs:\n"
+     "        cuda.empty_cache()\n"
+     "    released = max(0, before - sum(cuda.memory_reserved(d) for d in devs))\n"},
     {-1, "jax", "JAX", NULL},
 };
 
