@@ -110,8 +110,8 @@ static const framework frameworks[] = {
      "        pool.free_all_blocks()\n"
      "        m.get_default_pinned_memory_pool().free_all_blocks()\n"
      "    released = max(0, before - pool.total_bytes())\n"},
-    /* Its empty_cache releases every device's idle cache (each freed on
-     * its own device); not called while it holds nothing. */
+    /* Its empty_cache releases the idle cache of every device it uses;
+     * not called while it holds no GPU memory. */
     {SHIM_FRAMEWORK_paddle, "paddle", NULL,
      "cuda = getattr(getattr(m, 'device', None), 'cuda', None)\n"
      "if cuda is not None and cuda.device_count():\n"
