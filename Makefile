@@ -288,6 +288,7 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(
 	    "timeout 300 python3 test/test_exporter.py $(BUILD)" \
 	    "timeout 300 python3 test/test_slurm.py $(BUILD)" \
 	    "timeout 120 python3 test/test_kube_schema.py $(BUILD)" \
+	    "timeout 300 python3 test/test_extension_points.py $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)"
 

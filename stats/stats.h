@@ -27,11 +27,39 @@
 #define STATS_MAX_DEVICES 64
 #define STATS_UNKNOWN UINT64_MAX   /* a figure nobody could measure */
 
+/* The shim's own counters per device, in the order the rows below show
+ * them: X(name, unit, kind, help), every one a COUNTER. Each becomes an
+ * atomic of the device's state (shim/device/devstate.h: SHIM_DEV_<name>,
+ * counted with shim_device_count) and is copied into stats_device by
+ * shim_device_counts_fill: a new one is its row here and the line that
+ * counts it. */
+#define STATS_DEVICE_COUNTS(X)                                                \
+    X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
+    X(vmm_syncs, COUNT, COUNTER, "device synchronizations done so that VMM "  \
+      "memory queued work may still use could be unmapped (CUPOOL_VMM, "     \
+      "CUPOOL_STITCH)")                                                       \
+    X(fence_orders, COUNT, COUNTER, "poll fences done by making the non-"   \
+      "blocking streams wait for the legacy stream's work (while CUPTI "     \
+      "watches, owe the wait until their next work), not by completion "     \
+      "(CUPOOL_FENCE=poll)")                                                  \
+    X(fence_waits, COUNT, COUNTER, "streams made to wait for another's work by " \
+      "fences (one cudaStreamWaitEvent each)")                                \
+    X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "  \
+      "GPU work since the last (CUPOOL_CUPTI)")                               \
+    X(fence_streams_left, COUNT, COUNTER, "non-blocking streams poll fences " \
+      "left out: no work queued on them since a fence covered them, or only " \
+      "collectives on other memory (CUPOOL_CUPTI)")                           \
+    X(cap_refusals, COUNT, COUNTER, "requests the cap (CUPOOL_MAX_RESERVED) " \
+      "or the group's budget (CUPOOL_GROUP) refused, each counted once "     \
+      "however often retried: allocations their pool could not fit by "      \
+      "returning its own idle segments (oom_failures counts these, the "     \
+      "device's own refusals and each retry), and calls passed on")
+
 /* Per device. X(name, unit, kind, help): unit BYTES or COUNT; kind GAUGE
  * or COUNTER (Prometheus: *_bytes for byte gauges, *_total for counters).
  * Rows P(X, name, from, ...) are the pool's statistics, pool_stats' field
  * from (the one place the two lists meet; stats_device_from_pool copies
- * them); rows X(...) are the shim's own. */
+ * them); rows X(...) are the shim's own, STATS_DEVICE_COUNTS its counters. */
 #define STATS_DEVICE_ROWS(X, P)                                               \
     P(X, requested, requested, BYTES, GAUGE, "bytes the program asked for, live") \
     P(X, requested_peak, requested_peak, BYTES, GAUGE, "peak of requested")   \
@@ -86,21 +114,7 @@
     P(X, fence_forced, fence_forced, COUNT, COUNTER, "poll fences forced done by ordering the " \
       "streams rather than grow, and barriers when it could not grow "        \
       "(CUPOOL_FENCE=poll)")                                                  \
-    X(syncs, COUNT, COUNTER, "device synchronizations (CUPOOL_FENCE=sync)")   \
-    X(vmm_syncs, COUNT, COUNTER, "device synchronizations done so that VMM "  \
-      "memory queued work may still use could be unmapped (CUPOOL_VMM, "     \
-      "CUPOOL_STITCH)")                                                       \
-    X(fence_orders, COUNT, COUNTER, "poll fences done by making the non-"   \
-      "blocking streams wait for the legacy stream's work (while CUPTI "     \
-      "watches, owe the wait until their next work), not by completion "     \
-      "(CUPOOL_FENCE=poll)")                                                  \
-    X(fence_waits, COUNT, COUNTER, "streams made to wait for another's work by " \
-      "fences (one cudaStreamWaitEvent each)")                                \
-    X(fences_skipped, COUNT, COUNTER, "fences that needed no CUDA call: no "  \
-      "GPU work since the last (CUPOOL_CUPTI)")                               \
-    X(fence_streams_left, COUNT, COUNTER, "non-blocking streams poll fences " \
-      "left out: no work queued on them since a fence covered them, or only " \
-      "collectives on other memory (CUPOOL_CUPTI)")                           \
+    STATS_DEVICE_COUNTS(X)                                                    \
     P(X, flushes, flushes, COUNT, COUNTER, "flushes of the cache")            \
     P(X, retries, retries, COUNT, COUNTER, "allocations retried after releasing cache") \
     P(X, oom_failures, failures, COUNT, COUNTER, "allocations that failed for memory") \
@@ -109,6 +123,24 @@
 /* X(name, unit, kind, help) over every field of stats_device. */
 #define STATS_POOL_ROW(X, name, from, unit, kind, help) X(name, unit, kind, help)
 #define STATS_DEVICE_FIELDS(X) STATS_DEVICE_ROWS(X, STATS_POOL_ROW)
+
+/* The frameworks whose cache a flush releases, in the order it does
+ * (shim/process/framework.c's table says how): F(X, name, label, help).
+ * Each is the process counter framework_<name>, the bytes its cache gave
+ * back; label names its part in a flush's answer and in the program's log
+ * ("torch.cuda.empty_cache 18.00 MiB"). A new one is its row here and its
+ * row in framework.c's table. */
+#define STATS_FRAMEWORKS(F, X)                                                \
+    F(X, torch, "torch.cuda.empty_cache", "of those, torch.cuda.empty_cache's") \
+    F(X, cupy, "CuPy's pool", "of those, CuPy's memory pool's")             \
+    F(X, paddle, "paddle.device.cuda.empty_cache", "of those, PaddlePaddle's " \
+      "(paddle.device.cuda.empty_cache)")
+#define STATS_FRAMEWORK_FIELD(X, name, label, help) \
+    X(framework_##name, BYTES, COUNTER, help)
+/* The frameworks a flush finds but cannot release (framework.c's table
+ * rows without a release), as framework_unable and cupool flush name
+ * them. */
+#define STATS_FRAMEWORKS_UNABLE "JAX"
 
 /* Per process. */
 #define STATS_PROCESS_FIELDS(X)                                               \
@@ -123,11 +155,10 @@
     X(requested_dumps, COUNT, COUNTER, "dumps asked for by cupool dump")      \
     X(flushed, BYTES, COUNTER, "bytes returned by flushes")                   \
     X(framework_flushes, COUNT, COUNTER, "flushes that first released a "    \
-      "framework's cache (PyTorch, CuPy), idle or not")                       \
+      "framework's cache, idle or not (framework_<name> below: whose)")      \
     X(framework_flushed, BYTES, COUNTER, "bytes the frameworks' caches gave " \
       "back in those flushes (returned to the driver with cupool's)")        \
-    X(framework_torch, BYTES, COUNTER, "of those, torch.cuda.empty_cache's")  \
-    X(framework_cupy, BYTES, COUNTER, "of those, CuPy's memory pool's")       \
+    STATS_FRAMEWORKS(STATS_FRAMEWORK_FIELD, X)                                \
     X(framework_late, COUNT, COUNTER, "flushes whose framework release "     \
       "came late: the program's Python lock (GIL) held in a long call, or a " \
       "graph capture under way; each runs when it can, and counts then")     \
@@ -135,7 +166,8 @@
       "asker stopped waiting (counted in flushed when they did)")             \
     X(framework_deferred, COUNT, COUNTER, "flushes that waited for the "     \
       "program's CUDA graph captures to end before they ran")                 \
-    X(framework_unable, COUNT, COUNTER, "flushes of a program using JAX, "    \
+    X(framework_unable, COUNT, COUNTER, "flushes of a program using "        \
+      STATS_FRAMEWORKS_UNABLE ", "                                            \
       "whose memory cannot be given back from outside")                       \
     X(group_reclaims, COUNT, COUNTER, "times this process, refused by its "   \
       "group's budget (CUPOOL_GROUP), asked the other members to flush")      \

@@ -51,28 +51,49 @@ static int ask(int pid, stats_request r, double timeout, stats_view *before,
     return 1;
 }
 
+/* The frameworks' part of a flush, from the process's counters before
+ * and after: what their caches gave back, each framework that gave any
+ * named (stats.h's STATS_FRAMEWORKS). */
+static void print_framework_part(const stats_process *a, const stats_process *b, uint64_t got)
+{
+    static const char *const labels[] = {
+#define FW_LABEL(X, name, label, help) label,
+        STATS_FRAMEWORKS(FW_LABEL, _)
+#undef FW_LABEL
+    };
+    const uint64_t gave[] = {
+#define FW_GAVE(X, name, label, help) b->framework_##name - a->framework_##name,
+        STATS_FRAMEWORKS(FW_GAVE, _)
+#undef FW_GAVE
+    };
+    char h[32];
+    uint64_t sum = 0;
+    for (size_t i = 0; i < sizeof(gave) / sizeof(gave[0]); i++)
+        sum += gave[i];
+    printf("; %s of it from the framework's cache", stats_fmt_bytes(sum, h, sizeof(h)));
+    bool named = false;
+    for (size_t i = 0; i < sizeof(gave) / sizeof(gave[0]); i++) {
+        if (gave[i]) {
+            printf("%s%s %s", named ? ", " : " (", labels[i],
+                   stats_fmt_bytes(gave[i], h, sizeof(h)));
+            named = true;
+        }
+    }
+    printf("%s, %s from cupool's own", named ? ")" : "",
+           stats_fmt_bytes(got > sum ? got - sum : 0, h, sizeof(h)));
+}
+
 /* What a flush returned, and the frameworks' part of it, from the
  * process's counters before and after. */
 static void print_flush(int pid, const stats_view *before, const stats_view *after)
 {
     const stats_process *a = &before->proc, *b = &after->proc;
-    char h[32], t[32], c[32], own[32];
+    char h[32];
     uint64_t got = b->flushed - a->flushed;
-    uint64_t torch = b->framework_torch - a->framework_torch;
-    uint64_t cupy = b->framework_cupy - a->framework_cupy;
     printf("%d: returned %s (%lu bytes) to the driver", pid,
            stats_fmt_bytes(got, h, sizeof(h)), (unsigned long)got);
-    if (b->framework_flushes > a->framework_flushes) {
-        printf("; %s of it from the framework's cache (", stats_fmt_bytes(torch + cupy, h,
-                                                                         sizeof(h)));
-        if (torch || !cupy)
-            printf("torch.cuda.empty_cache %s%s", stats_fmt_bytes(torch, t, sizeof(t)),
-                   cupy ? ", " : "");
-        if (cupy)
-            printf("CuPy's pool %s", stats_fmt_bytes(cupy, c, sizeof(c)));
-        printf("), %s from cupool's own",
-               stats_fmt_bytes(got > torch + cupy ? got - torch - cupy : 0, own, sizeof(own)));
-    }
+    if (b->framework_flushes > a->framework_flushes)
+        print_framework_part(a, b, got);
     printf("\n");
     uint64_t kept = 0, idle = 0;
     for (uint32_t k = 0; k < after->ndevices; k++) {
@@ -91,7 +112,8 @@ static void print_flush(int pid, const stats_view *before, const stats_view *aft
                "call, or a graph capture under way): it runs as soon as it can, and "
                "the program's log says what it returned\n", pid);
     if (b->framework_unable > a->framework_unable)
-        printf("%d: JAX holds its own memory, which cannot be given back from outside\n", pid);
+        printf("%d: " STATS_FRAMEWORKS_UNABLE " holds its own memory, which cannot be given "
+               "back from outside\n", pid);
 }
 
 /* cupool flush --nccl: suspends pid's job (signals held till its gates open), flushes each rank. */

@@ -80,6 +80,8 @@ int shim_cap_take_passed(int dev, size_t size, const char *call)
             passed_add(d, size);
             return 0;
         }
+        if (round == 0)
+            shim_device_count(d, SHIM_DEV_cap_refusals, 1);
         if (round == 1 || !idle_returned(dev))
             break;
     }
@@ -113,6 +115,8 @@ bool shim_cap_reclaim(int dev, size_t size, int err, int round)
 {
     if (err != -EDQUOT && err != -ENOMEM)
         return false;
+    if (round == 0 && err == -EDQUOT)
+        shim_device_count(&shim_devices[dev], SHIM_DEV_cap_refusals, 1);
     /* Round 0: the idle segments of every shard (a pool that refused has
      * returned its own already; the device's cap covers them all). */
     if (round == 0 && idle_returned(dev))

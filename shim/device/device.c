@@ -84,7 +84,7 @@ static bool vmm_settle(shim_device *d)
         return false;
     if (shim_device_cuda(d)->sync() != 0)
         return false;
-    atomic_fetch_add_explicit(&d->vmm_syncs, 1, memory_order_relaxed);
+    shim_device_count(d, SHIM_DEV_vmm_syncs, 1);
     shim_vmm_drain(d->vmm);
     return true;
 }

@@ -33,15 +33,13 @@ int shim_device_api(int dev)
     return a;
 }
 
-void shim_device_fence_counts(int dev, shim_fence_counts *out)
+void shim_device_counts_fill(int dev, stats_device *out)
 {
     const shim_device *d = &shim_devices[dev];
-    *out = (shim_fence_counts){.syncs = atomic_load(&d->syncs),
-                               .vmm_syncs = atomic_load(&d->vmm_syncs),
-                               .skipped = atomic_load(&d->fences_skipped),
-                               .orders = atomic_load(&d->fence_orders),
-                               .waits = atomic_load(&d->fence_waits),
-                               .streams_left = atomic_load(&d->fence_streams_left)};
+#define SHIM_DEV_FILL(name, unit, kind, help) \
+    out->name = atomic_load_explicit(&d->count[SHIM_DEV_##name], memory_order_relaxed);
+    STATS_DEVICE_COUNTS(SHIM_DEV_FILL)
+#undef SHIM_DEV_FILL
 }
 
 int shim_device_mem_info(int dev, size_t *free_b, size_t *total)

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "seam.h"
 #include "pool.h"
+#include "stats.h"
 #include "vmm.h"
 
 typedef struct shim_stream {
@@ -50,6 +51,15 @@ typedef struct shim_shard {
     int id;                      /* the device's */
     struct shim_trace_ring *ring;
 } shim_shard;
+
+/* The device's own counters, stats.h's STATS_DEVICE_COUNTS: SHIM_DEV_<name>
+ * indexes shim_device's count. */
+enum shim_dev_count {
+#define SHIM_DEV_ENUM(name, unit, kind, help) SHIM_DEV_##name,
+    STATS_DEVICE_COUNTS(SHIM_DEV_ENUM)
+#undef SHIM_DEV_ENUM
+    SHIM_DEV_NCOUNTS
+};
 
 typedef struct shim_device {
     int id;
@@ -93,13 +103,7 @@ typedef struct shim_device {
     uint64_t full_seq, begin_seq; /* the last full fence and poll fence
                                      issued: their number in fences_begun */
     uint64_t begin_ticket;     /* and the poll fence's ticket */
-    atomic_ulong fence_orders; /* poll fences finished by making streams
-                                  wait, rather than by completion */
-    atomic_ulong fence_waits;  /* streams made to wait by fences */
-    atomic_ulong syncs;        /* device synchronizations by the fence */
-    atomic_ulong vmm_syncs;    /* and before unmapping VMM memory */
-    atomic_ulong fences_skipped; /* fences that needed no CUDA call */
-    atomic_ulong fence_streams_left; /* comm streams poll fences left out */
+    atomic_ulong count[SHIM_DEV_NCOUNTS]; /* its counters (shim_device_count) */
     _Atomic uint64_t fenced_work; /* CUPOOL_CUPTI: the work count read
                                      before the last fence that was issued */
     shim_vmm *vmm;             /* CUPOOL_VMM segments, or NULL */
@@ -145,12 +149,16 @@ int shim_device_mem_info(int dev, size_t *free_b, size_t *total);
 /* Releases the idle segments of every shard of dev; returns the bytes. */
 uint64_t shim_device_flush(int dev);
 
-/* What dev's fences did, beyond its pools' statistics (read for the
- * statistics views, each count atomically on its own). */
-typedef struct shim_fence_counts {
-    uint64_t syncs, vmm_syncs, skipped, orders, waits, streams_left;
-} shim_fence_counts;
-void shim_device_fence_counts(int dev, shim_fence_counts *out);
+/* Adds n to d's counter c (relaxed: a count, ordering nothing). Any
+ * thread, any lock held or none: it never blocks. */
+static inline void shim_device_count(shim_device *d, enum shim_dev_count c, unsigned long n)
+{
+    atomic_fetch_add_explicit(&d->count[c], n, memory_order_relaxed);
+}
+
+/* Copies dev's counters into out's fields of the same names (each read
+ * atomically on its own), for the statistics views. */
+void shim_device_counts_fill(int dev, stats_device *out);
 
 /* The context dev's pools serve, or NULL before its first pool (and after
  * its context went). */

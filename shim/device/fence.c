@@ -37,7 +37,7 @@ static void order_event_set(shim_device *d, shim_fence *f);
 /* Makes stream s wait for event e, counted in fence_waits. Needs d->lock. */
 static int wait_on(shim_device *d, cudaStream_t s, cudaEvent_t e)
 {
-    atomic_fetch_add_explicit(&d->fence_waits, 1, memory_order_relaxed);
+    shim_device_count(d, SHIM_DEV_fence_waits, 1);
     return shim_device_cuda(d)->wait(s, e);
 }
 
@@ -194,8 +194,7 @@ static int poll_begin_locked(shim_device *d, uint64_t *ticket)
         d->norphans = 0;
     }
     if (recorded < d->nnb)
-        atomic_fetch_add_explicit(&d->fence_streams_left, d->nnb - recorded,
-                                  memory_order_relaxed);
+        shim_device_count(d, SHIM_DEV_fence_streams_left, d->nnb - recorded);
     f.ticket = *ticket = ++d->tickets;
     if (!d->nnb && !f.nevents && !d->nfences) {
         /* Done as recorded: every stream there is follows the legacy
@@ -268,7 +267,7 @@ bool shim_fence_pay(int dev, void *s)
         return false;
     pthread_mutex_lock(&d->order_lock);
     if (d->order_event) {
-        atomic_fetch_add_explicit(&d->fence_waits, 1, memory_order_relaxed);
+        shim_device_count(d, SHIM_DEV_fence_waits, 1);
         if (shim_drv.cuStreamWaitEvent((CUstream)s, (CUevent)d->order_event, 0) != 0)
             shim_log(SHIM_LOG_ERROR, "device %d: a stream cannot wait for a fence it "
                      "owes: a block reused on it may still be in use", d->id);
@@ -314,7 +313,7 @@ static int poll_locked(shim_device *d, enum poll_level level)
             if (f->legacy)
                 order_event_set(d, f);
             if ((e = order_after(d, d->order_event, true, &waits)) == 0 && d->nnb)
-                atomic_fetch_add_explicit(&d->fence_orders, 1, memory_order_relaxed);
+                shim_device_count(d, SHIM_DEV_fence_orders, 1);
         } else if (e == cudaErrorNotReady && level == POLL_FORCE && !forced) {
             forced = true;
             e = force_locked(d, f);
@@ -339,7 +338,7 @@ static int fence_locked(shim_device *d, uint64_t work)
     if (shim_cfg.fence != SHIM_FENCE_SYNC) {
         err = barrier_locked(d);
     } else {
-        atomic_fetch_add(&d->syncs, 1);
+        shim_device_count(d, SHIM_DEV_syncs, 1);
         if (shim_device_cuda(d)->sync() != 0)
             err = -EIO;
         else
@@ -422,7 +421,7 @@ static int fence_run(shim_device *d, enum fence_op op, uint64_t work, uint64_t *
         pthread_mutex_lock(&d->lock);
     if (combined_locked(d, op, seen, ticket)) {
         pthread_mutex_unlock(&d->lock);
-        atomic_fetch_add_explicit(&d->fences_skipped, 1, memory_order_relaxed);
+        shim_device_count(d, SHIM_DEV_fences_skipped, 1);
         return 0;
     }
     bool fast = !shim_captures_counted() || (op >= FENCE_POLL && !d->nfences);
@@ -459,7 +458,7 @@ static bool no_new_work(shim_device *d, uint64_t *work)
 
 static void count_skip(shim_device *d)
 {
-    atomic_fetch_add_explicit(&d->fences_skipped, 1, memory_order_relaxed);
+    shim_device_count(d, SHIM_DEV_fences_skipped, 1);
 }
 
 static void trace_fence(shim_shard *sh, int err)

@@ -128,14 +128,7 @@ void shim_stats_view(stats_view *v)
         shim_cap_view cv;
         shim_cap_view_of(i, &cv);
         d->cap = cv.limit;
-        shim_fence_counts fc;
-        shim_device_fence_counts(i, &fc);
-        d->syncs = fc.syncs;
-        d->vmm_syncs = fc.vmm_syncs;
-        d->fences_skipped = fc.skipped;
-        d->fence_orders = fc.orders;
-        d->fence_waits = fc.waits;
-        d->fence_streams_left = fc.streams_left;
+        shim_device_counts_fill(i, d);
         d->outside_pool = atomic_load_explicit(&outside[i], memory_order_relaxed);
         d->passed = cv.passed;
         d->passed_peak = cv.passed_peak;
@@ -272,43 +265,76 @@ static void terminate_drained(int sig)
                             it takes it */
 }
 
+/* Each framework a flush releases (stats.h's STATS_FRAMEWORKS): what its
+ * part is called, and its counter. */
+static const struct {
+    const char *label;
+    enum shim_counter counter;
+} framework_rows[SHIM_NFRAMEWORKS] = {
+#define FRAMEWORK_ROW(X, name, label, help) \
+    [SHIM_FRAMEWORK_##name] = {label, SHIM_framework_##name},
+    STATS_FRAMEWORKS(FRAMEWORK_ROW, _)
+#undef FRAMEWORK_ROW
+};
+
+/* Why a late flush's framework release has not run, in part of a line. */
+static void framework_late_said(const shim_framework_result *f, char *buf, size_t len)
+{
+    if (f->waiting == SHIM_FW_WAIT_THREAD) {
+        snprintf(buf, len, "; no thread could be started for the framework's "
+                 "release: its cache stays");
+        return;
+    }
+    snprintf(buf, len, "; %s: the framework's release runs as soon as it can, "
+             "and is said then", f->waiting == SHIM_FW_WAIT_CAPTURE
+             ? "a CUDA graph capture is under way"
+             : f->waiting == SHIM_FW_WAIT_GIL
+             ? "the program's Python lock (GIL) is held in a long call"
+             : "the framework's release is still running");
+}
+
+/* Each framework in use, with what it gave back, in part of a line. */
+static void framework_parts_said(const shim_framework_result *f, char *buf, size_t len)
+{
+    size_t at = 0;
+    for (int i = 0; i < SHIM_NFRAMEWORKS && at < len; i++) {
+        char b[32];
+        if (f->seen[i])
+            at += (size_t)snprintf(buf + at, len - at, "%s%s %s", at ? ", " : "; of it, ",
+                                   framework_rows[i].label,
+                                   stats_fmt_bytes(f->released[i], b, sizeof(b)));
+    }
+    if (at < len)
+        snprintf(buf + at, len - at, "%s%s",
+                 f->deferred ? " (after the graph capture under way)" : "",
+                 f->failed ? " (a framework call raised; the program was not disturbed)" : "");
+}
+
 /* Counts what the frameworks' release did, and says it in part of a
  * line (into buf). */
 static void framework_counted(const shim_framework_result *f, char *buf, size_t len)
 {
-    char t[32], c[32];
     buf[0] = '\0';
     if (f->deferred)
         shim_count(SHIM_framework_deferred);
     if (f->status == SHIM_FW_LATE) {
         shim_count(SHIM_framework_late);
-        if (f->waiting == SHIM_FW_WAIT_THREAD) {
-            snprintf(buf, len, "; no thread could be started for the framework's "
-                     "release: its cache stays");
-            return;
-        }
-        snprintf(buf, len, "; %s: the framework's release runs as soon as it can, "
-                 "and is said then", f->waiting == SHIM_FW_WAIT_CAPTURE
-                 ? "a CUDA graph capture is under way"
-                 : f->waiting == SHIM_FW_WAIT_GIL
-                 ? "the program's Python lock (GIL) is held in a long call"
-                 : "the framework's release is still running");
+        framework_late_said(f, buf, len);
         return;
     }
-    if (f->jax_seen)
+    if (f->unable)
         shim_count(SHIM_framework_unable);
-    if (f->status != SHIM_FW_DONE || !(f->torch_seen || f->cupy_seen))
+    bool any = false;
+    uint64_t sum = 0;
+    for (int i = 0; i < SHIM_NFRAMEWORKS; i++)
+        any |= f->seen[i], sum += f->released[i];
+    if (f->status != SHIM_FW_DONE || !any)
         return;
     shim_count(SHIM_framework_flushes);
-    shim_count_add(SHIM_framework_flushed, f->torch + f->cupy);
-    shim_count_add(SHIM_framework_torch, f->torch);
-    shim_count_add(SHIM_framework_cupy, f->cupy);
-    snprintf(buf, len, "; of it, %s%s%s%s%s%s%s", f->torch_seen ? "torch.cuda.empty_cache " : "",
-             f->torch_seen ? stats_fmt_bytes(f->torch, t, sizeof(t)) : "",
-             f->torch_seen && f->cupy_seen ? ", " : "", f->cupy_seen ? "CuPy's pool " : "",
-             f->cupy_seen ? stats_fmt_bytes(f->cupy, c, sizeof(c)) : "",
-             f->deferred ? " (after the graph capture under way)" : "",
-             f->failed ? " (a framework call raised; the program was not disturbed)" : "");
+    shim_count_add(SHIM_framework_flushed, sum);
+    for (int i = 0; i < SHIM_NFRAMEWORKS; i++)
+        shim_count_add(framework_rows[i].counter, f->released[i]);
+    framework_parts_said(f, buf, len);
 }
 
 /* Counts a flush (under c) and says it in one line; a conditional one
@@ -321,12 +347,12 @@ static void flush_said(enum shim_counter c, const char *by, const shim_framework
     }
     shim_count(c);
     shim_count_add(SHIM_flushed, f->own);
-    char h[32], parts[256];
+    char h[32], parts[512];
     framework_counted(f, parts, sizeof(parts));
-    shim_log(SHIM_LOG_WARN, "flush (%s): returned %s to the driver in %.0f ms%s%s", by,
+    shim_log(SHIM_LOG_WARN, "flush (%s): returned %s to the driver in %.0f ms%s%s%s%s", by,
              stats_fmt_bytes(f->own, h, sizeof(h)), (double)f->took_ns / 1e6, parts,
-             f->jax_seen ? "; JAX holds its own memory, which cannot be given back "
-                           "from outside" : "");
+             f->unable ? "; " : "", f->unable ? f->unable : "",
+             f->unable ? " holds its own memory, which cannot be given back from outside" : "");
 }
 
 /* Asks the frameworks for their caches, then returns every cached segment

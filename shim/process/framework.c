@@ -51,51 +51,83 @@ static struct {
 
 enum { PY_FILE_INPUT = 257 }; /* Py_file_input */
 
-/* The release, run with the GIL. Each framework in its own try: one that
- * raises leaves the others and the program unharmed. Only modules the
- * program imported are touched (sys.modules), and torch only once the
- * program initialized CUDA through it; empty_cache runs with each device
- * PyTorch holds memory on current in this thread (expandable segments
- * unmap on the current device), never one it does not use. The first %s
- * is want (see framework.h). */
+/* torch.cuda, once the program imported torch (never imported here). */
 #define TORCH_CUDA                                                            \
     "import sys\n"                                                            \
     "t = sys.modules.get('torch')\n"                                          \
     "cuda = getattr(t, 'cuda', None) if t is not None else None\n"
 
-static const char release_code[] =
+/* What each release runs first, with the GIL: want (see framework.h), the
+ * framework's module as m (None unless the program imported it: found in
+ * sys.modules, never imported), and worth(unused, held). */
+static const char release_prelude[] =
     "want = %llu\n"
-    TORCH_CUDA
+    "import sys\n"
+    "m = sys.modules.get('%s')\n"
     "def worth(unused, held):\n"
-    "    return want == 0 or (unused > 0 and unused >= min(want, held // 2))\n"
-    "try:\n"
-    "    if cuda is not None and cuda.is_initialized():\n"
-    "        torch_seen = 1\n"
-    "        devs = [d for d in range(cuda.device_count()) if cuda.memory_reserved(d)]\n"
-    "        before = sum(cuda.memory_reserved(d) for d in devs)\n"
-    "        if worth(before - sum(cuda.memory_allocated(d) for d in devs), before):\n"
-    "            for d in devs:\n"
-    "                with cuda.device(d):\n"
-    "                    cuda.empty_cache()\n"
-    "            cuda.ipc_collect()\n"
-    "        else:\n"
-    "            skipped = 1\n"
-    "        torch = max(0, before - sum(cuda.memory_reserved(d) for d in devs))\n"
-    "except Exception:\n"
-    "    failed = 1\n"
-    "c = sys.modules.get('cupy')\n"
-    "try:\n"
-    "    if c is not None:\n"
-    "        cupy_seen = 1\n"
-    "        pool = c.get_default_memory_pool()\n"
-    "        before = pool.total_bytes()\n"
-    "        if worth(before - pool.used_bytes(), before):\n"
-    "            pool.free_all_blocks()\n"
-    "            c.get_default_pinned_memory_pool().free_all_blocks()\n"
-    "        cupy = max(0, before - pool.total_bytes())\n"
-    "except Exception:\n"
-    "    failed = 1\n"
-    "jax_seen = int('jax' in sys.modules)\n";
+    "    return want == 0 or (unused > 0 and unused >= min(want, held // 2))\n";
+
+/* The frameworks a flush knows, released in this order. Each release is
+ * Python run after the prelude, in a namespace of its own: one that
+ * raises leaves the others and the program unharmed. It sets seen = 1 if
+ * the program uses the framework, released to the bytes its cache gave
+ * back, skipped = 1 if that cache was not worth releasing for want; it
+ * touches no device the framework does not use. A framework without a
+ * release is one whose memory cannot be given back from outside: seen
+ * when imported, named in the flush's line (stats.h's
+ * STATS_FRAMEWORKS_UNABLE). */
+typedef struct framework {
+    int which;            /* SHIM_FRAMEWORK_<name>, or -1 without a release */
+    const char *module;   /* what the program imports */
+    const char *name;     /* for a framework without a release */
+    const char *release;  /* Python, or NULL */
+} framework;
+
+static const framework frameworks[] = {
+    /* Once the program initialized CUDA through PyTorch; empty_cache with
+     * each device it holds memory on current in this thread (expandable
+     * segments unmap on the current device), never one it does not use. */
+    {SHIM_FRAMEWORK_torch, "torch", NULL,
+     "cuda = getattr(m, 'cuda', None) if m is not None else None\n"
+     "if cuda is not None and cuda.is_initialized():\n"
+     "    seen = 1\n"
+     "    devs = [d for d in range(cuda.device_count()) if cuda.memory_reserved(d)]\n"
+     "    before = sum(cuda.memory_reserved(d) for d in devs)\n"
+     "    if worth(before - sum(cuda.memory_allocated(d) for d in devs), before):\n"
+     "        for d in devs:\n"
+     "            with cuda.device(d):\n"
+     "                cuda.empty_cache()\n"
+     "        cuda.ipc_collect()\n"
+     "    else:\n"
+     "        skipped = 1\n"
+     "    released = max(0, before - sum(cuda.memory_reserved(d) for d in devs))\n"},
+    {SHIM_FRAMEWORK_cupy, "cupy", NULL,
+     "if m is not None:\n"
+     "    seen = 1\n"
+     "    pool = m.get_default_memory_pool()\n"
+     "    before = pool.total_bytes()\n"
+     "    if worth(before - pool.used_bytes(), before):\n"
+     "        pool.free_all_blocks()\n"
+     "        m.get_default_pinned_memory_pool().free_all_blocks()\n"
+     "    released = max(0, before - pool.total_bytes())\n"},
+    /* Its empty_cache releases the idle cache of every device it uses;
+     * not called while it holds no GPU memory. */
+    {SHIM_FRAMEWORK_paddle, "paddle", NULL,
+     "cuda = getattr(getattr(m, 'device', None), 'cuda', None)\n"
+     "if cuda is not None and cuda.device_count():\n"
+     "    seen = 1\n"
+     "    devs = [d for d in range(cuda.device_count()) if cuda.memory_reserved(d)]\n"
+     "    before = sum(cuda.memory_reserved(d) for d in devs)\n"
+     "    if not worth(before - sum(cuda.memory_allocated(d) for d in devs), before):\n"
+     "        skipped = 1\n"
+     "    elif devs:\n"
+     "        cuda.empty_cache()\n"
+     "    released = max(0, before - sum(cuda.memory_reserved(d) for d in devs))\n"},
+    {-1, "jax", "JAX", NULL},
+};
+
+_Static_assert(sizeof(frameworks) / sizeof(frameworks[0]) == SHIM_NFRAMEWORKS + 1,
+               "a row here for each of stats.h's STATS_FRAMEWORKS, and JAX's");
 
 /* PyTorch's own figures per device (after the release, when both run):
  * a<d> allocated, r<d> reserved, i<d> inactive split bytes. */
@@ -204,21 +236,38 @@ static pyobj *py_run(const char *code, shim_framework_result *r)
     return g;
 }
 
-/* The release's figures into r. GIL held. */
-static void py_release(shim_framework_result *r, uint64_t want)
+/* Runs f's release (or, without one, looks for its module); its figures
+ * into r. GIL held. */
+static void py_release_one(const framework *f, shim_framework_result *r, uint64_t want)
 {
-    char code[sizeof(release_code) + 32];
-    snprintf(code, sizeof(code), release_code, (unsigned long long)want);
+    static const char seen_only[] = "seen = int(m is not None)\n";
+    const char *body = f->release ? f->release : seen_only;
+    char code[sizeof(release_prelude) + 64 + 2048];
+    int n = snprintf(code, sizeof(code), release_prelude, (unsigned long long)want, f->module);
+    if (n < 0 || (size_t)n + strlen(body) >= sizeof(code)) {
+        r->failed = true;
+        return;
+    }
+    memcpy(code + n, body, strlen(body) + 1);
     pyobj *g = py_run(code, r);
     if (!g)
         return;
-    r->torch = py_get(g, "torch");
-    r->cupy = py_get(g, "cupy");
-    r->torch_seen = py_get(g, "torch_seen");
-    r->cupy_seen = py_get(g, "cupy_seen");
-    r->jax_seen = py_get(g, "jax_seen");
-    r->skipped = py_get(g, "skipped");
+    bool seen = py_get(g, "seen") != 0;
+    if (f->which < 0) {
+        r->unable = seen ? f->name : r->unable;
+    } else {
+        r->seen[f->which] = seen;
+        r->released[f->which] = py_get(g, "released");
+        r->skipped |= py_get(g, "skipped") != 0;
+    }
     py.DecRef(g);
+}
+
+/* Every framework's release, in the table's order. GIL held. */
+static void py_release(shim_framework_result *r, uint64_t want)
+{
+    for (size_t i = 0; i < sizeof(frameworks) / sizeof(frameworks[0]); i++)
+        py_release_one(&frameworks[i], r, want);
 }
 
 /* PyTorch's own figures into v (v->taken_ns stays 0 without them). GIL
@@ -300,7 +349,10 @@ static void run_flush(reading *x, uint64_t want)
         }
         py.GILState_Release(gil);
     }
-    if (x->r.torch + x->r.cupy > 0 || own_worth(want))
+    uint64_t released = 0;
+    for (int i = 0; i < SHIM_NFRAMEWORKS; i++)
+        released += x->r.released[i];
+    if (released > 0 || own_worth(want))
         x->r.own = shim_device_flush_all();
     else
         x->r.skipped = want != 0;

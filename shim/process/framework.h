@@ -9,9 +9,10 @@
  * interpreter (found with dlsym, never linked), the worker takes the
  * interpreter's lock (PyGILState_Ensure, as any thread of the program
  * may) and asks the frameworks the program imported to release their
- * caches: torch.cuda.empty_cache() on each device PyTorch holds memory on,
- * and ipc_collect(), once the program initialized CUDA through it; CuPy's
- * default memory and pinned pools' free_all_blocks(). Then it returns
+ * caches, as framework.c's table says (torch.cuda.empty_cache() on each
+ * device PyTorch holds memory on, and ipc_collect(), once the program
+ * initialized CUDA through it; CuPy's default memory and pinned pools'
+ * free_all_blocks(); ...). Then it returns
  * cupool's own cached segments to the driver. Nothing is imported, no
  * device is initialized; nothing runs while the interpreter is not
  * initialized or is finalizing, or in a forked child.
@@ -38,6 +39,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "stats.h"
 
 typedef enum shim_framework_status {
     SHIM_FW_OFF,      /* CUPOOL_FRAMEWORK_FLUSH=0 */
@@ -54,6 +56,15 @@ typedef enum shim_framework_wait {
     SHIM_FW_WAIT_THREAD   /* no worker thread could be started */
 } shim_framework_wait;
 
+/* The frameworks a flush releases, stats.h's STATS_FRAMEWORKS:
+ * SHIM_FRAMEWORK_<name> indexes a result's released and seen. */
+enum shim_framework {
+#define SHIM_FRAMEWORK_ENUM(X, name, label, help) SHIM_FRAMEWORK_##name,
+    STATS_FRAMEWORKS(SHIM_FRAMEWORK_ENUM, _)
+#undef SHIM_FRAMEWORK_ENUM
+    SHIM_NFRAMEWORKS
+};
+
 typedef struct shim_framework_result {
     shim_framework_status status;
     shim_framework_wait waiting; /* SHIM_FW_LATE: for what */
@@ -61,11 +72,11 @@ typedef struct shim_framework_result {
     bool deferred;    /* waited for a graph capture to end */
     uint64_t own;     /* bytes cupool returned to the driver */
     uint64_t took_ns; /* from the request to the flush's end */
-    uint64_t torch;   /* bytes torch.cuda.empty_cache gave back */
-    uint64_t cupy;    /* bytes CuPy's device pool gave back */
-    bool torch_seen;  /* torch imported, CUDA initialized through it */
-    bool cupy_seen;   /* cupy imported */
-    bool jax_seen;    /* jax imported: its memory cannot be given back */
+    uint64_t released[SHIM_NFRAMEWORKS]; /* bytes each framework gave back */
+    bool seen[SHIM_NFRAMEWORKS];  /* each in use: imported (and, for some,
+                                     on the GPU: framework.c's table) */
+    const char *unable; /* the name of a framework in use whose memory
+                           cannot be given back ("JAX"), or NULL */
     bool failed;      /* a framework's call raised (the program unharmed) */
 } shim_framework_result;
 

@@ -1,0 +1,3 @@
+# SPDX-License-Identifier: Apache-2.0
+"""paddle.device of the stand-in (see paddle/__init__.py)."""
+from . import cuda  # noqa: F401
