@@ -181,6 +181,12 @@ $(BUILD)/asan/test_stats: test/test_stats.c $(STATS_SRC) $(NODE_SRC) $(STATS_HDR
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) $(STATS_INC) -Inode $< $(STATS_SRC) $(NODE_SRC) -lcmocka -lpthread -o $@
 
+# The node scan and the NCCL job's selection of its ranks (node/, jobgate.c).
+$(BUILD)/asan/test_node $(BUILD)/asan/test_jobgate: $(BUILD)/asan/%: test/%.c $(STATS_SRC) $(NODE_SRC) $(JOBGATE_SRC) $(TOOLS_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) $(TOOLS_INC) -Itest $< $(STATS_SRC) $(NODE_SRC) $(JOBGATE_SRC) \
+	    -lcmocka -lpthread -o $@
+
 $(BUILD)/asan/test_config: test/test_config.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) $(STATS_INC) -Ishim/base $< shim/base/config.c $(STATS_SRC) $(POOL_SRC) \
@@ -235,7 +241,8 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/tra
 	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/base/recorder.c \
 	    trace/trace.c common/safefile.c stats/format.c -lcmocka -lpthread -o $@
 
-TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace) \
+TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_trace \
+                                        test_node test_jobgate) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner test_handoff)
 # Built only once the tests' tools are there (installed, or named).
 $(TEST_BINS) $(BUILD)/test_shim: | cmocka-check
