@@ -624,11 +624,13 @@ def test_job_refused(tmp):
     job_refused(tmp, "no ncclCommSuspend", [(0, 2, nosus), (1, 2, nosus)])
 
 
-def job_paused_whole(tmp, name, base, others=(), user=None):
+def job_paused_whole(tmp, name, base, others=()):
     """A two-rank job in base, with others ((rank, nranks, user) each,
-    claiming its communicator) beside it: cupool pause of rank 0 pauses both
-    ranks (and no other), resume runs them again, flush --nccl suspends both.
-    (passed, detail)."""
+    claiming its communicator) beside it: cupool job of rank 0 lists rank 1
+    alone, no rank elsewhere; cupool pause of rank 0 pauses both ranks (and
+    no other), resume runs them again, flush --nccl suspends both. (passed,
+    detail)."""
+    import json
     import time
     ckpt = shared_dir(tmp, f"{name}-ckpt")
     job = Job(tmp, name, base)
@@ -637,6 +639,12 @@ def job_paused_whole(tmp, name, base, others=(), user=None):
         pids += [job.start(r, n, user=u) for r, n, u in others]
         if None in pids:
             return False, f"a rank never got ready: {pids}"
+        v = run([reader, "job", "--json", str(pids[0])], clean_env(CUPOOL_PAGE_DIR=base))
+        try:
+            c = json.loads(v.stdout)["communicators"][0]
+            view = (sorted(x["pid"] for x in c["peers"]), c["ranks_elsewhere"])
+        except (ValueError, KeyError, IndexError):
+            view = v.stdout + v.stderr
         a, _, paused = job_control(job, ckpt, "pause", str(pids[0]))
         closes = [job_counters(job, pid, u) for pid, u in
                   zip(pids, [None, None] + [u for _, _, u in others])]
@@ -653,9 +661,9 @@ def job_paused_whole(tmp, name, base, others=(), user=None):
         ok = (a.returncode == 0 and paused == set(pids[:2]) and b.returncode == 0 and
               not still and runs and f.returncode == 0 and
               all(c == (2, 2) for c in sus) and
-              all(c == (0, 0) for c in closes[2:]) and others_run)
+              all(c == (0, 0) for c in closes[2:]) and others_run and view == ([pids[1]], 0))
         return ok, [a.returncode, paused, pids, b.returncode, still, runs, f.returncode, sus,
-                    closes, others_run, a.stderr, b.stderr, f.stderr]
+                    closes, others_run, view, a.stderr, b.stderr, f.stderr]
     finally:
         job.stop()
 
