@@ -210,7 +210,7 @@ static void test_node_scan_page_of_another_user(void **s)
     assert_int_equal(chown(stats_page_path(p), 0, 0), 0);
     stats_page_remove(p);
     assert_null(f);
-    assert_int_equal(foreign, 1);
+    assert_true(foreign >= 1); /* (other processes of the node may add theirs) */
 }
 
 /* Writes a byte copy of the page at path, its name changed to comm, to
