@@ -208,6 +208,11 @@ $(BUILD)/asan/test_proclabels: test/test_proclabels.c node/proclabels.c node/pro
 $(BUILD)/asan/test_safefile: test/test_safefile.c common/safefile.c common/safefile.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) -Icommon $< common/safefile.c -lcmocka -o $@
+# The node scan and the NCCL job's selection of its ranks (node/, jobgate.c).
+$(BUILD)/asan/test_node $(BUILD)/asan/test_jobgate: $(BUILD)/asan/%: test/%.c $(STATS_SRC) $(NODE_SRC) $(JOBGATE_SRC) $(TOOLS_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) $(TOOLS_INC) -Itest $< $(STATS_SRC) $(NODE_SRC) $(JOBGATE_SRC) \
+	    -lcmocka -lpthread -o $@
 
 $(BUILD)/asan/test_config: test/test_config.c shim/base/config.c $(STATS_SRC) $(POOL_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -264,7 +269,7 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/tra
 	    trace/trace.c common/safefile.c common/text.c stats/format.c -lcmocka -lpthread -o $@
 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_safefile \
-                                       test_trace test_proclabels) \
+                                       test_trace test_proclabels test_node test_jobgate) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner test_handoff)
 # Built only once the tests' tools are there (installed, or named).
 $(TEST_BINS) $(BUILD)/test_shim: | cmocka-check

@@ -2,49 +2,44 @@
 /*
  * node.c - see node.h.
  *
- * One pass over /proc notes each process's user and its mount and pid
- * namespaces. Each mount namespace's page directories are then listed
- * once, through /proc/REP/root of one of its processes; every directory
- * path is walked a component at a time without following links (a
- * container's /dev/shm that is a link is not followed into the reader's
- * own tree). A page's name, <pid namespace>-<pid>, is matched to the
- * process of that pid namespace whose own pid it is (NSpid in
- * /proc/PID/status); the page must be that process's, mapped by it.
+ * The scan starts from what the kernel says runs: one pass over /proc,
+ * each process the reader may look at, its /proc/PID/maps read for a
+ * mapping of a file named as a page (.../cupool-<uid>[.XXXXXX]/<pid
+ * namespace>-<pid>) whose name is that very process's (its pid namespace's
+ * inode and NSpid's last field). The file is then opened where its process
+ * sees it, /proc/PID/root and the mapped path, a component at a time
+ * following no link (or, where that path does not lead to it, through
+ * /proc/PID/map_files, which root may follow), and must be the file mapped:
+ * the device and inode the maps line gives. No directory is listed: files
+ * or directories another user makes, of any name and number, are never
+ * read, and a scan's cost grows with the processes on the node and their
+ * mappings alone.
  */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "node.h"
 
-/* A process of the node, as the first pass saw it. */
-typedef struct seen {
-    int pid, nspid;        /* nspid: its own namespace's pid; 0 = unread */
-    uid_t uid;
-    unsigned long mnt, pidns;
-} seen;
+/* A mapping of a file named as a page, from one line of /proc/PID/maps. */
+typedef struct node_map {
+    unsigned long start, end;
+    dev_t dev;
+    ino_t ino;
+    char path[512];      /* as the process sees it, from its own root */
+    const char *name;    /* in path: the page's name, <namespace>-<pid> */
+} node_map;
 
-enum { MAX_USER_DIRS = 1024 };
-
-typedef struct walk {
-    seen *p;
-    size_t n, cap;
-    /* The user directories read: one mount namespace's may be another's
-     * too (a shared /tmp, a bind mount), and is read once. */
-    struct { dev_t dev; ino_t ino; } dirs[MAX_USER_DIRS];
-    size_t ndirs;
-} walk;
-
-static const char *const default_dirs[] = {"/dev/shm", "/tmp"};
-
-/* The inode in a namespace link's text ("mnt:[4026531840]"), or 0. */
+/* The inode in a namespace link's text ("pid:[4026531836]"), or 0. */
 static unsigned long ns_inode(int pid, const char *ns)
 {
     char path[64], text[64];
@@ -55,42 +50,6 @@ static unsigned long ns_inode(int pid, const char *ns)
     text[n] = '\0';
     const char *b = strchr(text, '[');
     return b ? strtoul(b + 1, NULL, 10) : 0;
-}
-
-/* Notes every process the reader may look at: root every one, a user
- * their own. 0 or -ENOMEM. */
-static int walk_proc(walk *w)
-{
-    uid_t me = geteuid();
-    DIR *d = opendir("/proc");
-    if (!d)
-        return 0;
-    int err = 0;
-    for (struct dirent *e; !err && (e = readdir(d));) {
-        if (!isdigit((unsigned char)e->d_name[0]))
-            continue;
-        int pid = atoi(e->d_name);
-        char path[64];
-        struct stat st;
-        snprintf(path, sizeof(path), "/proc/%d", pid);
-        if (pid <= 0 || stat(path, &st) || (me && st.st_uid != me))
-            continue;
-        seen s = {pid, 0, st.st_uid, ns_inode(pid, "mnt"), ns_inode(pid, "pid")};
-        if (!s.mnt || !s.pidns)
-            continue; /* gone, or a kernel thread */
-        if (w->n == w->cap) {
-            size_t cap = w->cap ? 2 * w->cap : 256;
-            seen *p = realloc(w->p, cap * sizeof(*p));
-            if (!p) {
-                err = -ENOMEM;
-                break;
-            }
-            w->p = p, w->cap = cap;
-        }
-        w->p[w->n++] = s;
-    }
-    closedir(d);
-    return err;
 }
 
 /* pid's own pid namespace's pid: the last field of NSpid, or pid. */
@@ -120,20 +79,61 @@ static int own_pid(int pid)
     return last;
 }
 
-/* The process whose pid namespace is pidns and whose own pid there is
- * nspid, or NULL. */
-static seen *find_owner(walk *w, unsigned long pidns, int nspid)
+/* Whether s is all digits, and not empty. */
+static bool digits(const char *s, size_t n)
 {
-    for (size_t i = 0; i < w->n; i++) {
-        seen *s = &w->p[i];
-        if (s->pidns != pidns)
-            continue;
-        if (!s->nspid)
-            s->nspid = own_pid(s->pid);
-        if (s->nspid == nspid)
-            return s;
-    }
-    return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!isdigit((unsigned char)s[i]))
+            return false;
+    return n > 0;
+}
+
+/* Whether a page name (<namespace>-<pid>) parses, into *ns and *pid. */
+static bool page_name_parse(const char *name, unsigned long *ns, int *pid)
+{
+    const char *dash = strchr(name, '-');
+    if (!dash || !digits(name, (size_t)(dash - name)) || !digits(dash + 1, strlen(dash + 1)))
+        return false;
+    *ns = strtoul(name, NULL, 10);
+    long v = strtol(dash + 1, NULL, 10);
+    *pid = (int)v;
+    return v > 0 && v < (1L << 30);
+}
+
+/* Whether dir (the component before a page's name) is a user's page
+ * directory: cupool-<uid> or cupool-<uid>.XXXXXX. */
+static bool page_dir_name(const char *dir, size_t n)
+{
+    if (n < 8 || strncmp(dir, "cupool-", 7))
+        return false;
+    const char *dot = memchr(dir, '.', n);
+    size_t uid = dot ? (size_t)(dot - dir) - 7 : n - 7;
+    return digits(dir + 7, uid) && (!dot || (size_t)(dir + n - dot) == 7);
+}
+
+/* Parses one maps line into *m if it maps a file named as a page. */
+static bool map_parse(const char *line, node_map *m)
+{
+    unsigned maj, min;
+    unsigned long long ino;
+    int at = 0;
+    if (sscanf(line, "%lx-%lx %*s %*x %x:%x %llu %n", &m->start, &m->end, &maj, &min, &ino,
+               &at) != 5 || !at || line[at] != '/')
+        return false;
+    size_t n = strlen(line + at);
+    if (n >= sizeof(m->path))
+        return false; /* a page's path is short; " (deleted)" ends no page */
+    memcpy(m->path, line + at, n + 1);
+    char *slash = strrchr(m->path, '/');
+    if (slash == m->path)
+        return false;
+    *slash = '\0';
+    char *up = strrchr(m->path, '/');
+    *slash = '/';
+    m->name = slash + 1;
+    m->dev = makedev(maj, min);
+    m->ino = (ino_t)ino;
+    return page_dir_name(up + 1, (size_t)(slash - up - 1));
 }
 
 /* Opens dir (absolute) under root, a component at a time, following no
@@ -152,18 +152,57 @@ static int open_under(int root, const char *dir)
     return fd;
 }
 
-/* Whether a page name (<namespace>-<pid>) parses, into *ns and *pid. */
-static bool page_name_parse(const char *name, unsigned long *ns, int *pid)
+/* Opens the file m maps in process pid, as pid sees it (its root and the
+ * mapped path) or, failing that, through map_files: a descriptor of that
+ * very file (its device and inode), or -1. */
+static int map_open(int pid, const node_map *m)
 {
-    char *end;
-    if (!isdigit((unsigned char)name[0]))
+    char root[64], dir[512];
+    snprintf(root, sizeof(root), "/proc/%d/root", pid);
+    snprintf(dir, sizeof(dir), "%.*s", (int)(m->name - m->path), m->path);
+    int r = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int d = r >= 0 ? open_under(r, dir) : -1;
+    const int flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+    int f = d >= 0 ? openat(d, m->name, flags) : -1;
+    if (r >= 0)
+        close(r);
+    if (d >= 0)
+        close(d);
+    struct stat st;
+    if (f >= 0 && fstat(f, &st) == 0 && st.st_dev == m->dev && st.st_ino == m->ino)
+        return f;
+    if (f >= 0)
+        close(f);
+    char via[96];
+    snprintf(via, sizeof(via), "/proc/%d/map_files/%lx-%lx", pid, m->start, m->end);
+    f = open(via, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (f >= 0 && fstat(f, &st) == 0 && st.st_dev == m->dev && st.st_ino == m->ino)
+        return f;
+    if (f >= 0)
+        close(f);
+    return -1;
+}
+
+typedef struct map_want {
+    int pid, nspid;      /* nspid: its own namespace's pid, 0 until read */
+    unsigned long ns;    /* its pid namespace's inode */
+    node_map *m;
+} map_want;
+
+/* Whether line maps a file named as w's process's own page (into w->m). A
+ * file named as another process's page (a reader's request maps one for a
+ * moment) is not its. */
+static bool map_line_is_page(const char *line, void *arg)
+{
+    map_want *w = arg;
+    unsigned long page_ns;
+    int page_pid;
+    if (!strstr(line, "/cupool-") || !map_parse(line, w->m) ||
+        !page_name_parse(w->m->name, &page_ns, &page_pid) || page_ns != w->ns)
         return false;
-    *ns = strtoul(name, &end, 10);
-    if (*end != '-' || !isdigit((unsigned char)end[1]))
-        return false;
-    long v = strtol(end + 1, &end, 10);
-    *pid = (int)v;
-    return !*end && v > 0 && v < (1L << 30);
+    if (!w->nspid)
+        w->nspid = own_pid(w->pid);
+    return page_pid == w->nspid;
 }
 
 static enum node_skip skip_reason(int err)
@@ -174,82 +213,44 @@ static enum node_skip skip_reason(int err)
 
 static void label_proc(node_proc *p);
 
-/* Reads the pages of one user directory (dfd) into s. */
-static int scan_user_dir(node_scan *s, walk *w, int dfd)
+/* Appends p to s: 0 or -ENOMEM. */
+static int scan_add(node_scan *s, const node_proc *p)
 {
-    DIR *d = fdopendir(dfd);
-    if (!d) {
-        close(dfd);
-        return 0;
+    /* Room doubles when nprocs reaches a power of two (from 8). */
+    size_t n = s->nprocs;
+    if (n >= 8 ? !(n & (n - 1)) : !n) {
+        node_proc *grown = realloc(s->procs, (n ? 2 * n : 8) * sizeof(*grown));
+        if (!grown)
+            return -ENOMEM;
+        s->procs = grown;
     }
-    int err = 0;
-    for (struct dirent *e; !err && (e = readdir(d));) {
-        unsigned long ns;
-        int nspid;
-        if (!page_name_parse(e->d_name, &ns, &nspid))
-            continue; /* ".", "..", pages being made, anything else */
-        seen *owner = find_owner(w, ns, nspid);
-        if (!owner) {
-            s->skipped[NODE_SKIP_unknown_pid]++;
-            continue;
-        }
-        node_proc p;
-        memset(&p, 0, sizeof(p));
-        int r = stats_page_read_node(dirfd(d), e->d_name, owner->pid, nspid, owner->uid,
-                                     &p.view);
-        if (r) {
-            s->skipped[skip_reason(r)]++;
-            continue;
-        }
-        p.pid = p.view.pid = owner->pid;
-        p.uid = owner->uid;
-        label_proc(&p);
-        /* Room doubles when nprocs reaches a power of two (from 8). */
-        size_t n = s->nprocs;
-        if (n >= 8 ? !(n & (n - 1)) : !n) {
-            node_proc *grown = realloc(s->procs, (n ? 2 * n : 8) * sizeof(*grown));
-            if (!grown) {
-                err = -ENOMEM;
-                break;
-            }
-            s->procs = grown;
-        }
-        s->procs[s->nprocs++] = p;
-    }
-    closedir(d);
-    return err;
+    s->procs[s->nprocs++] = *p;
+    return 0;
 }
 
-/* Reads every user directory (cupool-*) of one page directory. */
-static int scan_page_dir(node_scan *s, walk *w, int base)
+/* Reads the page of process pid (of user uid), if it maps one, into s:
+ * 0 or -ENOMEM. */
+static int scan_proc(node_scan *s, int pid, uid_t uid)
 {
-    DIR *d = fdopendir(base);
-    if (!d) {
-        close(base);
+    node_map m;
+    map_want w = {pid, 0, ns_inode(pid, "pid"), &m};
+    if (!w.ns || stats_maps_find(pid, map_line_is_page, &w) != 1)
+        return 0; /* gone, a kernel thread, or no page */
+    node_proc p;
+    memset(&p, 0, sizeof(p));
+    int f = map_open(pid, &m), r = -ESRCH;
+    if (f >= 0) {
+        r = stats_page_read_mapped(f, pid, w.nspid, uid, &p.view);
+        close(f);
+    }
+    if (r) {
+        s->skipped[skip_reason(r)]++;
         return 0;
     }
-    int err = 0;
-    for (struct dirent *e; !err && (e = readdir(d));) {
-        if (strncmp(e->d_name, "cupool-", 7))
-            continue;
-        int u = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        struct stat st;
-        if (u < 0)
-            continue;
-        bool again = fstat(u, &st) != 0;
-        for (size_t k = 0; !again && k < w->ndirs; k++)
-            again = w->dirs[k].dev == st.st_dev && w->dirs[k].ino == st.st_ino;
-        /* a user's own is 0700; one read already is not read again */
-        if (again || (st.st_mode & 022) || w->ndirs == MAX_USER_DIRS) {
-            close(u);
-            continue;
-        }
-        w->dirs[w->ndirs].dev = st.st_dev;
-        w->dirs[w->ndirs++].ino = st.st_ino;
-        err = scan_user_dir(s, w, u);
-    }
-    closedir(d);
-    return err;
+    p.pid = p.view.pid = pid;
+    p.uid = uid;
+    label_proc(&p);
+    return scan_add(s, &p);
 }
 
 static int by_pid(const void *a, const void *b)
@@ -259,30 +260,24 @@ static int by_pid(const void *a, const void *b)
 
 int node_scan_run(node_scan *s, const char *const *dirs, size_t ndirs)
 {
+    (void)dirs, (void)ndirs; /* (see node.h) */
     memset(s, 0, sizeof(*s));
-    if (!dirs)
-        dirs = default_dirs, ndirs = 2;
-    walk w;
-    memset(&w, 0, sizeof(w));
-    int err = walk_proc(&w);
-    for (size_t i = 0; !err && i < w.n; i++) {
-        bool first = true; /* one process of each mount namespace */
-        for (size_t k = 0; first && k < i; k++)
-            first = w.p[k].mnt != w.p[i].mnt;
-        if (!first)
+    uid_t me = geteuid();
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    int err = 0;
+    for (struct dirent *e; !err && (e = readdir(d));) {
+        if (!isdigit((unsigned char)e->d_name[0]))
             continue;
+        int pid = atoi(e->d_name);
         char path[64];
-        snprintf(path, sizeof(path), "/proc/%d/root", w.p[i].pid);
-        int root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        for (size_t k = 0; !err && root >= 0 && k < ndirs; k++) {
-            int base = open_under(root, dirs[k]);
-            if (base >= 0)
-                err = scan_page_dir(s, &w, base);
-        }
-        if (root >= 0)
-            close(root);
+        struct stat st;
+        snprintf(path, sizeof(path), "/proc/%d", pid);
+        if (pid > 0 && stat(path, &st) == 0 && (!me || st.st_uid == me))
+            err = scan_proc(s, pid, st.st_uid);
     }
-    free(w.p);
+    closedir(d);
     if (s->nprocs)
         qsort(s->procs, s->nprocs, sizeof(*s->procs), by_pid);
     return err;

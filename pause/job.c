@@ -25,7 +25,9 @@
 static jobgate g;
 static stats_view views[JOBGATE_RANKS_MAX];
 
-/* The job's ranks are this user's, and their views read: 0, or 1 said. */
+/* The job's ranks are this user's, and their views read: 0, or 1 said.
+ * (jobgate_select takes only processes of the named process's user, which
+ * main.c checked is this user's: the owner check is a second line.) */
 static int ranks_check(void)
 {
     for (size_t r = 0; r < g.n; r++) {

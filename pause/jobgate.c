@@ -23,7 +23,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -114,90 +114,168 @@ static int add_rank(jobgate *g, const stats_view *v, int pid)
     return 0;
 }
 
-/* Says which communicators have ranks no page of g's holds: 0 if none. */
-static int ranks_elsewhere(jobgate *g, const node_scan *s)
+/* The ranks of the job's processes in communicator id (their pages'
+ * entries, at most max of them) into rank, with the size the first of
+ * them (the named process's own page, where it lists id) gives: how many
+ * entries there are. *nranks is -1 where two pages disagree on the size. */
+static size_t ranks_of(const jobgate *g, const stats_view *const *views_of, uint64_t id,
+                       int32_t *rank, size_t max, int32_t *nranks)
 {
-    int away = 0;
-    for (size_t i = 0; i < g->nids; i++) {
-        long here = 0, nranks = 0;
-        for (size_t p = 0; p < s->nprocs; p++) {
-            const stats_view *v = &s->procs[p].view;
-            for (uint32_t k = 0; has_pid(g, s->procs[p].pid) && k < v->ncomms &&
-                                 k < STATS_MAX_COMMS; k++)
-                if (v->comms[k].id == g->id[i]) {
-                    here++;
-                    nranks = v->comms[k].nranks;
-                }
-        }
-        if (nranks > here) {
-            say(g, "%scommunicator %016llx has %ld of its %ld ranks on other nodes (or in "
-                "processes not under cupool)", away ? "; " : "", (unsigned long long)g->id[i],
-                nranks - here, nranks);
-            away = 1;
+    size_t n = 0;
+    *nranks = 0;
+    for (size_t r = 0; r < g->n; r++) {
+        const stats_view *v = views_of[r];
+        for (uint32_t k = 0; k < v->ncomms && k < STATS_MAX_COMMS; k++) {
+            if (v->comms[k].id != id)
+                continue;
+            if (!*nranks)
+                *nranks = v->comms[k].nranks;
+            else if (*nranks != v->comms[k].nranks)
+                *nranks = -1;
+            if (n < max)
+                rank[n] = v->comms[k].rank;
+            n++;
         }
     }
-    if (away)
-        say(g, ": a job spanning nodes cannot be paused from one node. ");
-    return away;
+    return n;
 }
 
-/* Takes the job's controller lock (jobgate_find): 0, or 1 with why said.
- * Held until this process exits. */
+/* Whether the n ranks hold each of 0..nranks-1 exactly once. */
+static bool ranks_whole(const int32_t *rank, size_t n, int32_t nranks)
+{
+    if (nranks <= 0 || n != (size_t)nranks)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (rank[i] < 0 || rank[i] >= nranks)
+            return false;
+        for (size_t j = 0; j < i; j++)
+            if (rank[j] == rank[i])
+                return false;
+    }
+    return true;
+}
+
+/* Says what is wrong with communicator i's ranks here, if anything: 0 if
+ * every one of its ranks is here, once. */
+static int comm_check(jobgate *g, const stats_view *const *views_of, size_t i)
+{
+    static int32_t rank[JOBGATE_RANKS_MAX * STATS_MAX_COMMS];
+    int32_t nranks;
+    size_t n = ranks_of(g, views_of, g->id[i], rank, sizeof(rank) / sizeof(rank[0]), &nranks);
+    if (nranks > 0 && n < (size_t)nranks) {
+        say(g, "communicator %016llx has %zu of its %d ranks in this user's processes on "
+            "this node: the others are on other nodes, or not running, or not under cupool "
+            "(a job spanning nodes cannot be paused from one node). ",
+            (unsigned long long)g->id[i], n, nranks);
+        return 1;
+    }
+    if (ranks_whole(rank, n, nranks))
+        return 0;
+    say(g, "communicator %016llx: this user's processes on this node claim %zu ranks "
+        "where %s: its processes cannot be told apart. ", (unsigned long long)g->id[i], n,
+        nranks < 0 ? "their pages disagree on its size" : "some are claimed twice or out of "
+        "its size");
+    return 1;
+}
+
+/* Adds to g the processes of s of user uid that share a communicator with
+ * it, and theirs in turn (views_of[r]: rank r's view); another user's is
+ * named in g->ignored and left out. 0, or as add_rank. */
+static int job_grow(jobgate *g, const stats_view **views_of, uint32_t uid, const node_scan *s)
+{
+    int err = 0;
+    for (bool grew = true; grew && !err;) {
+        grew = false;
+        for (size_t p = 0; p < s->nprocs && !err; p++) {
+            const node_proc *o = &s->procs[p];
+            if (has_pid(g, o->pid) || !shares(g, &o->view))
+                continue;
+            if (o->uid != uid) {
+                bool named = false;
+                for (size_t k = 0; k < g->nignored; k++)
+                    named |= g->ignored[k] == o->pid;
+                if (!named && g->nignored < JOBGATE_RANKS_MAX)
+                    g->ignored[g->nignored++] = o->pid;
+                continue;
+            }
+            views_of[g->n] = &o->view;
+            err = add_rank(g, &o->view, o->pid);
+            grew = true;
+        }
+    }
+    return err;
+}
+
+int jobgate_select(jobgate *g, const stats_view *v, uint32_t uid, const node_scan *s)
+{
+    const stats_view *views_of[JOBGATE_RANKS_MAX + 1];
+    views_of[0] = v;
+    int err = add_rank(g, v, v->pid);
+    if (!err)
+        err = job_grow(g, views_of, uid, s);
+    if (err == -1)
+        say(g, "the job of process %d has more than %d processes or %d communicators on "
+            "this node: refused. ", v->pid, JOBGATE_RANKS_MAX, STATS_MAX_COMMS);
+    for (size_t i = 0; !err && i < g->nids; i++)
+        err = comm_check(g, views_of, i);
+    return err ? 1 : 0;
+}
+
+/* Takes the job's controller lock: every rank's page, locked (flock)
+ * until this process exits. 0, or 1 with why said. */
 static int lock_job(jobgate *g)
 {
-    uint64_t least = g->id[0];
-    for (size_t i = 1; i < g->nids; i++)
-        least = g->id[i] < least ? g->id[i] : least;
-    char dir[4096], name[64];
-    const char *why = "";
-    int d = stats_user_dir(dir, sizeof(dir), &why);
-    if (d < 0) {
-        say(g, "cannot open this user's page directory to lock the job (%s): refused. ", why);
+    for (size_t r = 0; r < g->n; r++) {
+        int fd = stats_page_lock(g->pid[r]);
+        if (fd >= 0) {
+            g->lock_fd[g->nlocked++] = fd;
+            continue;
+        }
+        if (fd == -EWOULDBLOCK)
+            say(g, "another cupool pause, resume or flush --nccl of this job is under way "
+                "(it holds the page of process %d): refused, wait for it. ", g->pid[r]);
+        else
+            say(g, "cannot lock the page of process %d (a rank of the job: %s): refused. ",
+                g->pid[r], strerror(-fd));
+        jobgate_unlock(g);
         return 1;
     }
-    snprintf(name, sizeof(name), "job-%016llx.lock", (unsigned long long)least);
-    g->lock_fd = openat(d, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    close(d);
-    if (g->lock_fd < 0) {
-        say(g, "cannot open the job's lock %s/%s (%s): refused. ", dir, name, strerror(errno));
-        return 1;
-    }
-    if (flock(g->lock_fd, LOCK_EX | LOCK_NB) == 0)
-        return 0;
-    say(g, "another cupool pause, resume or flush --nccl of this job is under way (it holds "
-        "%s/%s): refused, wait for it. ", dir, name);
-    close(g->lock_fd);
-    g->lock_fd = -1;
-    return 1;
+    return 0;
+}
+
+void jobgate_unlock(jobgate *g)
+{
+    for (size_t i = 0; i < g->nlocked; i++)
+        close(g->lock_fd[i]);
+    g->nlocked = 0;
+}
+
+/* Says on stderr which processes of other users claim the job's
+ * communicators: they are not of it. */
+static void say_ignored(const jobgate *g)
+{
+    for (size_t k = 0; k < g->nignored; k++)
+        fprintf(stderr, "cupool: process %d, another user's, claims a communicator of the job "
+                "of process %d: not of it, left alone\n", g->ignored[k], g->pid[0]);
 }
 
 int jobgate_find(jobgate *g, const stats_view *v, double timeout)
 {
-    if (g->lock_fd > 0)
-        close(g->lock_fd); /* a jobgate used again: its lock goes first */
+    jobgate_unlock(g); /* a jobgate used again: its locks go first */
     memset(g, 0, sizeof(*g));
-    g->lock_fd = -1;
     g->timeout = timeout;
-    node_scan s;
-    const char *dirs[] = {stats_page_dir(), "/dev/shm", "/tmp"};
-    node_scan_run(&s, dirs, 3);
-    int err = add_rank(g, v, v->pid);
-    for (bool grew = true; grew && !err;) {
-        grew = false;
-        for (size_t p = 0; p < s.nprocs && !err; p++) {
-            const stats_view *o = &s.procs[p].view;
-            if (!has_pid(g, s.procs[p].pid) && shares(g, o)) {
-                err = add_rank(g, o, s.procs[p].pid);
-                grew = true;
-            }
-        }
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%d", v->pid);
+    if (stat(path, &st) != 0) {
+        say(g, "process %d is gone: ", v->pid);
+        return 1;
     }
-    if (err == -1)
-        say(g, "the job of process %d has more than %d processes or %d communicators on "
-            "this node: refused. ", v->pid, JOBGATE_RANKS_MAX, STATS_MAX_COMMS);
-    else if (!err)
-        err = ranks_elsewhere(g, &s);
+    node_scan s;
+    node_scan_run(&s, NULL, 0);
+    int err = jobgate_select(g, v, st.st_uid, &s);
     node_scan_free(&s);
+    say_ignored(g);
     if (!err && g->nids)
         err = lock_job(g);
     return err ? 1 : 0;

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "node.h"
 #include "stats.h"
 
 enum { JOBGATE_RANKS_MAX = 64 };
@@ -29,20 +30,38 @@ typedef struct jobgate {
     size_t nids;                     /* communicators of the job */
     uint64_t id[STATS_MAX_COMMS], target[STATS_MAX_COMMS];
     double timeout;                  /* seconds for each step */
-    int lock_fd;                     /* the job's controller lock, held */
+    int lock_fd[JOBGATE_RANKS_MAX];  /* the ranks' pages, locked (flock) */
+    size_t nlocked;
+    int ignored[JOBGATE_RANKS_MAX];  /* other users' processes claiming its
+                                        communicators: left out */
+    size_t nignored;
     char why[512];                   /* the last failure, whole sentences */
 } jobgate;
 
-/* The job of the process whose view is v: every process on this node
- * whose page shares a communicator with it, and theirs in turn. 0, or 1
- * with why said: a communicator with ranks no page here holds (on other
- * nodes: one node cannot pause a job spanning several), a rank holding
- * communicators its page does not list, more processes or communicators
- * than fit, or another controller of this user acting on the job now
- * (cupool pause, resume, flush --nccl: each holds the job's lock, a file
- * named by its smallest communicator id in this user's page directory,
- * until it exits). */
+/* The job of the process whose view is v (of user uid, as the reader sees
+ * it), from the node's processes s: v's process, the processes of user
+ * uid whose pages share a communicator with it, and theirs in turn.
+ * Another user's process claiming one of its communicators is not of it:
+ * left out and named in g->ignored. The job is taken whole or not at all:
+ * 1 with why said unless every communicator's ranks, as many as the first
+ * page listing it says (v's own, where it lists it), are each held once
+ * by these processes: none on another node, missing, not under cupool,
+ * claimed twice or out of range, and the pages agree on the size. 1 too
+ * for a rank holding communicators its page does not list, or more
+ * processes or communicators than fit. Takes no lock. */
+int jobgate_select(jobgate *g, const stats_view *v, uint32_t uid, const node_scan *s);
+
+/* Scans the node and selects v's job (jobgate_select: another user's
+ * process claiming its communicators is named on stderr), then takes the
+ * job's controller lock: every rank's page, flock'd until this process
+ * exits or jobgate_unlock (cupool pause, resume, flush --nccl each hold it;
+ * a page is in a directory only its user may write in, so no other user
+ * can take or squat it). 0, or 1 with why said (another controller of the
+ * job acting on it now, or no job as above). */
 int jobgate_find(jobgate *g, const stats_view *v, double timeout);
+
+/* Lets go of the job's controller lock. */
+void jobgate_unlock(jobgate *g);
 
 /* Closes every rank's gate and lets those behind catch up until all stop
  * at the same count of operations on every communicator, none inside

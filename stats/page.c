@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -253,7 +254,6 @@ stats_page *stats_page_create(const char **why, bool *passed_over)
         p->d->pid = (int32_t)getpid();
         p->d->uid = (uint32_t)geteuid();
         p->d->start_time = stats_start_time((int)getpid());
-        p->d->map_addr = (uint64_t)(uintptr_t)p->d;
         atomic_thread_fence(memory_order_release);
         p->d->magic = PAGE_MAGIC; /* a reader trusts nothing before it */
         /* Whole: under its name (what was there is this pid's stale page). */
@@ -364,22 +364,16 @@ void stats_page_forget(stats_page *p)
 
 /* ---- readers ------------------------------------------------------------------ */
 
-/* Whether process pid maps the file with device dev and inode ino: 1 or 0;
- * -1 if its maps cannot be read (a process that made itself not dumpable:
- * only its start time can tell then). */
-int page_maps_file(int pid, dev_t dev, ino_t ino)
+int stats_maps_find(int pid, bool (*fn)(const char *line, void *arg), void *arg)
 {
-    char path[64], want[64], line[512], chunk[8192];
+    char path[64], line[1024], chunk[16384];
     snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-    /* "start-end perms offset MAJ:MIN INODE path": match " MAJ:MIN INODE". */
-    snprintf(want, sizeof(want), " %02x:%02x %lu ", major(dev), minor(dev),
-                      (unsigned long)ino);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return errno == EACCES || errno == EPERM ? -1 : 0;
     bool found = false;
     size_t used = 0;
-    for (ssize_t n; !found && (n = read(fd, chunk, sizeof(chunk))) > 0;) {
+    for (ssize_t n; !found && (n = read(fd, chunk, sizeof(chunk))) > 0;)
         for (ssize_t i = 0; i < n && !found; i++) {
             if (chunk[i] != '\n') {
                 if (used < sizeof(line) - 1)
@@ -387,12 +381,28 @@ int page_maps_file(int pid, dev_t dev, ino_t ino)
                 continue;
             }
             line[used] = '\0';
-            found = strstr(line, want) != NULL;
+            found = fn(line, arg);
             used = 0;
         }
-    }
     close(fd);
     return found ? 1 : 0;
+}
+
+static bool has_text(const char *line, void *want)
+{
+    return strstr(line, want) != NULL;
+}
+
+/* Whether process pid maps the file with device dev and inode ino: 1 or 0;
+ * -1 if its maps cannot be read (a process that made itself not dumpable:
+ * only its start time can tell then). */
+int page_maps_file(int pid, dev_t dev, ino_t ino)
+{
+    char want[64];
+    /* "start-end perms offset MAJ:MIN INODE path": match " MAJ:MIN INODE". */
+    snprintf(want, sizeof(want), " %02x:%02x %lu ", major(dev), minor(dev),
+             (unsigned long)ino);
+    return stats_maps_find(pid, has_text, want);
 }
 
 /* Checks an open candidate: a regular file of uid, 0600, one link, the
@@ -540,6 +550,18 @@ int stats_page_read(int pid, stats_view *v)
     if (err)
         return err;
     err = page_read_view(fd, v);
+    close(fd);
+    return err;
+}
+
+int stats_page_lock(int pid)
+{
+    int fd, err = page_open(pid, O_RDONLY, &fd);
+    if (err)
+        return err;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    err = -errno;
     close(fd);
     return err;
 }

@@ -15,7 +15,7 @@
 #include "stats.h"
 
 #define PAGE_MAGIC 0x3345474150504f43ull /* "COPPAGE3" */
-enum { PAGE_VERSION = 17 };
+enum { PAGE_VERSION = 18 };
 
 /* A block exported for IPC (stats_page_export): nonce is written last
  * (release) and read first and last by importers; 0 = free slot. */
@@ -33,9 +33,6 @@ typedef struct page_data {
     int32_t pid;
     uint32_t uid;
     uint64_t start_time;       /* /proc/PID/stat field 22 */
-    uint64_t map_addr;         /* where its process maps it: a reader of
-                                  the node checks /proc/PID/map_files there
-                                  instead of reading all of its maps */
     _Atomic uint64_t asked[STATS_NREQUESTS];  /* raised by readers */
     _Atomic uint64_t served[STATS_NREQUESTS]; /* raised by the helper */
     _Atomic uint64_t paused_since, paused_needs; /* written by cupool pause */

@@ -190,6 +190,9 @@
     X(nccl_calls, COUNT, COUNTER, "NCCL calls the program made (cupool pause " \
       "pauses such a process with its whole job, its communicators suspended " \
       "first: NCCL 2.29.7 on)")                                               \
+    X(nccl_gate_closes, COUNT, COUNTER, "times a controller closed the "      \
+      "program's NCCL gate, open till then (cupool pause of its job, cupool " \
+      "flush --nccl)")                                                        \
     X(nccl_suspends, COUNT, COUNTER, "communicators cupool suspended (cupool " \
       "pause, cupool flush --nccl)")                                          \
     X(nccl_freed, BYTES, COUNTER, "bytes those suspends gave back, as NCCL "  \
@@ -447,14 +450,21 @@ int stats_page_import(int pid, uint32_t slot, uint64_t nonce, void *handle,
  * process's user, mode 0600, one link), -EAGAIN (kept changing while
  * read). Root reads any user's process's page; others their own. */
 int stats_page_read(int pid, stats_view *v);
-/* Reads the page name in directory dfd as the page of process proc_pid
- * (in the reader's pid namespace), whose own pid namespace calls it
- * page_pid, of owner (its user as the reader sees it): for a reader of
- * every process on the node, through /proc/PID/root. The same checks as
- * stats_page_read, but stricter on the mapping: proc_pid must map this
- * very file. 0 or as stats_page_read. */
-int stats_page_read_node(int dfd, const char *name, int proc_pid, int page_pid, uid_t owner,
-                         stats_view *v);
+/* Reads the file open at fd, which process proc_pid (in the reader's pid
+ * namespace, whose own pid namespace calls it page_pid) is known to map
+ * (node.c finds it from the process's maps), as that process's page, of
+ * owner (its user as the reader sees it): the checks of stats_page_read,
+ * the mapping proven by the caller. 0 or as stats_page_read. */
+int stats_page_read_mapped(int fd, int proc_pid, int page_pid, uid_t owner, stats_view *v);
+/* Calls fn on each line of /proc/PID/maps (without its newline; a line
+ * longer than 1023 bytes cut) until fn returns true: 1 if it did, 0 if not
+ * (or pid is gone), -1 if the maps cannot be read (another user's
+ * process, or one that made itself not dumpable). */
+int stats_maps_find(int pid, bool (*fn)(const char *line, void *arg), void *arg);
+/* Opens pid's page (as stats_page_read finds it) and locks it (flock,
+ * LOCK_EX, not waiting): the descriptor, which holds the lock until it is
+ * closed, or -EWOULDBLOCK (another holds it), or as stats_page_read. */
+int stats_page_lock(int pid);
 /* Asks pid for r: *ticket is the ticket to wait for. 0 or as
  * stats_page_read. Catches SIGBUS while it runs: for readers, not for the
  * shim. */

@@ -175,15 +175,32 @@ def check_exporter():
             procs.append(program(None, f"{tmp}/r3", namespaced=True))
             if procs[-1].poll() is None:
                 pids["namespaced"] = procs[-1].pid
-        # A file named as a live process's page that is none: a sleeping
-        # process's pid, garbage of the right mode.
-        sleeper = subprocess.Popen(["sleep", "60"])
-        procs.append(sleeper)
+        # A process that maps a file named as its own page that is none
+        # (garbage of the right mode), and a file named as a sleeping
+        # process's page that it does not map: the first is skipped and
+        # counted, the second never read (the scan starts from what each
+        # process maps).
         ns = os.stat("/proc/self/ns/pid").st_ino
         udir = glob.glob(f"{tmp}/pages/cupool-*")[0]
-        fake = f"{udir}/{ns}-{sleeper.pid}"
-        with open(os.open(fake, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        sleeper = subprocess.Popen(["sleep", "60"])
+        procs.append(sleeper)
+        with open(os.open(f"{udir}/{ns}-{sleeper.pid}", os.O_WRONLY | os.O_CREAT, 0o600),
+                  "w") as f:
             f.write("not a page\n")
+        liar_ready = f"{tmp}/liar-ready"
+        procs.append(subprocess.Popen([sys.executable, "-c", f"""
+import mmap, os, time
+fd = os.open("{udir}/{ns}-%d" % os.getpid(), os.O_RDWR | os.O_CREAT, 0o600)
+os.write(fd, b"not a page\\n")
+m = mmap.mmap(fd, 0)
+open("{liar_ready}", "w").close()
+time.sleep(60)
+"""]))
+        for _ in range(500):
+            if os.path.exists(liar_ready):
+                break
+            time.sleep(0.01)
+        fake = f"{udir}/{ns}-{procs[-1].pid}"
         r = once(f"{tmp}/pages", "/dev/shm")
         reserved = series(r.stdout, "cupool_reserved_bytes")
         seen = {m.group(1) for k in reserved for m in [re.search(r'pid="(\d+)"', k)] if m}

@@ -607,6 +607,236 @@ def test_pause_in_user_namespace(tmp):
             c.stderr])
 
 
+# ---- NCCL jobs: cupool pause/resume/flush --nccl of a whole job ------------
+
+class Job:
+    """Ranks of an NCCL job (rt_prog job over the simulated NCCL), each an
+    all-reduce every 20 ms, their pages in base; each rank its own
+    counter file and the simulated NCCL's directory."""
+
+    def __init__(self, tmp, name, base):
+        self.dir = os.path.join(tmp, name)
+        os.mkdir(self.dir)
+        os.chmod(self.dir, 0o755)
+        self.base, self.id, self.procs = base, os.path.join(self.dir, "id"), []
+
+    def start(self, rank, nranks, user=None, **extra):
+        """Starts rank of nranks (as user), waits until it is ready: its
+        pid, or None if it never got ready."""
+        k = len(self.procs)
+        own = os.path.join(self.dir, f"r{k}")
+        os.mkdir(own)
+        if user:
+            os.chown(own, user.pw_uid, user.pw_gid)
+        env = clean_env(CUPOOL_PAGE_DIR=self.base, READY=f"{own}/ready", JOB_ID=self.id,
+                        JOB_RANK=str(rank), JOB_NRANKS=str(nranks), JOB_EVERY="2",
+                        JOB_COUNT=f"{own}/count", SIMNCCL_DIR=own, SIMNCCL_MEMSTATS="1",
+                        **extra)
+
+        def drop():
+            os.setgroups([])
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+        p = subprocess.Popen([prog, "job"], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=drop if user else None)
+        self.procs.append(p)
+        if not wait_file(f"{own}/ready"):
+            return None
+        if os.path.exists(self.id):
+            os.chmod(self.id, 0o644)  # another user's fake rank may copy it
+        return p.pid
+
+    def count(self, k):
+        try:
+            with open(os.path.join(self.dir, f"r{k}", "count")) as f:
+                return int(f.read() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def running(self, ks, seconds=5):
+        """Whether each of ranks ks goes on all-reducing (waits up to
+        seconds for each count to move)."""
+        import time
+        before = {k: self.count(k) for k in ks}
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            if all(self.count(k) > before[k] for k in ks):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+
+
+def job_counters(job, pid, user=None):
+    """nccl_gate_closes and nccl_suspends of pid's page (as its user reads
+    it), or None."""
+    import json
+    r = run([reader, "stat", "--json", str(pid)], clean_env(CUPOOL_PAGE_DIR=job.base), user=user)
+    try:
+        d = json.loads(r.stdout)["process"]
+        return d["nccl_gate_closes"], d["nccl_suspends"]
+    except (ValueError, KeyError):
+        return None
+
+
+def job_control(job, ckpt, *args):
+    """cupool-pause (or cupool-stat for flush) with the simulated driver's
+    checkpoints in ckpt: (its run, the driver's log of lock and
+    checkpoint calls, the pids checkpointed now)."""
+    env = dict(clean_env(CUPOOL_PAGE_DIR=job.base), SIMCUDA_CKPT_DIR=ckpt,
+               SIMCUDA_CKPT_LOG=os.path.join(ckpt, "log"), LD_LIBRARY_PATH=sim)
+    env.pop("LD_PRELOAD")
+    tool = reader if args[0] == "flush" else pauser
+    r = run([tool] + list(args), env)
+    try:
+        with open(os.path.join(ckpt, "log")) as f:
+            calls = [l for l in f if "lock" in l or "checkpoint" in l]
+    except OSError:
+        calls = []
+    paused = set()
+    for name in os.listdir(ckpt):
+        if name.isdigit():
+            with open(os.path.join(ckpt, name)) as f:
+                if f.read().strip() not in ("", "0"):
+                    paused.add(int(name))
+    return r, calls, paused
+
+
+def untouched(job, pids, ks, ckpt_calls, paused):
+    """Why nothing-done does not hold ("" if it does): no gate closed, no
+    communicator suspended, no driver lock or checkpoint, every rank runs."""
+    bad = [(pid, c) for pid, c in ((pid, job_counters(job, pid)) for pid in pids)
+           if c != (0, 0)]
+    if bad:
+        return f"gate closes and suspends (pid, (closes, suspends)): {bad}"
+    if ckpt_calls or paused:
+        return f"the driver was asked: {ckpt_calls} {paused}"
+    return "" if job.running(ks) else "a rank stopped all-reducing"
+
+
+def job_refused(tmp, name, ranks, **extra):
+    """Starts ranks ((rank, nranks, extra env) each) and pauses the first:
+    refused with nothing done, and flush --nccl the same."""
+    base = shared_dir(tmp, f"{name}-pages")
+    ckpt = shared_dir(tmp, f"{name}-ckpt")
+    job = Job(tmp, name, base)
+    try:
+        pids = [job.start(r, n, **e) for r, n, e in ranks]
+        if None in pids:
+            return report(f"{name}: its ranks start", False, pids)
+        a, calls, paused = job_control(job, ckpt, "pause", str(pids[0]))
+        why = untouched(job, pids, range(len(pids)), calls, paused)
+        f, calls, paused = job_control(job, ckpt, "flush", "--nccl", str(pids[0]))
+        why = why or untouched(job, pids, range(len(pids)), calls, paused)
+        report(f"{name}: cupool pause and flush --nccl refuse, nothing done",
+               a.returncode == 1 and f.returncode == 1 and not why,
+               [a.returncode, f.returncode, why, a.stderr, f.stderr])
+    finally:
+        job.stop()
+
+
+def test_job_refused(tmp):
+    """A job not all here is refused before any rank is touched: a rank
+    not running, a third process claiming a rank of a two-rank
+    communicator, ranks whose NCCL has no ncclCommSuspend."""
+    job_refused(tmp, "a rank missing", [(0, 3, {}), (1, 3, {})])
+    job_refused(tmp, "a rank claimed twice", [(0, 2, {}), (1, 2, {}), (1, 2, {})])
+    nosus = {"SIMNCCL_LIB": "libnccl-nosuspend.so"}
+    job_refused(tmp, "no ncclCommSuspend", [(0, 2, nosus), (1, 2, nosus)])
+
+
+def job_paused_whole(tmp, name, base, others=()):
+    """A two-rank job in base, with others ((rank, nranks, user) each,
+    claiming its communicator) beside it: cupool job of rank 0 lists rank 1
+    alone, no rank elsewhere; cupool pause of rank 0 pauses both ranks (and
+    no other), resume runs them again, flush --nccl suspends both. (passed,
+    detail)."""
+    import json
+    import time
+    ckpt = shared_dir(tmp, f"{name}-ckpt")
+    job = Job(tmp, name, base)
+    try:
+        pids = [job.start(0, 2), job.start(1, 2)]
+        pids += [job.start(r, n, user=u) for r, n, u in others]
+        if None in pids:
+            return False, f"a rank never got ready: {pids}"
+        v = run([reader, "job", "--json", str(pids[0])], clean_env(CUPOOL_PAGE_DIR=base))
+        try:
+            c = json.loads(v.stdout)["communicators"][0]
+            view = (sorted(x["pid"] for x in c["peers"]), c["ranks_elsewhere"])
+        except (ValueError, KeyError, IndexError):
+            view = v.stdout + v.stderr
+        a, _, paused = job_control(job, ckpt, "pause", str(pids[0]))
+        closes = [job_counters(job, pid, u) for pid, u in
+                  zip(pids, [None, None] + [u for _, _, u in others])]
+        b, _, still = job_control(job, ckpt, "resume", str(pids[1]))
+        runs = job.running([0, 1])
+        f, _, _ = job_control(job, ckpt, "flush", "--nccl", str(pids[1]))
+        sus = []
+        for _ in range(100):  # each page is published again within 100 ms
+            sus = [job_counters(job, pid) for pid in pids[:2]]
+            if all(c == (2, 2) for c in sus):
+                break
+            time.sleep(0.05)
+        others_run = job.running(range(2, len(pids))) if others else True
+        ok = (a.returncode == 0 and paused == set(pids[:2]) and b.returncode == 0 and
+              not still and runs and f.returncode == 0 and
+              all(c == (2, 2) for c in sus) and
+              all(c == (0, 0) for c in closes[2:]) and others_run and view == ([pids[1]], 0))
+        return ok, [a.returncode, paused, pids, b.returncode, still, runs, f.returncode, sus,
+                    closes, others_run, view, a.stderr, b.stderr, f.stderr]
+    finally:
+        job.stop()
+
+
+def test_job_decoys_and_squats(tmp, user):
+    """Another user's 2048 decoy page directories beside the victim's (1024
+    hid every process: a job pause stopped rank 0 alone), or the victim's
+    page directory made first by another user (every job pause was
+    refused, its lock had nowhere to go): the job is paused whole, resumed,
+    its communicators suspended by flush --nccl."""
+    if os.geteuid() != 0:
+        return skip("a job among decoys and squats is paused whole", "needs root")
+    squatter = user or pwd.getpwuid(65534)
+    base = shared_dir(tmp, "decoyed-pages")
+    run(["/bin/sh", "-c", f"cd {base} && mkdir -p $(seq -f 'cupool-%.0f' 1000000 1002047)"],
+        {"PATH": "/usr/bin:/bin"}, user=squatter)
+    ok, detail = job_paused_whole(tmp, "decoyed", base)
+    report("a job among 2048 decoy directories is paused whole", ok and
+           len(os.listdir(base)) > 2048, detail)
+    base = shared_dir(tmp, "squatted-pages")
+    mine = os.path.join(base, f"cupool-{os.geteuid()}")
+    run(["mkdir", "-m", "777", mine], {"PATH": "/usr/bin:/bin"}, user=squatter)
+    ok, detail = job_paused_whole(tmp, "squatted", base)
+    report("a job whose page directory another user made first is paused whole", ok and
+           os.stat(mine).st_uid == squatter.pw_uid, detail)
+
+
+def test_job_foreign_rank(tmp, user):
+    """Another user's process claims the job's communicator (its id copied
+    from the job): left out of root's pause, named, untouched; where it
+    claims the rank that is missing, the pause is refused, nothing done."""
+    name = "another user's rank claiming the job's communicator"
+    if not user:
+        return skip(name, user_why)
+    base = shared_dir(tmp, "foreign-pages")
+    ok, detail = job_paused_whole(tmp, "foreign", base, others=[(1, 2, user)])
+    report(f"{name} is left out and named, the job paused whole",
+           ok and str(detail[2][2]) in detail[-3], detail)
+    job_refused(tmp, f"{name}, the one missing", [(0, 2, {}), (1, 2, {"user": user})])
+
+
 # ---- host memory ----------------------------------------------------------
 
 MISLABELS = ("out of device memory", "cause: fragmentation", "cause: the device is out of memory")
@@ -667,6 +897,9 @@ if __name__ == "__main__":
         test_page_escapes_not_printed(tmp)
         test_others_process_named(tmp, user)
         test_pause_in_user_namespace(tmp)
+        test_job_refused(tmp)
+        test_job_decoys_and_squats(tmp, user)
+        test_job_foreign_rank(tmp, user)
         test_install_deps_names_the_command(user)
         test_full_tmpfs(tmp, user)
         test_group_budget_never_off(tmp)

@@ -2099,16 +2099,15 @@ static void test_nccl_job_pause_and_resume(void **s)
     if (!strstr(job, "its NCCL gate is closed by cupool, 1 call waiting") || !strstr(job, ops))
         fail_msg("cupool job of a paused rank said:\n%s", job);
     /* A paused job is not flushed; a second controller of the job (here
-     * one holding its lock, named by its communicator's id) is refused. */
+     * one holding its lock: a rank's page, flock'd) is refused. */
     char cmd[1024];
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " flush --nccl %d 2>&1", pages,
              c[0].pid);
     assert_int_equal(shell(cmd, out, sizeof(out)), 1);
     assert_non_null(strstr(out, "is paused (cupool pause): cupool resume it first"));
-    snprintf(cmd, sizeof(cmd), "id=$(CUPOOL_PAGE_DIR=%s " READER " job --json %d | python3 -c "
-             "'import json,sys; print(json.load(sys.stdin)[\"communicators\"][0][\"id\"])'); "
-             "flock -n %s/cupool-%d/job-$id.lock -c 'CUPOOL_PAGE_DIR=%s " READER
-             " flush --nccl %d' 2>&1", pages, c[0].pid, pages, (int)getuid(), pages, c[0].pid);
+    snprintf(cmd, sizeof(cmd), "flock -n %s/cupool-%d/$(stat -L -c %%i /proc/self/ns/pid)-%d "
+             "-c 'CUPOOL_PAGE_DIR=%s " READER " flush --nccl %d' 2>&1", pages, (int)getuid(),
+             c[1].pid, pages, c[0].pid);
     assert_int_equal(shell(cmd, out, sizeof(out)), 1);
     if (!strstr(out, "another cupool pause, resume or flush --nccl of this job is under way"))
         fail_msg("a second controller: %s", out);

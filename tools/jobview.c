@@ -39,13 +39,27 @@ typedef struct peer {
     const stats_comm *comm;
 } peer;
 
-/* The ranks of id that processes of s other than pid hold, up to max, into
- * p. Returns how many there are (more than max if some did not fit). */
+/* The user of pid as s saw it, or UINT32_MAX if s does not hold it. */
+static uint32_t owner_of(const node_scan *s, int pid)
+{
+    for (size_t i = 0; i < s->nprocs; i++)
+        if (s->procs[i].pid == pid)
+            return s->procs[i].uid;
+    return UINT32_MAX;
+}
+
+/* The ranks of id that processes of s other than pid, of pid's user, hold,
+ * up to max, into p (another user's process claiming id is not of its job:
+ * a guessed id). Returns how many there are (more than max if some did not
+ * fit). */
 static size_t find_peers(const node_scan *s, int pid, uint64_t id, peer *p, size_t max)
 {
     size_t n = 0;
+    uint32_t owner = owner_of(s, pid);
     for (size_t i = 0; i < s->nprocs; i++) {
         const stats_view *v = &s->procs[i].view;
+        if (owner != UINT32_MAX && s->procs[i].uid != owner)
+            continue;
         for (uint32_t k = 0; v->pid != pid && k < v->ncomms; k++) {
             if (v->comms[k].id != id)
                 continue;

@@ -19,6 +19,7 @@
 
 #include "gate.h"
 #include "log.h"
+#include "process.h"
 
 /* How often a call waiting at a held gate says so. */
 #define HELD_TELL_NS (60ull * 1000000000ull)
@@ -111,6 +112,8 @@ void shim_gate_close(const uint64_t *id, const uint64_t *target, size_t n, uint3
     memcpy(targets, target, ntargets * sizeof(*targets));
     if (!held)
         open_at_ns = mono_ns() + (uint64_t)(hold_s ? hold_s : 1) * 1000000000u;
+    if (!atomic_load(&closed))
+        shim_count_add(SHIM_nccl_gate_closes, 1);
     atomic_store(&closed, true);
     pthread_cond_broadcast(&moved);
     pthread_mutex_unlock(&lock);
