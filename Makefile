@@ -88,7 +88,8 @@ endef
 # runtime on it (libcudart.so.13 with the real version node), the scenario
 # program linked against the runtime, and the driver-API program linked
 # only against the driver (as a static runtime, CuPy or XLA reach it).
-SIMCUDA_SRC := test/simcuda/simcuda.c test/simcuda/simcupti.c test/simcuda/simvmm.c test/simcuda/simckpt.c
+SIMCUDA_SRC := test/simcuda/simcuda.c test/simcuda/simcupti.c test/simcuda/simvmm.c test/simcuda/simckpt.c \
+               test/simcuda/simcopy.c
 define shim_rt
 $(1)/sim/libcuda.so.1: $(SIMCUDA_SRC) test/simcuda/simcuda.h test/simcuda/simcuda_internal.h
 	@mkdir -p $$(dir $$@)
@@ -110,6 +111,10 @@ $(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2 \
 	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) \
 	    -ldl -lpthread -o $$@
+$(1)/rt/pause_prog: test/pause_prog.c $(1)/sim/libcudart.so.13
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) $$(CUDA_INC) $$< -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 \
+	    -Wl,-rpath,$$(abspath $(1)/sim) -lpthread -o $$@
 $(1)/rt/libfailmalloc.so: test/failmalloc.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) -O2 -fPIC -shared $$< -o $$@
@@ -143,10 +148,10 @@ $(BUILD)/cupool-exporter: stats/exporter.c stats/node.c $(STATS_SRC) $(STATS_HDR
 
 # cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
 # time, as the shim finds CUDA), a process's page for its flush.
-$(BUILD)/cupool-pause: pause/pause.c pause/job.c pause/pause.h stats/jobgate.c stats/node.c \
-                       $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
+$(BUILD)/cupool-pause: pause/pause.c pause/job.c pause/move.c pause/pause.h stats/jobgate.c \
+                       stats/node.c $(STATS_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ipool -Istats $(CUDA_INC) $< pause/job.c stats/jobgate.c stats/node.c \
+	$(CC) $(ALL_CFLAGS) -Ipool -Istats $(CUDA_INC) $< pause/job.c pause/move.c stats/jobgate.c stats/node.c \
 	    $(STATS_SRC) -ldl -o $@
 
 # The shim's option table for `cupool run` (check and translate options).

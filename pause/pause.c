@@ -38,6 +38,9 @@
 
 static const char *me = "cupool";
 
+/* How long cupool's own move may take (its first pause pins host memory). */
+#define MOVE_S 600.0
+
 pause_driver pause_drv;
 
 static const char *const state_names[] = {"running", "locked", "checkpointed (paused)",
@@ -218,9 +221,13 @@ static int checkpoint_failed(int pid, CUresult why)
 
 /* Lock and checkpoint; a failed checkpoint is unlocked. 0, or 1 with the
  * state the process is left in said. */
+/* How long the driver's lock may wait: shorter after cupool's move, whose
+ * gate may hold threads inside the driver's entry callback. */
+static unsigned lock_ms = 30000;
+
 int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
 {
-    CUcheckpointLockArgs la = {.timeoutMs = 30000};
+    CUcheckpointLockArgs la = {.timeoutMs = lock_ms};
     double t0 = pause_now_s();
     CUresult r = pause_drv.lock(pid, &la);
     *t_lock = pause_now_s() - t0;
@@ -263,20 +270,62 @@ static int pause_check(int pid, stats_view *v, bool *paged)
     return 0;
 }
 
-static int cmd_pause(int pid, double timeout, bool no_flush)
+/* Says that the process stays paused by cupool's move alone, the driver
+ * having failed to checkpoint the rest. */
+static void moved_alone(int pid, const stats_view *v)
+{
+    char b[32];
+    printf("paused %d: cupool moved %s to host memory and holds its CUDA calls; the "
+           "driver did not checkpoint the rest (its context stays on the device, which "
+           "holds %s now)\n", pid, stats_fmt_bytes(v->park.moved, b, sizeof(b)),
+           stats_fmt_bytes(v->park.left, b + 16, sizeof(b) - 16));
+}
+
+/* Marks pid's page paused, needing what v says it held. */
+static uint64_t mark_paused(int pid, const stats_view *v)
+{
+    uint64_t needs = pause_held_of(v);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (stats_page_mark_paused(pid, (uint64_t)now.tv_sec * 1000000000u +
+                               (uint64_t)now.tv_nsec, needs ? needs : 1))
+        pause_say("process %d paused, but its page could not say so", pid);
+    return needs;
+}
+
+static int cmd_pause(int pid, double timeout, bool no_flush, bool no_move)
 {
     stats_view v;
     bool paged;
     if (pause_check(pid, &v, &paged) || (paged && !no_flush && pause_flush(pid, timeout, &v)))
         return 1;
-    /* From the lock until the page says paused, a Ctrl-C or a TERM must not
+    /* From the move until the page says paused, a Ctrl-C or a TERM must not
      * leave the process locked with nothing said: they wait to the end. */
     sigset_t old;
     jobgate_signals_block(&old);
+    bool moved = paged && !no_flush && !no_move && pause_move_out(pid, MOVE_S, &v) == 0;
+    if (moved)
+        lock_ms = 5000;
     double t_lock = 0, t_ckpt = 0;
     if (pause_lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
+        if (moved) {
+            mark_paused(pid, &v);
+            moved_alone(pid, &v);
+        }
         sigprocmask(SIG_SETMASK, &old, NULL);
-        return 1;
+        return !moved;
+    }
+    if (moved) {
+        mark_paused(pid, &v);
+        char b[32];
+        printf("paused %d: cupool moved %s (%.2f GiB/s), then the driver checkpointed "
+               "the rest: lock %.3f s, checkpoint %.3f s\n", pid,
+               stats_fmt_bytes(v.park.moved, b, sizeof(b)), v.park.copy_us ?
+               (double)v.park.moved / 1073741824.0 / (v.park.copy_us / 1e6) : 0.0,
+               t_lock, t_ckpt);
+        fflush(stdout);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        return 0;
     }
     uint64_t needs = paged ? pause_held_of(&v) : 0;
     struct timespec now;
@@ -299,11 +348,31 @@ static int cmd_pause(int pid, double timeout, bool no_flush)
     return 0;
 }
 
+/* Brings back what cupool's move took from pid, if it did: 0, or 1 with
+ * why said (it stays paused). */
+static int move_back(int pid, bool parked)
+{
+    if (!parked)
+        return 0;
+    if (pause_move_back(pid, MOVE_S))
+        return 1;
+    stats_page_mark_paused(pid, 0, 0);
+    return 0;
+}
+
 int pause_resume_one(int pid)
 {
     CUprocessState st;
     if (pause_state_of(pid, &st))
         return 1;
+    stats_view v;
+    bool parked = stats_page_read(pid, &v) == 0 && v.park.state == STATS_PARK_PARKED;
+    if (st == CU_PROCESS_STATE_RUNNING && parked) { /* the driver left it running */
+        int rc = move_back(pid, true);
+        if (!rc)
+            printf("resumed %d\n", pid);
+        return rc;
+    }
     if (st == CU_PROCESS_STATE_RUNNING || st == CU_PROCESS_STATE_FAILED) {
         pause_say("process %d is %s: %s", pid, state_names[st], st == CU_PROCESS_STATE_RUNNING
             ? "not paused, nothing to do" : "the driver cannot bring it back");
@@ -336,27 +405,33 @@ int pause_resume_one(int pid)
             pid, pause_cu_text(r), t_restore > 0 ? "restored" : "still");
         return 1;
     }
+    double t_unlock = pause_now_s() - t0;
+    if (move_back(pid, parked))
+        return 1;
     stats_page_mark_paused(pid, 0, 0); /* no page (not under cupool): nothing to say */
-    printf("resumed %d: restore %.3f s, unlock %.3f s\n", pid, t_restore, pause_now_s() - t0);
+    printf("resumed %d: restore %.3f s, unlock %.3f s\n", pid, t_restore, t_unlock);
     return 0;
 }
 
 static const char help[] =
-    "usage: cupool pause [--timeout SECONDS] [--no-flush] PID\n"
+    "usage: cupool pause [--timeout SECONDS] [--no-flush] [--no-move] PID\n"
     "       cupool resume PID\n"
     "pause gives process PID's whole GPU back from outside: a process under cupool\n"
     "first returns every cache (cupool's, its framework's) within SECONDS (10), then\n"
-    "the driver locks it and checkpoints its device memory to host memory, context\n"
-    "included. resume restores it and lets it go on where it was, its addresses\n"
+    "stops its CUDA calls and copies its VMM segments (CUPOOL_VMM=1, --torch) to\n"
+    "pinned host memory on several streams, their addresses kept; then the driver\n"
+    "locks it and checkpoints the rest of its device memory, context included.\n"
+    "resume restores it and lets it go on where it was, its addresses\n"
     "unchanged. A process holding NCCL communicators is paused with every rank of\n"
     "its job on this node (their communicators suspended first: NCCL 2.29.7 or\n"
     "later), and resumed with them; a job with ranks on other nodes is refused, as\n"
     "is another user's process. --no-flush moves the caches with the process (to\n"
-    "keep them, or to compare). Needs the driver's checkpoint calls (550 or later).\n";
+    "keep them, or to compare), by the driver alone; --no-move leaves the copy to\n"
+    "the driver. Needs the driver's checkpoint calls (550 or later).\n";
 
 /* What the command line asks for. */
 typedef struct pause_args {
-    bool pause, no_flush;
+    bool pause, no_flush, no_move;
     double timeout;
     int pid;
 } pause_args;
@@ -394,6 +469,10 @@ static int options_parse(int argc, char **argv, int *i, pause_args *a)
         const char *o = argv[*i];
         if (a->pause && !strcmp(o, "--no-flush")) {
             a->no_flush = true;
+            continue;
+        }
+        if (a->pause && !strcmp(o, "--no-move")) {
+            a->no_move = true;
             continue;
         }
         if (!a->pause || strcmp(o, "--timeout"))
@@ -438,5 +517,6 @@ int main(int argc, char **argv)
                        : pause_job_resume(&v, a.timeout);
     if (pause_driver_load())
         return 1;
-    return a.pause ? cmd_pause(a.pid, a.timeout, a.no_flush) : pause_resume_one(a.pid);
+    return a.pause ? cmd_pause(a.pid, a.timeout, a.no_flush, a.no_move)
+                   : pause_resume_one(a.pid);
 }

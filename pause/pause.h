@@ -48,6 +48,12 @@ int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt);
 /* Restore (when checkpointed) and unlock; the page says running. */
 int pause_resume_one(int pid);
 
+/* cupool's own move of pid's memory (move.c): out to host memory (0, *v
+ * its view after; 1 with why said: the driver moves everything), and
+ * back (0, or 1 with why said: it stays paused). */
+int pause_move_out(int pid, double timeout, stats_view *v);
+int pause_move_back(int pid, double timeout);
+
 /* The pause and the resume of pid's whole NCCL job (v: pid's view). */
 int pause_job(const stats_view *v, double timeout, bool no_flush);
 int pause_job_resume(const stats_view *v, double timeout);

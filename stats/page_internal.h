@@ -15,7 +15,7 @@
 #include "stats.h"
 
 #define PAGE_MAGIC 0x3345474150504f43ull /* "COPPAGE3" */
-enum { PAGE_VERSION = 17 };
+enum { PAGE_VERSION = 18 };
 
 /* A block exported for IPC (stats_page_export): nonce is written last
  * (release) and read first and last by importers; 0 = free slot. */

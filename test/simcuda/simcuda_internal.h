@@ -36,4 +36,8 @@ HIDDEN void sim_drv_call_params(CUpti_CallbackId id, const void *params);
 /* One of the two sites alone: a call whose work comes between them. */
 HIDDEN void sim_drv_site(CUpti_CallbackId id, const void *params, CUpti_ApiCallbackSite site);
 
+/* Whether the test asks call what to fail now (SIMCUDA_FAIL_FILE holds
+ * the word: simcopy.c). */
+HIDDEN bool sim_fails(const char *what);
+
 #endif

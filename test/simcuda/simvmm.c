@@ -103,7 +103,8 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size,
     CUresult r = CUDA_SUCCESS;
     if (dev < 0 || dev >= sim_ndev)
         r = CUDA_ERROR_INVALID_DEVICE;
-    else if (i == MAX_HANDLES || size > sim_st[dev].capacity - sim_st[dev].used)
+    else if (i == MAX_HANDLES || size > sim_st[dev].capacity - sim_st[dev].used ||
+             sim_fails("create"))
         r = CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS && ipc && *ipc == '1') {
         char name[32];

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * simcopy.c - the simulated driver's pinned host memory and copies
+ * between host and device memory (cupool pause's own move), each reported
+ * to CUPTI; and the failures a test asks for while a program runs:
+ * SIMCUDA_FAIL_FILE names a file whose words ("hostalloc", "create", "copy")
+ * make those calls fail for as long as it says so, so that a test can
+ * fail a call between a pause and a resume.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include <cupti_driver_cbid.h>
+
+#include "simcuda_internal.h"
+
+bool sim_fails(const char *what)
+{
+    const char *path = getenv("SIMCUDA_FAIL_FILE");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    char word[64];
+    bool yes = false;
+    while (f && !yes && fscanf(f, "%63s", word) == 1)
+        yes = !strcmp(word, what);
+    if (f)
+        fclose(f);
+    return yes;
+}
+
+EXPORT CUresult cuMemHostAlloc(void **p, size_t size, unsigned int flags)
+{
+    (void)flags;
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc);
+    if (sim_fails("hostalloc"))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = malloc(size);
+    return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EXPORT CUresult cuMemFreeHost(void *p)
+{
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost);
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+/* A copy runs at once (touching the device memory: a range with nothing
+ * mapped faults, as the GPU would). */
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    (void)s;
+    sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, NULL, CUPTI_API_ENTER);
+    bool fail = sim_fails("copy");
+    if (!fail)
+        memcpy(dst, (const void *)src, n);
+    sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, NULL, CUPTI_API_EXIT);
+    return fail ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    (void)s;
+    sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, NULL, CUPTI_API_ENTER);
+    bool fail = sim_fails("copy");
+    if (!fail)
+        memcpy((void *)dst, src, n);
+    sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, NULL, CUPTI_API_EXIT);
+    return fail ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamSynchronize(CUstream s)
+{
+    (void)s;
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize);
+    return CUDA_SUCCESS;
+}
