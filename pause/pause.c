@@ -221,13 +221,9 @@ static int checkpoint_failed(int pid, CUresult why)
 
 /* Lock and checkpoint; a failed checkpoint is unlocked. 0, or 1 with the
  * state the process is left in said. */
-/* How long the driver's lock may wait: shorter after cupool's move, whose
- * gate may hold threads inside the driver's entry callback. */
-static unsigned lock_ms = 30000;
-
 int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
 {
-    CUcheckpointLockArgs la = {.timeoutMs = lock_ms};
+    CUcheckpointLockArgs la = {.timeoutMs = 30000};
     double t0 = pause_now_s();
     CUresult r = pause_drv.lock(pid, &la);
     *t_lock = pause_now_s() - t0;
@@ -274,11 +270,41 @@ static int pause_check(int pid, stats_view *v, bool *paged)
  * having failed to checkpoint the rest. */
 static void moved_alone(int pid, const stats_view *v)
 {
-    char b[32];
+    char b[32], l[32];
     printf("paused %d: cupool moved %s to host memory and holds its CUDA calls; the "
-           "driver did not checkpoint the rest (its context stays on the device, which "
-           "holds %s now)\n", pid, stats_fmt_bytes(v->park.moved, b, sizeof(b)),
-           stats_fmt_bytes(v->park.left, b + 16, sizeof(b) - 16));
+           "rest (its context) stays on the device, which holds %s now\n", pid,
+           stats_fmt_bytes(v->park.moved, b, sizeof(b)),
+           stats_fmt_bytes(v->park.left, l, sizeof(l)));
+}
+
+/* After cupool's move: the driver's lock and checkpoint of the rest. A
+ * driver that refuses to lock (it does while CUPTI watches the process,
+ * and cupool's gate needs CUPTI) leaves it running, its calls held by
+ * cupool. 0, or 1 with why said. */
+static int checkpoint_rest(int pid, double *t_lock, double *t_ckpt)
+{
+    CUcheckpointLockArgs la = {.timeoutMs = 5000};
+    double t0 = pause_now_s();
+    CUresult r = pause_drv.lock(pid, &la);
+    *t_lock = pause_now_s() - t0;
+    if (r != CUDA_SUCCESS) {
+        pause_say("the driver does not lock process %d (%s%s): what cupool does not "
+                  "serve stays on the device", pid, pause_cu_text(r),
+                  r == CUDA_ERROR_NOT_SUPPORTED ? ": it does not while CUPTI watches the "
+                  "process, which cupool's gate needs" : "");
+        return 1;
+    }
+    CUcheckpointCheckpointArgs ca = {{0}};
+    t0 = pause_now_s();
+    r = pause_drv.checkpoint(pid, &ca);
+    *t_ckpt = pause_now_s() - t0;
+    if (r == CUDA_SUCCESS)
+        return 0;
+    CUcheckpointUnlockArgs ua = {{0}};
+    CUresult u = pause_drv.unlock(pid, &ua);
+    pause_say("the driver did not checkpoint the rest of process %d (%s)%s", pid,
+              pause_cu_text(r), u == CUDA_SUCCESS ? "" : "; its unlock failed too");
+    return 1;
 }
 
 /* Marks pid's page paused, needing what v says it held. */
@@ -304,10 +330,9 @@ static int cmd_pause(int pid, double timeout, bool no_flush, bool no_move)
     sigset_t old;
     jobgate_signals_block(&old);
     bool moved = paged && !no_flush && !no_move && pause_move_out(pid, MOVE_S, &v) == 0;
-    if (moved)
-        lock_ms = 5000;
     double t_lock = 0, t_ckpt = 0;
-    if (pause_lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
+    if (moved ? checkpoint_rest(pid, &t_lock, &t_ckpt)
+              : pause_lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
         if (moved) {
             mark_paused(pid, &v);
             moved_alone(pid, &v);

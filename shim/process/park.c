@@ -72,6 +72,25 @@ static int said(int err, const char *fmt, const char *arg)
     return err;
 }
 
+/* The context of device d's pools: the one recorded, else its primary
+ * context (the runtime's), retained once and kept. */
+static CUcontext ctx_of(int d)
+{
+    static _Atomic(CUcontext) primary[SHIM_MAX_DEVICES];
+    CUcontext c = shim_device_ctx(d);
+    if (c || (c = atomic_load(&primary[d])))
+        return c;
+    CUdevice dev;
+    if (shim_drv.cuDeviceGet(&dev, d) == CUDA_SUCCESS &&
+        shim_drv.cuDevicePrimaryCtxRetain(&c, dev) == CUDA_SUCCESS) {
+        CUcontext none = NULL;
+        if (!atomic_compare_exchange_strong(&primary[d], &none, c))
+            shim_drv.cuDevicePrimaryCtxRelease_v2(dev); /* another thread's came first */
+        return atomic_load(&primary[d]);
+    }
+    return NULL;
+}
+
 /* ---- what moves ------------------------------------------------------------ */
 
 static bool item_add(int dev, uintptr_t addr, size_t size, size_t host)
@@ -149,6 +168,7 @@ typedef struct copy_job {
     atomic_size_t next;       /* the next chunk to take */
     atomic_int err;           /* the first failure's CUresult */
     _Atomic uint64_t pin_ns;  /* summed over the threads */
+    size_t chunk;             /* where err came, written by who set it */
 } copy_job;
 
 /* Copies the items of chunk c on this thread's streams (one per device,
@@ -163,7 +183,7 @@ static CUresult copy_chunk(copy_job *j, size_t c, CUstream *streams)
         const item *it = &items[k];
         if (!(j->devs >> it->dev & 1))
             continue;
-        e = shim_drv.cuCtxSetCurrent(shim_device_ctx(it->dev));
+        e = shim_drv.cuCtxSetCurrent(ctx_of(it->dev));
         if (e == CUDA_SUCCESS && !streams[it->dev])
             e = shim_drv.cuStreamCreate(&streams[it->dev], CU_STREAM_NON_BLOCKING);
         char *h = (char *)chunks[c] + it->host % CHUNK;
@@ -172,7 +192,7 @@ static CUresult copy_chunk(copy_job *j, size_t c, CUstream *streams)
                        : shim_drv.cuMemcpyHtoDAsync_v2(it->addr, h, it->size, streams[it->dev]);
     }
     for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
-        CUresult s = streams[d] && shim_drv.cuCtxSetCurrent(shim_device_ctx(d)) == CUDA_SUCCESS
+        CUresult s = streams[d] && shim_drv.cuCtxSetCurrent(ctx_of(d)) == CUDA_SUCCESS
                      ? shim_drv.cuStreamSynchronize(streams[d]) : CUDA_SUCCESS;
         e = e == CUDA_SUCCESS ? s : e;
     }
@@ -199,11 +219,11 @@ static void *copier(void *arg)
         if (e == CUDA_SUCCESS)
             e = copy_chunk(j, c, streams);
         int none = 0;
-        if (e != CUDA_SUCCESS)
-            atomic_compare_exchange_strong(&j->err, &none, (int)e);
+        if (e != CUDA_SUCCESS && atomic_compare_exchange_strong(&j->err, &none, (int)e))
+            j->chunk = c; /* the first failure's */
     }
     for (int d = 0; d < SHIM_MAX_DEVICES; d++)
-        if (streams[d] && shim_drv.cuCtxSetCurrent(shim_device_ctx(d)) == CUDA_SUCCESS)
+        if (streams[d] && shim_drv.cuCtxSetCurrent(ctx_of(d)) == CUDA_SUCCESS)
             shim_drv.cuStreamDestroy_v2(streams[d]);
     return NULL;
 }
@@ -227,7 +247,12 @@ static int copy_all(bool out, uint64_t devs, uint64_t total)
         pthread_join(t[i], NULL);
     last.pin_us = (uint32_t)(atomic_load(&j.pin_ns) / 1000u);
     last.streams = (uint32_t)(started ? started : 1);
-    return atomic_load(&j.err);
+    int e = atomic_load(&j.err);
+    const char *s = NULL;
+    if (e && shim_drv.cuGetErrorString((CUresult)e, &s) == CUDA_SUCCESS && s)
+        shim_log(SHIM_LOG_WARN, "pause: copying chunk %zu %s failed: %s", j.chunk,
+                 out ? "out" : "in", s);
+    return e;
 }
 
 /* ---- the devices' work ------------------------------------------------------- */
@@ -240,7 +265,7 @@ static int devices_sync(void)
     shim_drv.cuCtxGetCurrent(&saved);
     int err = 0;
     for (int d = 0; d < SHIM_MAX_DEVICES && !err; d++) {
-        CUcontext c = shim_device_shard_if_any(d, 0) ? shim_device_ctx(d) : NULL;
+        CUcontext c = shim_device_shard_if_any(d, 0) ? ctx_of(d) : NULL;
         CUresult e = c ? shim_drv.cuCtxSetCurrent(c) : CUDA_SUCCESS;
         if (c && e == CUDA_SUCCESS)
             e = shim_drv.cuCtxSynchronize();
@@ -270,7 +295,7 @@ static uint64_t devices_used(void)
     uint64_t used = 0;
     for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
         size_t f = 0, t = 0;
-        CUcontext c = vmm_of(d) ? shim_device_ctx(d) : NULL;
+        CUcontext c = vmm_of(d) ? ctx_of(d) : NULL;
         if (c && shim_drv.cuCtxSetCurrent(c) == CUDA_SUCCESS &&
             shim_drv.cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS)
             used += t - f;
