@@ -209,9 +209,11 @@ static void *copier(void *arg)
         if (c >= j->nused || atomic_load(&j->err))
             break;
         CUresult e = CUDA_SUCCESS;
-        if (!chunks[c]) {
+        if (!chunks[c]) { /* pinned for every context: any device's items fit */
             uint64_t t0 = shim_mono_ns();
-            e = shim_drv.cuMemHostAlloc(&chunks[c], CHUNK, 0);
+            e = shim_drv.cuCtxSetCurrent(ctx_of(items[0].dev));
+            if (e == CUDA_SUCCESS)
+                e = shim_drv.cuMemHostAlloc(&chunks[c], CHUNK, CU_MEMHOSTALLOC_PORTABLE);
             atomic_fetch_add(&j->pin_ns, shim_mono_ns() - t0);
             if (e != CUDA_SUCCESS)
                 chunks[c] = NULL;
