@@ -2,7 +2,8 @@
 /*
  * vmm_internal.h - what vmm.c (segments) and vmm_park.c (their memory
  * moved away and back) share: the segments' records, and the helpers both
- * call. Nothing else includes it.
+ * call. Nothing else includes it (and it does not include vmm.h, which
+ * names struct shim_vmm as shim_vmm).
  */
 #ifndef CUPOOL_SHIM_VMM_INTERNAL_H
 #define CUPOOL_SHIM_VMM_INTERNAL_H
@@ -15,7 +16,7 @@
 #include <cuda.h>
 
 #include "driver.h"
-#include "vmm.h"
+#include "pool.h"
 
 /* The driver's own functions (shim_drv): cupool's VMM segments are the
  * pool's, never counted as memory passed through. */
@@ -55,12 +56,12 @@ struct shim_vmm {
 /* The driver's words for e. */
 const char *vmm_errstr(CUresult e);
 /* Index of the range holding addr, or -1. Needs v->lock. */
-long vmm_find(const shim_vmm *v, uintptr_t addr);
+long vmm_find(const struct shim_vmm *v, uintptr_t addr);
 /* A physical allocation of len bytes on v's device (vmm.c says how). */
-CUresult vmm_create(shim_vmm *v, size_t len, CUmemGenericAllocationHandle *h);
+CUresult vmm_create(struct shim_vmm *v, size_t len, CUmemGenericAllocationHandle *h);
 /* The devices a mapping made now must grant access: v's and its peers. */
-uint64_t vmm_access_due(const shim_vmm *v);
+uint64_t vmm_access_due(const struct shim_vmm *v);
 /* Grants mask to every mapped run of granules of r. Needs v->lock. */
-CUresult vmm_grant_range(const shim_vmm *v, const vmm_range *r, uint64_t mask);
+CUresult vmm_grant_range(const struct shim_vmm *v, const vmm_range *r, uint64_t mask);
 
 #endif
