@@ -192,6 +192,11 @@ $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' -DBUILT='"$(BUILD)"' \
 	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
 
+# cupool pause's own move, on the simulated driver (plain build).
+$(BUILD)/test_pause_move: test/test_pause_move.c $(BUILD)/libcupool.so $(BUILD)/cupool-pause \
+                          $(BUILD)/rt/pause_prog
+	$(CC) $(ALL_CFLAGS) -DBUILT='"$(BUILD)"' $< -lcmocka -o $@
+
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
 SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-exporter $(BUILD)/cupool-trace $(BUILD)/cupool-options $(BUILD)/cupool-pause $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
 

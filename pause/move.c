@@ -21,16 +21,19 @@ static double gib(uint64_t b) { return (double)b / 1073741824.0; }
 static void said_moved(int pid, const stats_park *p, bool out, double took)
 {
     double copy = p->copy_us / 1e6;
-    char pin[64] = "";
+    char pin[64] = "", left[64] = "", b[32];
+    if (out)
+        snprintf(left, sizeof(left), "; the device holds %s now",
+                 stats_fmt_bytes(p->left, b, sizeof(b)));
     if (out && p->pin_us)
         snprintf(pin, sizeof(pin), ", pinning host memory %.3f s over the threads",
                  p->pin_us / 1e6);
     pause_say("%s %d's memory %s: %.2f GiB in %.3f s (%.2f GiB/s, %u threads%s); in all "
-              "%.3f s (its calls stopped %.3f s, its work waited for %.3f s, %s %.3f s)",
+              "%.3f s (its calls stopped %.3f s, its work waited for %.3f s, %s %.3f s)%s",
               out ? "moved" : "brought back", pid, out ? "to host memory" : "to the device",
               gib(p->moved), copy, copy > 0 ? gib(p->moved) / copy : 0.0, p->streams, pin,
               took, p->gate_us / 1e6, p->sync_us / 1e6, out ? "released" : "mapped",
-              p->map_us / 1e6);
+              p->map_us / 1e6, left);
 }
 
 int pause_move_out(int pid, double timeout, stats_view *v)

@@ -11,8 +11,8 @@
  *   DIR=...        ready (written once the loops turned) and go live there
  *   CAPTURE=1      a graph capture stays open on a stream of its own
  *   SUBSCRIBE=1    the program subscribes to CUPTI itself at the start
- *   SUBSCRIBE_AT=1 a thread subscribes once DIR/sub appears, and writes
- *                  DIR/subscribed after
+ * A thread subscribes to CUPTI once DIR/sub appears, and writes
+ * DIR/subscribed after.
  */
 #include <pthread.h>
 #include <stdatomic.h>
