@@ -61,8 +61,8 @@
     X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, \
                                        CUmemAllocationHandleType))             \
     X(cuStreamSynchronize, (CUstream))                                        \
-    X(cuMemHostAlloc, (void **, size_t, unsigned int))                        \
-    X(cuMemFreeHost, (void *))                                                \
+    X(cuMemHostRegister_v2, (void *, size_t, unsigned int))                   \
+    X(cuMemHostUnregister, (void *))                                          \
     X(cuMemcpyDtoHAsync_v2, (void *, CUdeviceptr, size_t, CUstream))          \
     X(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void *, size_t, CUstream))
 

@@ -3,7 +3,8 @@
  * simcopy.c - the simulated driver's pinned host memory and copies
  * between host and device memory (cupool pause's own move), each reported
  * to CUPTI; and the failures a test asks for while a program runs:
- * SIMCUDA_FAIL_FILE names a file whose words ("hostalloc", "create", "copy")
+ * SIMCUDA_FAIL_FILE names a file whose words ("hostalloc": pinning by
+ * cuMemHostAlloc or cuMemHostRegister; "create", "copy")
  * make those calls fail for as long as it says so, so that a test can
  * fail a call between a pause and a resume.
  */
@@ -38,6 +39,20 @@ EXPORT CUresult cuMemHostAlloc(void **p, size_t size, unsigned int flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *p = malloc(size);
     return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
+{
+    (void)p, (void)size, (void)flags;
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2);
+    return sim_fails("hostalloc") ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    (void)p;
+    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister);
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemFreeHost(void *p)
