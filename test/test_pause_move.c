@@ -4,11 +4,12 @@
  * simulated driver: test/pause_prog.c under cupool (CUPOOL_VMM=1) keeps a
  * thread launching memsets and one synchronizing while it is paused and
  * resumed from outside; the simulated device memory is unmapped while it is
- * away, so one memset that got through would kill it. A capture under
+ * away, so one memset that got through would kill it. A CUPTI subscriber
+ * that arrives while it is paused waits for the resume; a capture under
  * way and a program holding CUPTI are refused (the driver moves it, as
  * before); host memory that cannot be had leaves it running with its
- * data; a device with no room on resume leaves it paused until a resume
- * finds room. Each test makes its own page and state directories.
+ * data; a device with room for only some of its pieces on resume leaves
+ * it paused, what those took given back, until a resume finds room. Each test makes its own page and state directories.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -153,7 +154,8 @@ static void finish(pid_t pid)
     assert_int_equal(system(cmd), 0);
 }
 
-/* Moved out and back, twice, while it launches and synchronizes. */
+/* Moved out and back, twice, while it launches and synchronizes; a
+ * CUPTI subscriber arriving while it is paused waits for the resume. */
 static void test_pause_move_round_trip(void **s)
 {
     (void)s;
@@ -168,9 +170,17 @@ static void test_pause_move_round_trip(void **s)
             fail_msg("pause: %s", out);
         }
         usleep(100000); /* its loops would have turned many times */
+        if (round == 1) { /* a CUPTI subscriber now waits for the resume (and takes
+                             CUPTI after it: the last round) */
+            assert_false(exists("prog/subscribed"));
+            put("prog/sub", "");
+            usleep(300000);
+            assert_false(exists("prog/subscribed"));
+        }
         if (tool("resume", pid, out, sizeof(out)) != 0 || !strstr(out, "brought back"))
             fail_msg("resume: %s", out);
     }
+    assert_true(wait_for("prog/subscribed"));
     finish(pid);
 }
 
@@ -197,8 +207,9 @@ static void test_pause_move_refusals(void **s)
 }
 
 /* No pinned host memory: nothing released, the driver moves it, the
- * program runs on. No room on the device at the resume: it stays paused,
- * its bytes in host memory, until a resume finds room. */
+ * program runs on. Room for 5 of its pieces at the resume: it stays
+ * paused, its bytes in host memory, those 5 given back (else the next
+ * resume could not map them again), until a resume finds room. */
 static void test_pause_move_failures(void **s)
 {
     (void)s;
@@ -212,7 +223,7 @@ static void test_pause_move_failures(void **s)
     put("fail", "");
     assert_int_equal(tool("pause", pid, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "cupool moved"));
-    put("fail", "create");
+    put("fail", "create:5"); /* room for 5 of its pieces: what they took goes back */
     if (tool("resume", pid, out, sizeof(out)) != 1 || !strstr(out, "stays paused"))
         fail_msg("resume without room: %s", out);
     usleep(100000); /* still held: a memset now would fault */

@@ -6,7 +6,8 @@
  * SIMCUDA_FAIL_FILE names a file whose words ("hostalloc": pinning by
  * cuMemHostAlloc or cuMemHostRegister; "create", "copy")
  * make those calls fail for as long as it says so, so that a test can
- * fail a call between a pause and a resume.
+ * fail a call between a pause and a resume; "create:N" lets N more
+ * through first.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,17 +19,29 @@
 
 #include "simcuda_internal.h"
 
-bool sim_fails(const char *what)
+bool sim_fails_after(const char *what, unsigned *count)
 {
     const char *path = getenv("SIMCUDA_FAIL_FILE");
     FILE *f = path && *path ? fopen(path, "r") : NULL;
     char word[64];
-    bool yes = false;
-    while (f && !yes && fscanf(f, "%63s", word) == 1)
-        yes = !strcmp(word, what);
+    size_t n = strlen(what);
+    bool yes = false, named = false;
+    while (f && !named && fscanf(f, "%63s", word) == 1) {
+        if (strncmp(word, what, n) || (word[n] && word[n] != ':'))
+            continue;
+        named = true;
+        yes = !word[n] || !count || ++*count > (unsigned)atoi(word + n + 1);
+    }
     if (f)
         fclose(f);
+    if (!named && count)
+        *count = 0;
     return yes;
+}
+
+bool sim_fails(const char *what)
+{
+    return sim_fails_after(what, NULL);
 }
 
 EXPORT CUresult cuMemHostAlloc(void **p, size_t size, unsigned int flags)

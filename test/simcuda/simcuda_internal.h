@@ -39,5 +39,8 @@ HIDDEN void sim_drv_site(CUpti_CallbackId id, const void *params, CUpti_ApiCallb
 /* Whether the test asks call what to fail now (SIMCUDA_FAIL_FILE holds
  * the word: simcopy.c). */
 HIDDEN bool sim_fails(const char *what);
+/* The same where the file may say "what:N": the calls after N counted in
+ * *count (since the word appeared) fail. */
+HIDDEN bool sim_fails_after(const char *what, unsigned *count);
 
 #endif
