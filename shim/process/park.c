@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 
 #include "capture.h"
@@ -29,7 +30,7 @@
 #include "process.h"
 #include "vmm_park.h"
 
-enum { THREADS = 8, QUIET_MS = 5000 };
+enum { THREADS = 8, QUIET_MS = 5000, SETTLE_MS = 50 };
 #define CHUNK ((size_t)256 << 20)
 
 typedef struct item {
@@ -330,8 +331,11 @@ static uint64_t devices_used(void)
 static int gate_close(void)
 {
     const char *why;
+    bool was = shim_work_watching();
     if (!shim_work_watch_gate(&why))
         return said(-ENOTSUP, "%s", why);
+    if (!was) /* calls begun before CUPTI watched are not counted: let them end */
+        nanosleep(&(struct timespec){0, SETTLE_MS * 1000000L}, NULL);
     shim_cudagate_close();
     unsigned inside;
     char n[16];
@@ -353,6 +357,7 @@ static int gate_close(void)
 static int move_out(void)
 {
     uint64_t t0 = shim_mono_ns(), total = 0, all = 0;
+    uint64_t strays = shim_cudagate_strays(); /* ended before the wait: its work waited for */
     bool any;
     int err = devices_sync();
     last.sync_us = us_since(t0);
@@ -367,7 +372,7 @@ static int move_out(void)
         err = said(e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO, "%s", e ==
                    CUDA_ERROR_OUT_OF_MEMORY ? "no pinned host memory for its bytes: "
                    "nothing released" : "a copy to host memory failed: nothing released");
-    if (!err && shim_cudagate_strays())
+    if (!err && shim_cudagate_strays() != strays)
         err = said(-EAGAIN, "%sa CUDA call begun before cupool watched the calls ended "
                    "during the copies: nothing released (pause again)", "");
     if (err)

@@ -20,7 +20,9 @@
  *
  * Calls that began before CUPTI watched are not counted: one that returns
  * while the gate is closed is (strays), and the mover refuses to release
- * memory when one did.
+ * memory when one returned after it began waiting for the devices' work
+ * (its work may have been queued after that wait). Having just started
+ * CUPTI, the mover lets such calls end first (50 ms).
  */
 #ifndef CUPOOL_SHIM_CUDAGATE_H
 #define CUPOOL_SHIM_CUDAGATE_H
