@@ -194,7 +194,7 @@ $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 
 # cupool pause's own move, on the simulated driver (plain build).
 $(BUILD)/test_pause_move: test/test_pause_move.c $(BUILD)/libcupool.so $(BUILD)/cupool-pause \
-                          $(BUILD)/rt/pause_prog
+                          $(BUILD)/rt/pause_prog | cmocka-check
 	$(CC) $(ALL_CFLAGS) -DBUILT='"$(BUILD)"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
@@ -244,7 +244,8 @@ $(BUILD)/cupool-trace: | deps
 # longest, test_shim under TSan, takes one core; everything else runs beside
 # it on the other, the quick ones first (each test_shim run keeps its pages,
 # groups and simulated devices in a directory of its own).
-test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
+PAUSE_MOVE_DEPS := $(BUILD)/test_pause_move $(foreach v,$(SHIM_VARIANTS),$(v)/rt/pause_prog)
+test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(PAUSE_MOVE_DEPS)
 	@PATH="$(abspath $(BUILD))/tools:$$PATH" TEST_LOGS=$(BUILD)/test-logs scripts/run-tests \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
 	    -- "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \
@@ -255,6 +256,9 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
 	    "timeout 300 python3 test/test_exporter.py $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
+	    "timeout 300 $(BUILD)/test_pause_move" \
+	    "timeout 600 $(BUILD)/test_pause_move $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
+	    "timeout 600 $(BUILD)/test_pause_move $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)"
 
 bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cupool-trace

@@ -26,7 +26,9 @@
 #include <cmocka.h>
 
 static char dir[64];    /* the test's own: pages, ckpt, prog, fail */
-static char lib[1024], cupti[1024];
+static char lib[1024], cupti[1024], prog[1024];
+static const char *variant = BUILT; /* the build whose shim and program run */
+static const char *runtime;         /* a sanitizer's runtime, preloaded first */
 
 static void path(char *out, size_t len, const char *name)
 {
@@ -69,8 +71,13 @@ static int setup(void **s)
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "mkdir -p %s/pages %s/ckpt %s/prog %s/home", dir, dir, dir, dir);
     assert_int_equal(system(cmd), 0);
-    assert_non_null(realpath(BUILT "/libcupool.so", lib));
-    assert_non_null(realpath(BUILT "/sim/libcuda.so.1", cupti));
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/libcupool.so", variant);
+    assert_non_null(realpath(p, lib));
+    snprintf(p, sizeof(p), "%s/sim/libcuda.so.1", variant);
+    assert_non_null(realpath(p, cupti));
+    snprintf(p, sizeof(p), "%s/rt/pause_prog", variant);
+    assert_non_null(realpath(p, prog));
     char v[256];
     path(v, sizeof(v), "pages");
     setenv("CUPOOL_PAGE_DIR", v, 1);
@@ -101,17 +108,18 @@ static pid_t start(const char *e)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        char d[256];
+        char d[256], pre[2100];
         path(d, sizeof(d), "prog");
+        snprintf(pre, sizeof(pre), "%s%s%s", runtime ? runtime : "", runtime ? ":" : "", lib);
         setenv("DIR", d, 1);
         setenv("CUPOOL_VMM", "1", 1);
         setenv("CUPOOL_CUPTI_LIB", cupti, 1);
-        setenv("LD_PRELOAD", lib, 1);
+        setenv("LD_PRELOAD", pre, 1);
         if (e)
             putenv((char *)e);
         if (!freopen(out, "w", stdout) || !freopen(out, "a", stderr))
             _exit(126);
-        execl(BUILT "/rt/pause_prog", "pause_prog", (char *)NULL);
+        execl(prog, "pause_prog", (char *)NULL);
         _exit(127);
     }
     assert_true(wait_for("prog/ready"));
@@ -233,8 +241,15 @@ static void test_pause_move_failures(void **s)
     finish(pid);
 }
 
-int main(void)
+/* [BUILD [RUNTIME]]: the build whose shim and program run (default the
+ * plain one; cupool-pause is always the plain build's), and a sanitizer's
+ * runtime to preload before the shim. */
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        variant = argv[1];
+    if (argc > 2)
+        runtime = argv[2];
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_pause_move_round_trip, setup, teardown),
