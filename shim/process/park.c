@@ -332,6 +332,11 @@ static int gate_close(void)
 {
     const char *why;
     bool was = shim_work_watching();
+    /* Refused before CUPTI starts where it can be: the driver will not
+     * checkpoint a process CUPTI watches, so the driver's own path is
+     * gone once it has started. */
+    if (shim_captures_open())
+        return said(-EBUSY, "%sa CUDA graph capture is under way: nothing moved", "");
     if (!shim_work_watch_gate(&why))
         return said(-ENOTSUP, "%s", why);
     if (!was) /* calls begun before CUPTI watched are not counted: let them end */
