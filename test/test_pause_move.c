@@ -244,6 +244,28 @@ static void test_pause_move_failures(void **s)
 /* [BUILD [RUNTIME]]: the build whose shim and program run (default the
  * plain one; cupool-pause is always the plain build's), and a sanitizer's
  * runtime to preload before the shim. */
+/* A thread inside a CUDA call for longer than the mover waits (5 s): the
+ * move is refused, the driver pauses it, and the call's work lands on its
+ * memory, which stayed (7 s later: a move that had not waited for it would
+ * have let it fault on memory gone). CUPTI watches from the start
+ * (CUPOOL_CUPTI=1): a call begun before it watched is not seen (DESIGN,
+ * "cupool pause's own move"). */
+static void test_pause_move_long_call(void **s)
+{
+    (void)s;
+    char out[4096];
+    pid_t pid = start("CUPOOL_CUPTI=1");
+    put("fail", "slowmemset");
+    usleep(100000); /* its memset loop is inside one now */
+    if (tool("pause", pid, out, sizeof(out)) != 0 || !strstr(out, "stayed inside a CUDA call") ||
+        !strstr(out, "the driver moves everything"))
+        fail_msg("pause with a thread inside a long call: %s", out);
+    put("fail", "");
+    sleep(7); /* the long memset has done its work */
+    assert_int_equal(tool("resume", pid, out, sizeof(out)), 0);
+    finish(pid);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -255,6 +277,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_pause_move_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_failures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pause_move_long_call, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,8 @@
  * cuMemHostAlloc or cuMemHostRegister; "create", "copy")
  * make those calls fail for as long as it says so, so that a test can
  * fail a call between a pause and a resume; "create:N" lets N more
- * through first.
+ * through first; "slowmemset" keeps cudaMemsetAsync inside the driver
+ * for 6 s, between its entry and its work.
  */
 #include <stdio.h>
 #include <stdlib.h>
