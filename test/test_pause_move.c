@@ -158,7 +158,7 @@ static void finish(pid_t pid)
         fail_msg("the program %s %d: %s", WIFSIGNALED(st) ? "died of signal" : "exited",
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), text);
     char cmd[512];
-    snprintf(cmd, sizeof(cmd), "rm -f %s/prog/* %s/fail %s/out", dir, dir, dir);
+    snprintf(cmd, sizeof(cmd), "rm -f %s/prog/* %s/fail* %s/out", dir, dir, dir);
     assert_int_equal(system(cmd), 0);
 }
 
@@ -246,7 +246,7 @@ static void test_pause_move_failures(void **s)
  * runtime to preload before the shim. */
 /* A thread inside a CUDA call for longer than the mover waits (5 s): the
  * move is refused, the driver pauses it, and the call's work lands on its
- * memory, which stayed (7 s later: a move that had not waited for it would
+ * memory, which stayed (11 s later: a move that had not waited for it would
  * have let it fault on memory gone). CUPTI watches from the start
  * (CUPOOL_CUPTI=1): a call begun before it watched is not seen (DESIGN,
  * "cupool pause's own move"). */
@@ -256,12 +256,12 @@ static void test_pause_move_long_call(void **s)
     char out[4096];
     pid_t pid = start("CUPOOL_CUPTI=1");
     put("fail", "slowmemset");
-    usleep(100000); /* its memset loop is inside one now */
+    assert_true(wait_for("fail.inside")); /* its memset loop is inside one now */
     if (tool("pause", pid, out, sizeof(out)) != 0 || !strstr(out, "stayed inside a CUDA call") ||
         !strstr(out, "the driver moves everything"))
         fail_msg("pause with a thread inside a long call: %s", out);
     put("fail", "");
-    sleep(7); /* the long memset has done its work */
+    sleep(11); /* the long memset has done its work */
     assert_int_equal(tool("resume", pid, out, sizeof(out)), 0);
     finish(pid);
 }

@@ -66,11 +66,14 @@ void shim_cudagate_close(void)
 
 bool shim_cudagate_quiet(unsigned ms, unsigned *inside)
 {
-    for (unsigned waited = 0;; waited++) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
         *inside = atomic_load(&active);
         if (!*inside)
             return true;
-        if (waited >= ms)
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= ms)
             return false;
         nanosleep(&(struct timespec){0, 1000000L}, NULL);
     }

@@ -8,11 +8,12 @@
  * make those calls fail for as long as it says so, so that a test can
  * fail a call between a pause and a resume; "create:N" lets N more
  * through first; "slowmemset" keeps cudaMemsetAsync inside the driver
- * for 6 s, between its entry and its work.
+ * for 10 s, between its entry and its work (FILE.inside written first).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -38,6 +39,16 @@ bool sim_fails_after(const char *what, unsigned *count)
     if (!named && count)
         *count = 0;
     return yes;
+}
+
+void sim_slow_call(unsigned seconds)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s.inside", getenv("SIMCUDA_FAIL_FILE"));
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    sleep(seconds);
 }
 
 bool sim_fails(const char *what)

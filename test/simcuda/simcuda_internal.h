@@ -42,5 +42,8 @@ HIDDEN bool sim_fails(const char *what);
 /* The same where the file may say "what:N": the calls after N counted in
  * *count (since the word appeared) fail. */
 HIDDEN bool sim_fails_after(const char *what, unsigned *count);
+/* A call that stays inside the driver for seconds: SIMCUDA_FAIL_FILE.inside
+ * is written first, for the test to know. */
+HIDDEN void sim_slow_call(unsigned seconds);
 
 #endif
