@@ -11,6 +11,8 @@
  *   DIR=...        ready (written once the loops turned) and go live there
  *   CAPTURE=1      a graph capture stays open on a stream of its own
  *   SUBSCRIBE=1    the program subscribes to CUPTI itself at the start
+ *   STITCH=1       one block is stitched (CUPOOL_STITCH=1): 32 MiB over
+ *                  two 16 MiB holes of a segment, mapped again
  * A thread subscribes to CUPTI once DIR/sub appears, and writes
  * DIR/subscribed after.
  */
@@ -109,6 +111,22 @@ static int holds(const unsigned char *p, size_t n, unsigned char v)
     return 1;
 }
 
+/* STITCH=1 (with CUPOOL_STITCH=1): a 32 MiB block served from two 16 MiB
+ * holes of one segment mapped again (a stitched range), filled with 0x66,
+ * and the block between the holes with 0x44; *d and *b for the check. */
+static int stitched(unsigned char **d, unsigned char **b)
+{
+    unsigned char *big, *a, *c;
+    size_t h = 16 * MIB;
+    if (cudaMalloc((void **)&big, 3 * h) || cudaFree(big) || cudaMalloc((void **)&a, h) ||
+        cudaMalloc((void **)b, h) || cudaMalloc((void **)&c, h) || a != big ||
+        cudaMemsetAsync(*b, 0x44, h, 0) || cudaFree(a) || cudaFree(c) ||
+        cudaMalloc((void **)d, 2 * h) || (*d >= a && *d < a + 3 * h) ||
+        cudaMemsetAsync(*d, 0x66, 2 * h, 0))
+        return printf("no stitched block\n"), 1;
+    return 0;
+}
+
 int main(void)
 {
     dir = getenv("DIR");
@@ -120,6 +138,10 @@ int main(void)
             cudaMemsetAsync(b[i], 0x11 * (i + 1), sizes[i], 0) != cudaSuccess)
             return printf("setup failed\n"), 2;
     if (cudaMalloc((void **)&scratch, MIB) != cudaSuccess)
+        return 2;
+    unsigned char *sd = NULL, *sb = NULL;
+    const char *st = getenv("STITCH");
+    if (st && *st == '1' && stitched(&sd, &sb))
         return 2;
     cudaStream_t cs = NULL;
     const char *e = getenv("CAPTURE");
@@ -148,6 +170,8 @@ int main(void)
     int ok = holds(scratch, MIB, 0x5a);
     for (int i = 0; i < 3; i++)
         ok &= holds(b[i], sizes[i], (unsigned char)(0x11 * (i + 1)));
+    if (sd)
+        ok &= holds(sd, 32 * MIB, 0x66) && holds(sb, 16 * MIB, 0x44);
     printf(ok ? "data ok after %lu loops\n" : "data corrupt\n", atomic_load(&loops));
     return ok ? 0 : 1;
 }

@@ -85,6 +85,9 @@ static int setup(void **s)
     setenv("SIMCUDA_CKPT_DIR", v, 1);
     path(v, sizeof(v), "fail");
     setenv("SIMCUDA_FAIL_FILE", v, 1);
+    /* Physical allocations as memfds: a stitched range and the range it
+     * maps share their bytes, as on a GPU. */
+    setenv("SIMCUDA_IPC", "1", 1);
     path(v, sizeof(v), "home");
     setenv("HOME", v, 1);
     setenv("TMPDIR", v, 1);
@@ -99,9 +102,9 @@ static int teardown(void **s)
     return system(cmd) != 0;
 }
 
-/* Starts pause_prog under cupool with the extra environment e (NULL: none)
- * and waits until its loops turn. Its output goes to dir/out. */
-static pid_t start(const char *e)
+/* Starts pause_prog under cupool with the extra environment e and e2
+ * (NULL: none) and waits until its loops turn. Its output goes to dir/out. */
+static pid_t start2(const char *e, const char *e2)
 {
     char out[256];
     path(out, sizeof(out), "out");
@@ -117,6 +120,8 @@ static pid_t start(const char *e)
         setenv("LD_PRELOAD", pre, 1);
         if (e)
             putenv((char *)e);
+        if (e2)
+            putenv((char *)e2);
         if (!freopen(out, "w", stdout) || !freopen(out, "a", stderr))
             _exit(126);
         execl(prog, "pause_prog", (char *)NULL);
@@ -124,6 +129,11 @@ static pid_t start(const char *e)
     }
     assert_true(wait_for("prog/ready"));
     return pid;
+}
+
+static pid_t start(const char *e)
+{
+    return start2(e, NULL);
 }
 
 /* cupool pause or resume (cmd) of pid, its output into out: the exit
@@ -189,6 +199,23 @@ static void test_pause_move_round_trip(void **s)
             fail_msg("resume: %s", out);
     }
     assert_true(wait_for("prog/subscribed"));
+    finish(pid);
+}
+
+/* A stitched range (a block mapped again from two holes' pieces) goes
+ * and comes back with the pieces it maps: its bytes, and those of the
+ * block between the holes, intact. */
+static void test_pause_move_stitched(void **s)
+{
+    (void)s;
+    char out[4096];
+    pid_t pid = start2("CUPOOL_STITCH=1", "STITCH=1");
+    if (tool("pause", pid, out, sizeof(out)) != 0 || !strstr(out, "cupool moved") ||
+        !strstr(out, "the device holds 0 B now"))
+        fail_msg("pause: %s", out);
+    usleep(100000);
+    if (tool("resume", pid, out, sizeof(out)) != 0 || !strstr(out, "brought back"))
+        fail_msg("resume: %s", out);
     finish(pid);
 }
 
@@ -275,6 +302,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_pause_move_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pause_move_stitched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_long_call, setup, teardown),
