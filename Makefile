@@ -28,7 +28,8 @@ TEST_INC := -Ipool -Itrace -Itest
 # What the library and the tools share below them: the page, its fields and
 # formats (stats/), the group segment (group/), the trace's records (trace/
 # trace.c) and the careful file opening (common/).
-STATS_SRC := stats/format.c stats/page.c common/safefile.c common/text.c group/groupseg.c group/format.c \
+STATS_SRC := stats/format.c stats/page.c common/safefile.c common/text.c common/clock.c group/groupseg.c \
+             group/format.c \
              trace/trace.c
 STATS_HDR := $(wildcard stats/*.h common/*.h group/*.h) trace/trace.h
 STATS_INC := -Ipool -Istats -Icommon -Igroup -Itrace
@@ -110,7 +111,8 @@ endef
 # runtime on it (libcudart.so.13 with the real version node), the scenario
 # program linked against the runtime, and the driver-API program linked
 # only against the driver (as a static runtime, CuPy or XLA reach it).
-SIMCUDA_SRC := test/simcuda/simcuda.c test/simcuda/simcupti.c test/simcuda/simvmm.c test/simcuda/simckpt.c
+SIMCUDA_SRC := test/simcuda/simcuda.c test/simcuda/simcupti.c test/simcuda/simvmm.c test/simcuda/simckpt.c \
+               test/simcuda/simcopy.c
 define shim_rt
 $(1)/sim/libcuda.so.1: $(SIMCUDA_SRC) test/simcuda/simcuda.h test/simcuda/simcuda_internal.h
 	@mkdir -p $$(dir $$@)
@@ -132,6 +134,10 @@ $(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2 \
 	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) \
 	    -ldl -lpthread -o $$@
+$(1)/rt/pause_prog: test/pause_prog.c $(1)/sim/libcudart.so.13
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) $$(CUDA_INC) $$< -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 \
+	    -Wl,-rpath,$$(abspath $(1)/sim) -lpthread -o $$@
 $(1)/rt/libfailmalloc.so: test/failmalloc.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) -O2 -fPIC -shared $$< -o $$@
@@ -175,9 +181,9 @@ $(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR) | deps
 	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(EXPORTER_SRC) -lmicrohttpd -o $@
 
 # cupool pause and resume: the driver's checkpoint calls (dlopen'd at run
-# time, as the shim finds CUDA), a process's page for its flush, the NCCL
-# job's controller.
-PAUSE_SRC := pause/main.c common/args.c pause/pause.c pause/job.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
+# time, as the shim finds CUDA), a process's page for its flush and for
+# cupool's own move of its memory, the NCCL job's controller.
+PAUSE_SRC := pause/main.c common/args.c pause/pause.c pause/job.c pause/move.c pause/say.c $(JOBGATE_SRC) $(NODE_SRC) $(STATS_SRC)
 $(BUILD)/cupool-pause: $(PAUSE_SRC) $(TOOLS_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TOOLS_INC) $(CUDA_INC) $(PAUSE_SRC) -ldl -o $@
@@ -191,7 +197,7 @@ $(BUILD)/cupool-options: $(OPTIONS_SRC) $(SHIM_HDR) $(STATS_HDR) $(POOL_HDR)
 # The trace tools behind `cupool replay/plot/import-torch`: the real pool
 # code on a simulated device.
 TRACE_SRC := trace/trace_gz.c trace/replay.c trace/plot.c trace/sim_backend.c trace/trace.c \
-             stats/format.c common/text.c
+             stats/format.c common/text.c common/clock.c
 TRACE_HDR := $(wildcard trace/*.h)
 $(BUILD)/cupool-trace: tools/trace.c common/args.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC) $(STATS_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
@@ -220,9 +226,9 @@ $(BUILD)/asan/test_config: test/test_config.c shim/base/config.c $(STATS_SRC) $(
 	    -lcmocka -lpthread -o $@
 
 # The hand-off of descriptors between processes (its server is a thread).
-$(BUILD)/tsan/test_handoff: test/test_handoff.c shim/entry/handoff.c shim/base/log.c $(SHIM_HDR) $(POOL_HDR)
+$(BUILD)/tsan/test_handoff: test/test_handoff.c shim/entry/handoff.c shim/base/log.c common/clock.c $(SHIM_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(TSAN) $(SHIM_INC) $< shim/entry/handoff.c shim/base/log.c \
+	$(CC) $(WARN) $(DEFS) $(TSAN) $(SHIM_INC) $< shim/entry/handoff.c shim/base/log.c common/clock.c \
 	    -lcmocka -lpthread -o $@
 
 $(BUILD)/tsan/test_owner: test/test_owner.c shim/device/owner.c shim/device/owner.h
@@ -232,6 +238,11 @@ $(BUILD)/tsan/test_owner: test/test_owner.c shim/device/owner.c shim/device/owne
 $(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
 	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' -DBUILT='"$(BUILD)"' \
 	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
+
+# cupool pause's own move, on the simulated driver (plain build).
+$(BUILD)/test_pause_move: test/test_pause_move.c $(BUILD)/libcupool.so $(BUILD)/cupool-pause \
+                          $(BUILD)/rt/pause_prog | cmocka-check
+	$(CC) $(ALL_CFLAGS) -DBUILT='"$(BUILD)"' $< -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
 SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-exporter $(BUILD)/cupool-trace $(BUILD)/cupool-options $(BUILD)/cupool-pause $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
@@ -263,10 +274,10 @@ $(BUILD)/asan/test_trace: test/test_trace.c $(TRACE_SRC) $(TRACE_HDR) $(POOL_SRC
 	    -lcmocka -lpthread -lm -lz -o $@
 
 # The recorder with its test window (recorder.h), under ThreadSanitizer.
-$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/trace.c common/safefile.c common/text.c stats/format.c $(SHIM_HDR) $(POOL_HDR)
+$(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/trace.c common/safefile.c common/text.c common/clock.c stats/format.c $(SHIM_HDR) $(POOL_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/base/recorder.c \
-	    trace/trace.c common/safefile.c common/text.c stats/format.c -lcmocka -lpthread -o $@
+	    trace/trace.c common/safefile.c common/text.c common/clock.c stats/format.c -lcmocka -lpthread -o $@
 
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_safefile \
                                        test_trace test_proclabels test_node test_jobgate) \
@@ -281,7 +292,9 @@ $(BUILD)/cupool-trace: | deps
 # longest, test_shim under TSan, takes one core; everything else runs beside
 # it on the other, the quick ones first (each test_shim run keeps its pages,
 # groups and simulated devices in a directory of its own).
-test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(BUILD)/rt/evil_page
+PAUSE_MOVE_DEPS := $(BUILD)/test_pause_move $(foreach v,$(SHIM_VARIANTS),$(v)/rt/pause_prog)
+test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(BUILD)/rt/evil_page \
+      $(PAUSE_MOVE_DEPS)
 	@PATH="$(abspath $(BUILD))/tools:$$PATH" TEST_LOGS=$(BUILD)/test-logs scripts/run-tests \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
 	    -- "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \
@@ -295,6 +308,9 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(
 	    "timeout 120 python3 test/test_kube_schema.py $(BUILD)" \
 	    "timeout 300 python3 test/test_extension_points.py $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
+	    "timeout 300 $(BUILD)/test_pause_move" \
+	    "timeout 600 $(BUILD)/test_pause_move $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
+	    "timeout 600 $(BUILD)/test_pause_move $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)"
 
 bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cupool-trace

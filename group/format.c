@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "groupseg.h"
 #include "stats.h"
 #include "text.h"
@@ -60,7 +61,7 @@ static int group_turn(const group_view *g, const group_member_view *m)
 /* Seconds since a CLOCK_REALTIME stamp. */
 static double group_waited_s(uint64_t since_ns)
 {
-    uint64_t now = stats_unix_ns();
+    uint64_t now = clock_unix_ns();
     return now > since_ns ? (double)(now - since_ns) / 1e9 : 0.0;
 }
 

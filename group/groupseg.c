@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "groupseg.h"
 #include "safefile.h"
 
@@ -227,7 +228,7 @@ void group_wait_begin(group *g, int dev, uint64_t bytes)
     if (!atomic_load(&g->left)) {
         atomic_store(&g->me->wait_dev, dev);
         atomic_store(&g->me->wait_bytes, bytes);
-        atomic_store(&g->me->wait_since_ns, stats_unix_ns());
+        atomic_store(&g->me->wait_since_ns, clock_unix_ns());
         atomic_store(&g->me->wait_seq, atomic_fetch_add(&g->d->wait_next, 1) + 1);
     }
     unlock(g->d);

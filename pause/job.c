@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "jobgate.h"
 #include "pause.h"
 
@@ -135,7 +136,7 @@ int pause_job(const stats_view *v, double timeout, bool no_flush)
         return 1;
     sigset_t old;
     jobgate_signals_block(&old);
-    double t0 = pause_now_s();
+    double t0 = clock_mono_s();
     int rc = 1;
     uint64_t needs[JOBGATE_RANKS_MAX];
     if (jobgate_stop(&g)) {
@@ -149,12 +150,12 @@ int pause_job(const stats_view *v, double timeout, bool no_flush)
         uint64_t held = 0;
         for (size_t r = 0; r < g.n; r++) {
             held += needs[r];
-            stats_page_mark_paused(g.pid[r], stats_unix_ns(), needs[r] ? needs[r] : 1);
+            stats_page_mark_paused(g.pid[r], clock_unix_ns(), needs[r] ? needs[r] : 1);
         }
         fflush(stderr);
         printf("paused the NCCL job of %d: %zu process%s on this node in %.3f s, its %zu "
                "communicator%s suspended first (NCCL gave back %s); they held %s on the "
-               "device\n", g.pid[0], g.n, g.n == 1 ? "" : "es", pause_now_s() - t0, g.nids,
+               "device\n", g.pid[0], g.n, g.n == 1 ? "" : "es", clock_mono_s() - t0, g.nids,
                g.nids == 1 ? "" : "s", stats_fmt_bytes(jobgate_freed(&g), f, sizeof(f)),
                stats_fmt_bytes(held, b, sizeof(b)));
         rc = 0;

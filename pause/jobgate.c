@@ -27,19 +27,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "jobgate.h"
 #include "node.h"
 #include "userns.h"
 
 /* The views read after each step's answers, one per rank. */
 static stats_view views[JOBGATE_RANKS_MAX];
-
-static double mono_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Appends a sentence to g->why. */
 static void say(jobgate *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -308,7 +302,7 @@ static int ask_all(jobgate *g, uint32_t want, const bool *pick, const char *what
             bad = (int)i;
         done[i] |= err != 0;
     }
-    double until = mono_s() + g->timeout;
+    double until = clock_mono_s() + g->timeout;
     for (size_t left = g->n; left && bad < 0;) {
         left = 0;
         for (size_t i = 0; i < g->n && bad < 0; i++) {
@@ -321,7 +315,7 @@ static int ask_all(jobgate *g, uint32_t want, const bool *pick, const char *what
                 err = got, bad = (int)i;
             left += !done[i];
         }
-        if (left && mono_s() > until)
+        if (left && clock_mono_s() > until)
             for (size_t i = 0; i < g->n && bad < 0; i++)
                 if (!done[i])
                     err = -ETIMEDOUT, bad = (int)i;
@@ -369,7 +363,7 @@ static bool stopped(const jobgate *g, size_t r, char *buf, size_t len)
 
 int jobgate_stop(jobgate *g)
 {
-    double until = mono_s() + g->timeout;
+    double until = clock_mono_s() + g->timeout;
     char lag[160] = "";
     for (;;) {
         if (ask_all(g, STATS_NCCL_CLOSE, NULL, "close its NCCL gate")) {
@@ -386,7 +380,7 @@ int jobgate_stop(jobgate *g)
             all = stopped(g, r, lag, sizeof(lag));
         if (all && !moved)
             return 0;
-        if (mono_s() > until) {
+        if (clock_mono_s() > until) {
             say(g, "the job's ranks did not stop at the same NCCL operation within %.0f s "
                 "(%s). ", g->timeout, lag[0] ? lag : "the counts kept moving");
             jobgate_release(g, true);

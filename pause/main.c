@@ -14,21 +14,24 @@
 #include "stats.h"
 
 static const char help[] =
-    "usage: cupool pause [--timeout SECONDS] [--no-flush] PID\n"
+    "usage: cupool pause [--timeout SECONDS] [--no-flush] [--no-move] PID\n"
     "       cupool resume PID\n"
     "pause gives process PID's whole GPU back from outside: a process under cupool\n"
     "first returns every cache (cupool's, its framework's) within SECONDS (10), then\n"
-    "the driver locks it and checkpoints its device memory to host memory, context\n"
-    "included. resume restores it and lets it go on where it was, its addresses\n"
+    "stops its CUDA calls and copies its VMM segments (CUPOOL_VMM=1, --torch) to\n"
+    "pinned host memory on several streams, their addresses kept; then the driver\n"
+    "locks it and checkpoints the rest of its device memory, context included.\n"
+    "resume restores it and lets it go on where it was, its addresses\n"
     "unchanged. A process holding NCCL communicators is paused with every rank of\n"
     "its job on this node (their communicators suspended first: NCCL 2.29.7 or\n"
     "later), and resumed with them; a job with ranks on other nodes is refused, as\n"
     "is another user's process. --no-flush moves the caches with the process (to\n"
-    "keep them, or to compare). Needs the driver's checkpoint calls (550 or later).\n";
+    "keep them, or to compare), by the driver alone; --no-move leaves the copy to\n"
+    "the driver. Needs the driver's checkpoint calls (550 or later).\n";
 
 /* What the command line asks for. */
 typedef struct pause_args {
-    bool pause, no_flush;
+    bool pause, no_flush, no_move;
     double timeout;
     int pid;
 } pause_args;
@@ -48,6 +51,10 @@ static int options_parse(int argc, char **argv, int *i, pause_args *a)
         const char *o = argv[*i];
         if (a->pause && !strcmp(o, "--no-flush")) {
             a->no_flush = true;
+            continue;
+        }
+        if (a->pause && !strcmp(o, "--no-move")) {
+            a->no_move = true;
             continue;
         }
         if (!a->pause || strcmp(o, "--timeout"))
@@ -85,5 +92,6 @@ int main(int argc, char **argv)
                        : pause_job_resume(&v, a.timeout);
     if (pause_driver_load())
         return 1;
-    return a.pause ? pause_one(a.pid, a.timeout, a.no_flush) : pause_resume_one(a.pid);
+    return a.pause ? pause_one(a.pid, a.timeout, a.no_flush, a.no_move)
+                   : pause_resume_one(a.pid);
 }

@@ -32,29 +32,21 @@
 
 #include <cuda.h>
 
+#include "clock.h"
 #include "jobgate.h"
+#include "move.h"
 #include "pause.h"
+#include "say.h"
 #include "stats.h"
 #include "userns.h"
 
-static const char *me = "cupool";
+/* How long cupool's own move may take (its first pause pins host memory). */
+#define MOVE_S 600.0
 
 pause_driver pause_drv;
 
 static const char *const state_names[] = {"running", "locked", "checkpointed (paused)",
                                           "failed"};
-
-void pause_say(const char *fmt, ...)
-{
-    char msg[2048], shown[sizeof(msg)];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    /* A message may carry what a rank's page says (its gate's reason):
-     * its user's words, made printable here, once for every message. */
-    fprintf(stderr, "%s: %s\n", me, text_printable(msg, shown, sizeof(shown)));
-}
 
 const char *pause_cu_text(CUresult r)
 {
@@ -159,7 +151,7 @@ uint64_t pause_held_of(const stats_view *v)
 int pause_flush(int pid, double timeout, stats_view *v)
 {
     stats_view before;
-    double t0 = pause_now_s();
+    double t0 = clock_mono_s();
     int err = stats_page_request(pid, STATS_REQ_FLUSH, timeout, &before, v);
     if (err == -ETIMEDOUT) {
         pause_say("process %d did not flush within %.0f s: nothing else done", pid, timeout);
@@ -179,7 +171,7 @@ int pause_flush(int pid, double timeout, stats_view *v)
     }
     char r[32], fw[32];
     pause_say("flushed %d in %.2f s: returned %s to the driver (of it, the framework's cache %s)",
-        pid, pause_now_s() - t0,
+        pid, clock_mono_s() - t0,
         stats_fmt_bytes(v->proc.flushed - before.proc.flushed, r, sizeof(r)),
         stats_fmt_bytes(v->proc.framework_flushed - before.proc.framework_flushed, fw,
                         sizeof(fw)));
@@ -224,17 +216,17 @@ static int checkpoint_failed(int pid, CUresult why)
 int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
 {
     CUcheckpointLockArgs la = {.timeoutMs = 30000};
-    double t0 = pause_now_s();
+    double t0 = clock_mono_s();
     CUresult r = pause_drv.lock(pid, &la);
-    *t_lock = pause_now_s() - t0;
+    *t_lock = clock_mono_s() - t0;
     if (r != CUDA_SUCCESS) {
         pause_say("cannot lock process %d (%s): it runs on, untouched", pid, pause_cu_text(r));
         return 1;
     }
     CUcheckpointCheckpointArgs ca = {{0}};
-    t0 = pause_now_s();
+    t0 = clock_mono_s();
     r = pause_drv.checkpoint(pid, &ca);
-    *t_ckpt = pause_now_s() - t0;
+    *t_ckpt = clock_mono_s() - t0;
     if (r == CUDA_SUCCESS)
         return 0;
     return checkpoint_failed(pid, r);
@@ -266,20 +258,91 @@ static int pause_check(int pid, stats_view *v, bool *paged)
     return 0;
 }
 
-int pause_one(int pid, double timeout, bool no_flush)
+/* Says that the process stays paused by cupool's move alone, the driver
+ * having failed to checkpoint the rest. */
+static void moved_alone(int pid, const stats_view *v)
+{
+    char b[32], l[32];
+    printf("paused %d: cupool moved %s to host memory and holds its CUDA calls; the "
+           "rest (its context) stays on the device, which holds %s now\n", pid,
+           stats_fmt_bytes(v->park.moved, b, sizeof(b)),
+           stats_fmt_bytes(v->park.left, l, sizeof(l)));
+}
+
+/* After cupool's move: the driver's lock and checkpoint of the rest. A
+ * driver that refuses to lock (it does while CUPTI watches the process,
+ * and cupool's gate needs CUPTI) leaves it running, its calls held by
+ * cupool. 0, or 1 with why said. */
+static int checkpoint_rest(int pid, double *t_lock, double *t_ckpt)
+{
+    CUcheckpointLockArgs la = {.timeoutMs = 5000};
+    double t0 = clock_mono_s();
+    CUresult r = pause_drv.lock(pid, &la);
+    *t_lock = clock_mono_s() - t0;
+    if (r != CUDA_SUCCESS) {
+        pause_say("the driver does not lock process %d (%s%s): what cupool does not "
+                  "serve stays on the device", pid, pause_cu_text(r),
+                  r == CUDA_ERROR_NOT_SUPPORTED ? ": it does not while CUPTI watches the "
+                  "process, which cupool's gate needs" : "");
+        return 1;
+    }
+    CUcheckpointCheckpointArgs ca = {{0}};
+    t0 = clock_mono_s();
+    r = pause_drv.checkpoint(pid, &ca);
+    *t_ckpt = clock_mono_s() - t0;
+    if (r == CUDA_SUCCESS)
+        return 0;
+    CUcheckpointUnlockArgs ua = {{0}};
+    CUresult u = pause_drv.unlock(pid, &ua);
+    pause_say("the driver did not checkpoint the rest of process %d (%s)%s", pid,
+              pause_cu_text(r), u == CUDA_SUCCESS ? "" : "; its unlock failed too");
+    return 1;
+}
+
+/* Marks pid's page paused, needing what v says it held. */
+static uint64_t mark_paused(int pid, const stats_view *v)
+{
+    uint64_t needs = pause_held_of(v);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (stats_page_mark_paused(pid, (uint64_t)now.tv_sec * 1000000000u +
+                               (uint64_t)now.tv_nsec, needs ? needs : 1))
+        pause_say("process %d paused, but its page could not say so", pid);
+    return needs;
+}
+
+int pause_one(int pid, double timeout, bool no_flush, bool no_move)
 {
     stats_view v;
     bool paged;
     if (pause_check(pid, &v, &paged) || (paged && !no_flush && pause_flush(pid, timeout, &v)))
         return 1;
-    /* From the lock until the page says paused, a Ctrl-C or a TERM must not
+    /* From the move until the page says paused, a Ctrl-C or a TERM must not
      * leave the process locked with nothing said: they wait to the end. */
     sigset_t old;
     jobgate_signals_block(&old);
+    bool moved = paged && !no_flush && !no_move && pause_move_out(pid, MOVE_S, &v) == 0;
     double t_lock = 0, t_ckpt = 0;
-    if (pause_lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
+    if (moved ? checkpoint_rest(pid, &t_lock, &t_ckpt)
+              : pause_lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
+        if (moved) {
+            mark_paused(pid, &v);
+            moved_alone(pid, &v);
+        }
         sigprocmask(SIG_SETMASK, &old, NULL);
-        return 1;
+        return !moved;
+    }
+    if (moved) {
+        mark_paused(pid, &v);
+        char b[32];
+        printf("paused %d: cupool moved %s (%.2f GiB/s), then the driver checkpointed "
+               "the rest: lock %.3f s, checkpoint %.3f s\n", pid,
+               stats_fmt_bytes(v.park.moved, b, sizeof(b)), v.park.copy_us ?
+               (double)v.park.moved / 1073741824.0 / (v.park.copy_us / 1e6) : 0.0,
+               t_lock, t_ckpt);
+        fflush(stdout);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        return 0;
     }
     uint64_t needs = paged ? pause_held_of(&v) : 0;
     struct timespec now;
@@ -302,23 +365,43 @@ int pause_one(int pid, double timeout, bool no_flush)
     return 0;
 }
 
+/* Brings back what cupool's move took from pid, if it did: 0, or 1 with
+ * why said (it stays paused). */
+static int move_back(int pid, bool parked)
+{
+    if (!parked)
+        return 0;
+    if (pause_move_back(pid, MOVE_S))
+        return 1;
+    stats_page_mark_paused(pid, 0, 0);
+    return 0;
+}
+
 int pause_resume_one(int pid)
 {
     CUprocessState st;
     if (pause_state_of(pid, &st))
         return 1;
+    stats_view v;
+    bool parked = stats_page_read(pid, &v) == 0 && v.park.state == STATS_PARK_PARKED;
+    if (st == CU_PROCESS_STATE_RUNNING && parked) { /* the driver left it running */
+        int rc = move_back(pid, true);
+        if (!rc)
+            printf("resumed %d\n", pid);
+        return rc;
+    }
     if (st == CU_PROCESS_STATE_RUNNING || st == CU_PROCESS_STATE_FAILED) {
         pause_say("process %d is %s: %s", pid, state_names[st], st == CU_PROCESS_STATE_RUNNING
             ? "not paused, nothing to do" : "the driver cannot bring it back");
         return 1;
     }
-    double t0 = pause_now_s(), t_restore = 0;
+    double t0 = clock_mono_s(), t_restore = 0;
     CUresult r = CUDA_SUCCESS;
     if (st == CU_PROCESS_STATE_CHECKPOINTED) {
         CUcheckpointRestoreArgs ra;
         memset(&ra, 0, sizeof(ra));
         r = pause_drv.restore(pid, &ra);
-        t_restore = pause_now_s() - t0;
+        t_restore = clock_mono_s() - t0;
         if (r != CUDA_SUCCESS) {
             CUprocessState now = CU_PROCESS_STATE_CHECKPOINTED;
             pause_drv.state(pid, &now);
@@ -332,14 +415,17 @@ int pause_resume_one(int pid)
         }
     }
     CUcheckpointUnlockArgs ua = {{0}};
-    t0 = pause_now_s();
+    t0 = clock_mono_s();
     r = pause_drv.unlock(pid, &ua);
     if (r != CUDA_SUCCESS) {
         pause_say("cannot unlock process %d (%s): it is %s, locked (cupool resume tries again)",
             pid, pause_cu_text(r), t_restore > 0 ? "restored" : "still");
         return 1;
     }
+    double t_unlock = clock_mono_s() - t0;
+    if (move_back(pid, parked))
+        return 1;
     stats_page_mark_paused(pid, 0, 0); /* no page (not under cupool): nothing to say */
-    printf("resumed %d: restore %.3f s, unlock %.3f s\n", pid, t_restore, pause_now_s() - t0);
+    printf("resumed %d: restore %.3f s, unlock %.3f s\n", pid, t_restore, t_unlock);
     return 0;
 }

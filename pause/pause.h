@@ -14,6 +14,7 @@
 
 #include <cuda.h>
 
+#include "say.h"
 #include "stats.h"
 
 /* The driver's calls cupool-pause makes, from libcuda.so.1. */
@@ -29,9 +30,7 @@ typedef struct pause_driver {
 extern pause_driver pause_drv;
 
 /* "cupool: " and the line, on stderr. */
-void pause_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *pause_cu_text(CUresult r);
-double pause_now_s(void);
 
 /* Loads the driver's checkpoint calls. */
 int pause_driver_load(void);
@@ -46,9 +45,11 @@ int pause_flush(int pid, double timeout, stats_view *v);
 /* Lock and checkpoint; a failed checkpoint is unlocked. */
 int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt);
 /* Pauses one process that holds no NCCL communicator: flushes its caches
- * through its page (unless no_flush), then lock and checkpoint; its page
- * says paused. 0, or 1 with the reason said. */
-int pause_one(int pid, double timeout, bool no_flush);
+ * through its page (unless no_flush), has cupool move its VMM segments to
+ * host memory (unless no_move or no_flush), then the driver's lock and
+ * checkpoint of the rest; its page says paused. 0, or 1 with the reason
+ * said. */
+int pause_one(int pid, double timeout, bool no_flush, bool no_move);
 /* Restore (when checkpointed) and unlock; the page says running. */
 int pause_resume_one(int pid);
 

@@ -427,9 +427,3 @@ size_t stats_format_prometheus_with(const stats_view *const *v, const char *cons
     return text_done(&o);
 }
 
-uint64_t stats_unix_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}

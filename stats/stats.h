@@ -246,6 +246,25 @@ typedef struct stats_gate {
     char why[160];            /* the last failure, in words */
 } stats_gate;
 
+/* cupool's own move of a process's device memory (cupool pause and
+ * resume, STATS_REQ_PARK and STATS_REQ_UNPARK): the last request's
+ * outcome. */
+enum stats_park_state { STATS_PARK_RUNNING, STATS_PARK_PARKED };
+typedef struct stats_park {
+    uint32_t state;           /* stats_park_state */
+    int32_t error;            /* the last request's: 0 or a negative errno */
+    uint64_t moved;           /* bytes the last request copied */
+    uint64_t host;            /* pinned host bytes kept for the copies */
+    uint64_t left;            /* device bytes the process still held after
+                                 the last park (cuMemGetInfo's view of the
+                                 device: every process's), or 0 */
+    uint32_t gate_us, sync_us, pin_us, copy_us, map_us; /* the last request's
+                                 steps: the gate, the devices' work, host
+                                 memory pinned, the copies, unmap or map */
+    uint32_t streams;         /* copy streams per device */
+    char why[160];            /* the last refusal or failure, in words */
+} stats_park;
+
 /* One process's view: what a page holds and what formatters print. */
 typedef struct stats_view {
     int32_t pid;
@@ -256,6 +275,7 @@ typedef struct stats_view {
     uint32_t ncomms;          /* used entries of comms (proc.nccl_comms may be more) */
     stats_comm comms[STATS_MAX_COMMS];
     stats_gate gate;
+    stats_park park;
     stats_process proc;
     stats_device dev[STATS_MAX_DEVICES];
 } stats_view;
@@ -285,8 +305,6 @@ bool stats_oom_is_fragmentation(uint64_t size, uint64_t allocated,
  * the length it needed (at most 6 per byte of s, plus 2). */
 size_t stats_json_string(const char *s, char *buf, size_t len);
 
-/* CLOCK_REALTIME in nanoseconds since the epoch. */
-uint64_t stats_unix_ns(void);
 
 /* What two flush requests want together (0 = everything: framework.h and
  * groupseg.h): 0 if either is 0, else the smaller. */
@@ -367,6 +385,9 @@ typedef enum stats_request {
     STATS_REQ_VIEW,  /* read the framework's own figures (at most once a
                         second; answered when read, or at once without) */
     STATS_REQ_NCCL,  /* act on the NCCL gate as stats_nccl_ask says */
+    STATS_REQ_PARK,  /* stop the program's CUDA calls and move its VMM
+                        segments' memory to host memory (stats_park) */
+    STATS_REQ_UNPARK, /* bring it back and let the calls go on */
     STATS_NREQUESTS
 } stats_request;
 

@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "exporter_scrape.h"
 #include "gpus.h"
 #include "stats.h"
@@ -72,13 +73,6 @@ static const char usage_text[] =
     "  --max-answer SIZE   the most one answer may hold (default 16M); processes\n"
     "                      past it are left out, and counted\n"
     "  --once              write one scrape to stdout and exit\n";
-
-static double mono_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 /* ---- connections ------------------------------------------------------------ */
 
@@ -156,7 +150,7 @@ static void notify(void *cls, struct MHD_Connection *c, void **socket_context,
      * left the kernel's copy of a whole answer to take for ever. */
     int sndbuf = SEND_BUFFER;
     setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-    *k = (conn){sv->tail, NULL, ci->connect_fd, mono_s(), false, true};
+    *k = (conn){sv->tail, NULL, ci->connect_fd, clock_mono_s(), false, true};
     *(sv->tail ? &sv->tail->next : &sv->head) = k;
     sv->tail = k;
     sv->nlisted++;
@@ -168,7 +162,7 @@ static void notify(void *cls, struct MHD_Connection *c, void **socket_context,
 /* Shuts down every connection past its deadline. */
 static void conn_sweep(server *sv)
 {
-    double now = mono_s();
+    double now = clock_mono_s();
     for (conn *k = sv->head, *next; k; k = next) {
         next = k->next;
         if (now - k->start > (k->asked ? exchange_deadline_s : request_deadline_s))
@@ -195,7 +189,7 @@ static struct MHD_Response *fixed(const char *text, const char *type)
  * holds one until it is done. NULL when out of memory. */
 static struct MHD_Response *metrics(server *sv)
 {
-    double now = mono_s();
+    double now = clock_mono_s();
     if (sv->latest && now - sv->latest_at < reuse_s)
         return sv->latest;
     char *text;

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "exporter_scrape.h"
 #include "node.h"
 #include "proclabels.h"
@@ -33,13 +34,6 @@ enum { LABEL_LEN = 1024, ENV_LEN = 1 << 18, TAIL_RESERVE = 64 * 1024 };
 
 /* Counters across scrapes. */
 static uint64_t scrapes, skipped_total[NODE_SKIPS], devices_dropped_total;
-
-static double mono_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 /* A growing text buffer. */
 typedef struct text {
@@ -285,7 +279,7 @@ static void add_self(text *t, const node_scan *s, size_t left, const exporter_op
 
 int exporter_scrape(const exporter_opts *o, char **out, size_t *len)
 {
-    double t0 = mono_s();
+    double t0 = clock_mono_s();
     text t = {0};
     node_scan s;
     if (node_scan_run(&s, o->ndirs ? o->dirs : NULL, o->ndirs) == -ENOMEM)
@@ -295,7 +289,7 @@ int exporter_scrape(const exporter_opts *o, char **out, size_t *len)
     t.failed |= left == SIZE_MAX;
     devices_dropped_total += dropped;
     add_devices(&t, &s);
-    add_self(&t, &s, left == SIZE_MAX ? 0 : left, o, mono_s() - t0);
+    add_self(&t, &s, left == SIZE_MAX ? 0 : left, o, clock_mono_s() - t0);
     node_scan_free(&s);
     if (t.failed) {
         free(t.s);

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 
 enum { BURST = 20, PER_SECOND = 5 };
@@ -23,20 +24,13 @@ static unsigned long dropped;
 
 void shim_log_set_level(shim_log_level l) { atomic_store(&level, (int)l); }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Takes a token; returns the number of messages dropped before this one,
  * or -1 if this one must be dropped too. */
 static long take_token(void)
 {
     while (atomic_flag_test_and_set(&busy))
         ;
-    double t = now_s();
+    double t = clock_mono_s();
     tokens += (t - last) * PER_SECOND;
     if (tokens > BURST)
         tokens = BURST;

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "process.h"
 
 shim_config shim_cfg;
@@ -44,15 +45,8 @@ void shim_comm(char *buf, size_t len)
     buf[n > 0 ? n - (buf[n - 1] == '\n') : 0] = '\0';
 }
 
-static uint64_t clock_ns(clockid_t c)
-{
-    struct timespec t;
-    clock_gettime(c, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-uint64_t shim_unix_ns(void) { return clock_ns(CLOCK_REALTIME); }
-uint64_t shim_mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+uint64_t shim_unix_ns(void) { return clock_unix_ns(); }
+uint64_t shim_mono_ns(void) { return clock_mono_ns(); }
 
 int shim_doorbell_open(void)
 {

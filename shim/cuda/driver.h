@@ -59,7 +59,12 @@
     X(cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle,    \
                                      CUmemAllocationHandleType, unsigned long long)) \
     X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, \
-                                       CUmemAllocationHandleType))
+                                       CUmemAllocationHandleType))             \
+    X(cuStreamSynchronize, (CUstream))                                        \
+    X(cuMemHostRegister_v2, (void *, size_t, unsigned int))                   \
+    X(cuMemHostUnregister, (void *))                                          \
+    X(cuMemcpyDtoHAsync_v2, (void *, CUdeviceptr, size_t, CUstream))          \
+    X(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void *, size_t, CUstream))
 
 /* Handed out in place of the driver's, by the exported name of the
  * function wrapped; also called (the real one) by cupool. */

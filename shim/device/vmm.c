@@ -31,10 +31,10 @@
 #include "driver.h"
 #include "grow.h"
 #include "vmm.h"
+#include "vmm_internal.h"
 
 /* The driver's own functions (shim_drv): cupool's VMM segments are the
  * pool's, never counted as memory passed through. */
-#define drv shim_drv
 static const char *drv_missing; /* the first call not found, or NULL */
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
@@ -55,35 +55,7 @@ static void drv_resolve(void)
 #undef X_CHECK
 }
 
-typedef struct gran {
-    CUmemGenericAllocationHandle h; /* the piece's; 0 = given back */
-    size_t len;                     /* at a piece's first granule, its
-                                       granules; 0 at the others */
-} gran;
-
-typedef struct vmm_range {
-    uintptr_t base;
-    size_t size;
-    size_t mapped; /* granules still mapped */
-    gran *g;       /* one per granule */
-    bool borrowed; /* stitched: the pieces are others' */
-} vmm_range;
-
-struct shim_vmm {
-    int dev;
-    size_t gran; /* the driver's granularity */
-    size_t unit; /* a whole piece: a power-of-two multiple of gran */
-    CUmemAllocationProp prop; /* its requestedHandleTypes: see exportable */
-    atomic_bool exportable;   /* pieces are made exportable as POSIX fds */
-    pthread_mutex_t lock;
-    uint64_t granted; /* devices every mapping grants access (a bit each) */
-    vmm_range *r; /* sorted by base */
-    size_t n, cap;
-    pool_span *later; /* shim_vmm_defer */
-    size_t nlater, later_cap;
-};
-
-static const char *errstr(CUresult e)
+const char *vmm_errstr(CUresult e)
 {
     const char *s = NULL;
     if (drv.cuGetErrorString(e, &s) != CUDA_SUCCESS || !s)
@@ -117,7 +89,7 @@ shim_vmm *shim_vmm_open(int dev, size_t want_unit)
                                               CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
     if (e != CUDA_SUCCESS || !ok || !gsize || (gsize & (gsize - 1))) {
         shim_log(SHIM_LOG_ERROR, "CUPOOL_VMM: device %d %s; using cudaMalloc'd "
-                 "segments", dev, e != CUDA_SUCCESS ? errstr(e)
+                 "segments", dev, e != CUDA_SUCCESS ? vmm_errstr(e)
                  : !ok ? "does not support virtual memory management"
                  : "reports an unusable granularity");
         return NULL;
@@ -159,7 +131,7 @@ void shim_vmm_peer_note(int owner, int peer)
 }
 
 /* The devices a mapping made now must grant access: v's and its peers. */
-static uint64_t access_due(const shim_vmm *v)
+uint64_t vmm_access_due(const shim_vmm *v)
 {
     return own_bit(v) | atomic_load(&peers_of[v->dev]);
 }
@@ -183,7 +155,7 @@ static CUresult set_access(uintptr_t addr, size_t size, uint64_t mask)
  * grant). Needs v->lock. */
 static CUresult set_new_access(shim_vmm *v, uintptr_t addr, size_t size)
 {
-    uint64_t own = own_bit(v), due = access_due(v) | v->granted;
+    uint64_t own = own_bit(v), due = vmm_access_due(v) | v->granted;
     CUresult e = set_access(addr, size, due);
     if (e != CUDA_SUCCESS && due != own && (e = set_access(addr, size, own)) == CUDA_SUCCESS) {
         static atomic_bool said;
@@ -195,7 +167,7 @@ static CUresult set_new_access(shim_vmm *v, uintptr_t addr, size_t size)
 }
 
 /* Grants mask to every mapped run of granules of r. Needs v->lock. */
-static CUresult grant_range(const shim_vmm *v, const vmm_range *r, uint64_t mask)
+CUresult vmm_grant_range(const shim_vmm *v, const vmm_range *r, uint64_t mask)
 {
     CUresult e = CUDA_SUCCESS;
     size_t n = r->size / v->gran;
@@ -213,17 +185,17 @@ static CUresult grant_range(const shim_vmm *v, const vmm_range *r, uint64_t mask
 int shim_vmm_grant(shim_vmm *v)
 {
     pthread_mutex_lock(&v->lock);
-    uint64_t more = access_due(v) & ~v->granted;
+    uint64_t more = vmm_access_due(v) & ~v->granted;
     CUresult e = CUDA_SUCCESS;
     for (size_t k = 0; more && e == CUDA_SUCCESS && k < v->n; k++)
-        e = grant_range(v, &v->r[k], more);
+        e = vmm_grant_range(v, &v->r[k], more);
     if (e == CUDA_SUCCESS)
         v->granted |= more;
     pthread_mutex_unlock(&v->lock);
     if (e != CUDA_SUCCESS)
         shim_log(SHIM_LOG_ERROR, "device %d: granting peers access to its "
                  "segments failed: %s; a peer's copies from them may fail",
-                 v->dev, errstr(e));
+                 v->dev, vmm_errstr(e));
     return e == CUDA_SUCCESS ? 0 : -EIO;
 }
 
@@ -238,7 +210,7 @@ static pool_span range_at(const void *v, size_t i)
 }
 
 /* Index of the range holding addr, or -1. Needs v->lock. */
-static long find(const shim_vmm *v, uintptr_t addr)
+long vmm_find(const shim_vmm *v, uintptr_t addr)
 {
     return pool_span_find(v, v->n, range_at, addr);
 }
@@ -267,13 +239,15 @@ static bool drop(shim_vmm *v, vmm_range *r, size_t from, size_t to)
             i++;
             continue;
         }
-        CUresult e = drv.cuMemUnmap(r->base + i * v->gran, len * v->gran);
-        if (e == CUDA_SUCCESS && !r->borrowed)
+        /* A parked range's memory is gone already: only its record goes. */
+        CUresult e = r->parked ? CUDA_SUCCESS
+                     : drv.cuMemUnmap(r->base + i * v->gran, len * v->gran);
+        if (e == CUDA_SUCCESS && !r->borrowed && !r->parked)
             e = drv.cuMemRelease(r->g[i].h);
         if (e != CUDA_SUCCESS)
             shim_log(SHIM_LOG_WARN, "device %d: giving back %zu bytes at %#lx "
                      "failed: %s", v->dev, len * v->gran,
-                     (unsigned long)(r->base + i * v->gran), errstr(e));
+                     (unsigned long)(r->base + i * v->gran), vmm_errstr(e));
         for (size_t k = 0; k < len; k++)
             r->g[i + k] = (gran){0, 0};
         r->mapped -= len;
@@ -329,7 +303,7 @@ static void range_undo(shim_vmm *v, vmm_range *r)
 /* A physical allocation of len bytes on v's device, exportable (for
  * CUDA IPC) while the driver accepts that; where it refuses, never again
  * asked (said once). */
-static CUresult create(shim_vmm *v, size_t len, CUmemGenericAllocationHandle *h)
+CUresult vmm_create(shim_vmm *v, size_t len, CUmemGenericAllocationHandle *h)
 {
     CUmemAllocationProp prop = v->prop;
     bool fds = atomic_load_explicit(&v->exportable, memory_order_relaxed);
@@ -356,7 +330,7 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
     for (size_t off = 0; e == CUDA_SUCCESS && off < size;) {
         size_t len = size - off >= v->unit ? v->unit : v->gran;
         CUmemGenericAllocationHandle h = 0;
-        e = create(v, len, &h);
+        e = vmm_create(v, len, &h);
         if (e != CUDA_SUCCESS)
             break;
         e = drv.cuMemMap(r.base + off, len, 0, h, 0);
@@ -380,7 +354,7 @@ int shim_vmm_map(shim_vmm *v, size_t size, uintptr_t *base)
     range_undo(v, &r);
     if (e != CUDA_ERROR_OUT_OF_MEMORY)
         shim_log(SHIM_LOG_ERROR, "device %d: mapping a %zu-byte segment "
-                 "failed: %s", v->dev, size, errstr(e));
+                 "failed: %s", v->dev, size, vmm_errstr(e));
     return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 }
 
@@ -407,8 +381,9 @@ static CUresult map_parts(shim_vmm *v, vmm_range *r, size_t off,
     size_t at = off;
     for (size_t k = 0; e == CUDA_SUCCESS && k < n; k++) {
         for (uintptr_t a = parts[k].addr; a < parts[k].addr + parts[k].size;) {
-            long i = find(v, a);
-            const gran *src = i < 0 ? NULL : &v->r[i].g[(a - v->r[i].base) / v->gran];
+            long i = vmm_find(v, a);
+            const gran *src = i < 0 || v->r[i].parked ? NULL /* its memory is away */
+                              : &v->r[i].g[(a - v->r[i].base) / v->gran];
             size_t len = src && src->h ? src->len * v->gran : 0;
             /* Only whole pieces, all inside the part. */
             e = len && len <= parts[k].addr + parts[k].size - a
@@ -450,7 +425,7 @@ int shim_vmm_stitch(shim_vmm *v, const pool_span *parts, size_t n,
     range_undo(v, &r); /* unmaps what map_parts mapped */
     if (e != CUDA_ERROR_OUT_OF_MEMORY)
         shim_log(SHIM_LOG_ERROR, "device %d: stitching %zu bytes from %zu "
-                 "parts failed: %s", v->dev, size, n, errstr(e));
+                 "parts failed: %s", v->dev, size, n, vmm_errstr(e));
     return e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 }
 
@@ -461,7 +436,7 @@ int shim_vmm_extend(shim_vmm *v, uintptr_t base, size_t size,
     if (!more || size % v->unit)
         return -EIO;
     pthread_mutex_lock(&v->lock);
-    long i = find(v, base);
+    long i = vmm_find(v, base);
     vmm_range *r = i < 0 ? NULL : &v->r[i];
     int err = !r || r->base != base || !r->borrowed ? -EIO
               : more > r->size - size ? -ENOSPC : 0;
@@ -471,7 +446,7 @@ int shim_vmm_extend(shim_vmm *v, uintptr_t base, size_t size,
     pthread_mutex_unlock(&v->lock);
     if (err == -EIO && e != CUDA_SUCCESS)
         shim_log(SHIM_LOG_ERROR, "device %d: extending a stitched range by "
-                 "%zu bytes failed: %s", v->dev, more, errstr(e));
+                 "%zu bytes failed: %s", v->dev, more, vmm_errstr(e));
     return err;
 }
 
@@ -482,7 +457,7 @@ int shim_vmm_extend(shim_vmm *v, uintptr_t base, size_t size,
 static int first_piece(const shim_vmm *v, uintptr_t addr, size_t size,
                        const vmm_range **out, size_t *first)
 {
-    long k = find(v, addr);
+    long k = vmm_find(v, addr);
     const vmm_range *r = k < 0 ? NULL : &v->r[k];
     if (!r || !size || size > r->base + r->size - addr)
         return -ENOENT;
@@ -550,7 +525,7 @@ int shim_vmm_export(shim_vmm *v, uintptr_t addr, size_t size, size_t k,
             err = !atomic_load(&v->exportable) || e == CUDA_ERROR_NOT_SUPPORTED ||
                           e == CUDA_ERROR_INVALID_VALUE ? -ENOTSUP : -EIO;
             shim_log(SHIM_LOG_ERROR, "device %d: exporting a piece of the block at "
-                     "%#lx failed: %s", v->dev, (unsigned long)addr, errstr(e));
+                     "%#lx failed: %s", v->dev, (unsigned long)addr, vmm_errstr(e));
             break;
         }
         p[(*got)++] = (shim_vmm_piece){fd, g->len * v->gran};
@@ -594,7 +569,7 @@ int shim_vmm_import_piece(uintptr_t base, size_t off, const shim_vmm_piece *p)
     }
     if (e != CUDA_SUCCESS)
         shim_log(SHIM_LOG_ERROR, "mapping %zu bytes of another process's memory "
-                 "failed: %s", p->len, errstr(e));
+                 "failed: %s", p->len, vmm_errstr(e));
     return e == CUDA_SUCCESS ? 0 : import_err(e);
 }
 
@@ -603,7 +578,7 @@ int shim_vmm_import_end(int dev, uintptr_t base, size_t span)
     CUresult e = set_access(base, span, 1ull << dev);
     if (e != CUDA_SUCCESS)
         shim_log(SHIM_LOG_ERROR, "device %d: access to %zu bytes of another process's "
-                 "memory failed: %s", dev, span, errstr(e));
+                 "memory failed: %s", dev, span, vmm_errstr(e));
     return e == CUDA_SUCCESS ? 0 : import_err(e);
 }
 
@@ -629,7 +604,7 @@ size_t shim_vmm_deferred(shim_vmm *v)
 static void unmap_locked(shim_vmm *v, uintptr_t addr, size_t size)
 {
     while (size) {
-        long k = find(v, addr);
+        long k = vmm_find(v, addr);
         if (k < 0) {
             shim_log(SHIM_LOG_ERROR, "device %d: %#lx is in no VMM segment; "
                      "not unmapped", v->dev, (unsigned long)addr);

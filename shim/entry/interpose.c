@@ -16,6 +16,7 @@
 #include "cupti.h"
 #include "cap.h"
 #include "capture.h"
+#include "cudagate.h"
 #include "device.h"
 #include "driver.h"
 #include "fence.h"
@@ -85,6 +86,7 @@ static _Thread_local cudaError_t real_ret;
 int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
 {
     shim_work_start_due(); /* before any lock of cupool's is held */
+    shim_cudagate_enter(); /* and not while the memory is moved */
     inside++;
     shim_group_try();
     int err = shim_device_alloc(dev, size, a);
@@ -93,6 +95,7 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
         err = shim_device_alloc(dev, size, a);
     }
     inside--;
+    shim_cudagate_leave();
     if (err == -ENODEV)
         return err;
     if (err)
@@ -131,9 +134,11 @@ EXPORT cudaError_t cudaMalloc(void **ptr, size_t size)
 
 int shim_free_pooled(int dev, void *ptr)
 {
+    shim_cudagate_enter();
     inside++;
     int err = shim_device_free(dev, (uintptr_t)ptr);
     inside--;
+    shim_cudagate_leave();
     if (err == -EINVAL || err == -EALREADY)
         shim_log(SHIM_LOG_WARN, "free of %p: %s; nothing was freed", ptr,
                  pool_strerror(err));

@@ -38,6 +38,7 @@
 #include "log.h"
 #include "ncclgate.h"
 #include "nvml.h"
+#include "park.h"
 #include "process.h"
 #include "recorder.h"
 #include "safefile.h"
@@ -144,6 +145,7 @@ void shim_stats_view(stats_view *v)
     v->proc.framework_read_at = fw.taken_ns;
     v->ncomms = shim_job_list(v->comms, STATS_MAX_COMMS);
     shim_ncclgate_view(&v->gate);
+    shim_park_view(&v->park);
 }
 
 /* Asks NVML what the process holds on each device with a pool, and keeps
@@ -361,6 +363,10 @@ static void flush_said(enum shim_counter c, const char *by, const shim_framework
  * a capture is under way; the rest when it lands. */
 static void flush(enum shim_counter c, const char *by, uint64_t want)
 {
+    if (shim_park_parked()) { /* its memory is away: nothing to return, nothing to touch */
+        shim_log(SHIM_LOG_INFO, "flush (%s): paused, nothing to return", by);
+        return;
+    }
     shim_framework_result f;
     uint64_t t0 = shim_mono_ns();
     shim_framework_flush(want, &f);
@@ -436,7 +442,7 @@ static void serve_requests(void)
     if (!view_ready(&t[STATS_REQ_VIEW]))
         t[STATS_REQ_VIEW] = 0;
     if (!t[STATS_REQ_FLUSH] && !t[STATS_REQ_DUMP] && !t[STATS_REQ_VIEW] &&
-        !t[STATS_REQ_NCCL])
+        !t[STATS_REQ_NCCL] && !t[STATS_REQ_PARK] && !t[STATS_REQ_UNPARK])
         return;
     if (t[STATS_REQ_NCCL]) { /* before a flush asked with it: what it frees flushes too */
         stats_nccl_ask a;
@@ -447,6 +453,10 @@ static void serve_requests(void)
     }
     if (t[STATS_REQ_FLUSH])
         flush(SHIM_requested_flushes, "cupool flush", 0);
+    if (t[STATS_REQ_PARK]) /* after a flush asked with it */
+        shim_park_serve(true);
+    if (t[STATS_REQ_UNPARK])
+        shim_park_serve(false);
     /* NCCL's memory figures only when a reader asks (cupool stat, dump):
      * its calls are the program's, not to be made on every tick. Outside
      * page_lock. */

@@ -23,6 +23,7 @@
 #include "symbols.h"
 #include "cupti.h"
 #include "process.h"
+#include "cudagate.h"
 #include "real.h"
 #include "log.h"
 
@@ -82,9 +83,13 @@ static void CUPTIAPI on_call(void *ud, CUpti_CallbackDomain domain,
     (void)ud, (void)domain;
     const CUpti_CallbackData *cd = data;
     bool entry = cd->callbackSite != CUPTI_API_EXIT;
+    if (entry && !shim_inside)
+        shim_cudagate_enter(); /* before the call does anything */
     if (!entry)
         atomic_fetch_add_explicit(&work, 1, memory_order_release);
     shim_comm_call(id, cd->functionParams, entry);
+    if (!entry && !shim_inside)
+        shim_cudagate_leave();
 }
 
 typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
@@ -225,6 +230,25 @@ void shim_work_nccl_call(void)
     shim_work_start_due();
 }
 
+bool shim_work_watch_gate(const char **why)
+{
+    if (shim_cfg.cupti == SHIM_OFF) {
+        *why = "CUPOOL_CUPTI=0: cupool does not watch the program's CUDA calls, so it "
+               "cannot stop them";
+        return false;
+    }
+    pthread_once(&once, start);
+    if (atomic_load(&watching))
+        return true;
+    pthread_mutex_lock(&hand_lock);
+    *why = taken ? "the program holds CUPTI (a profiler), which cupool needs to stop "
+                   "its CUDA calls"
+                 : "CUPTI could not be started (the log says why), which cupool needs "
+                   "to stop the program's CUDA calls";
+    pthread_mutex_unlock(&hand_lock);
+    return false;
+}
+
 bool shim_work_watching(void)
 {
     return atomic_load_explicit(&watching, memory_order_acquire);
@@ -287,9 +311,13 @@ static void *hand_over(_Atomic(void *) *slot, const char *name)
 {
     void *f = cupti_own(slot, name);
     if (f) {
+        /* Not while cupool's memory move needs CUPTI to hold the program's
+         * calls: the subscriber waits at the gate until it opens. */
+        shim_cudagate_enter();
         pthread_mutex_lock(&hand_lock);
         give_up_locked();
         pthread_mutex_unlock(&hand_lock);
+        shim_cudagate_leave();
     }
     return f;
 }

@@ -49,6 +49,12 @@ void shim_work_nccl_call(void);
 void shim_work_fence_due(void);
 void shim_work_start_due(void);
 
+/* Starts watching now, whatever CUPOOL_CUPTI=auto waits for, for the
+ * CUDA gate (cudagate.h), which stops calls through CUPTI's callback.
+ * Whether watching; false with *why in words (CUPOOL_CUPTI=0, CUPTI
+ * missing or the program's). */
+bool shim_work_watch_gate(const char **why);
+
 /* Whether watching now (after shim_work_watch). Acquire, read before any
  * decision that relies on the count: false once the program took CUPTI. */
 bool shim_work_watching(void);

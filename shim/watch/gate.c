@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "gate.h"
 #include "log.h"
 #include "process.h"
@@ -41,13 +42,6 @@ static void init(void)
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
     pthread_cond_init(&moved, &a);
     pthread_condattr_destroy(&a);
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 /* Opens the gate. Needs lock. */
@@ -75,9 +69,9 @@ void shim_gate_enter(void *comm, shim_gate_behind behind)
     pthread_once(&once, init);
     pthread_mutex_lock(&lock);
     atomic_fetch_sub(&active, 1);
-    uint64_t told = mono_ns();
+    uint64_t told = clock_mono_ns();
     while (atomic_load(&closed) && !behind(comm, ids, targets, ntargets)) {
-        uint64_t now = mono_ns();
+        uint64_t now = clock_mono_ns();
         if (!held && now >= open_at_ns) {
             expired_locked();
             break;
@@ -111,7 +105,7 @@ void shim_gate_close(const uint64_t *id, const uint64_t *target, size_t n, uint3
     memcpy(ids, id, ntargets * sizeof(*ids));
     memcpy(targets, target, ntargets * sizeof(*targets));
     if (!held)
-        open_at_ns = mono_ns() + (uint64_t)(hold_s ? hold_s : 1) * 1000000000u;
+        open_at_ns = clock_mono_ns() + (uint64_t)(hold_s ? hold_s : 1) * 1000000000u;
     if (!atomic_load(&closed))
         shim_count_add(SHIM_nccl_gate_closes, 1);
     atomic_store(&closed, true);
@@ -123,7 +117,7 @@ void shim_gate_close(const uint64_t *id, const uint64_t *target, size_t n, uint3
  * lock. */
 static bool stopped_locked(void)
 {
-    if (atomic_load(&closed) && !held && mono_ns() >= open_at_ns)
+    if (atomic_load(&closed) && !held && clock_mono_ns() >= open_at_ns)
         expired_locked();
     return atomic_load(&closed) && atomic_load(&active) == 0;
 }
@@ -169,7 +163,7 @@ void shim_gate_view(stats_gate *g)
 {
     if (atomic_load(&closed)) {
         pthread_mutex_lock(&lock);
-        if (atomic_load(&closed) && !held && mono_ns() >= open_at_ns)
+        if (atomic_load(&closed) && !held && clock_mono_ns() >= open_at_ns)
             expired_locked();
         pthread_mutex_unlock(&lock);
     }

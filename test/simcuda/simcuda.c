@@ -544,6 +544,8 @@ EXPORT cudaError_t simrt_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t 
     cuMemsetD8Async_params params = {.dstDevice = (CUdeviceptr)p, .uc = (unsigned char)v,
                                      .N = n, .hStream = (CUstream)s};
     sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, &params, CUPTI_API_ENTER);
+    if (sim_fails("slowmemset")) /* a long call: inside the driver for 10 s */
+        sim_slow_call(10);
     memset(p, v, n);
     work_on(s);
     sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, &params, CUPTI_API_EXIT);

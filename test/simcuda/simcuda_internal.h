@@ -36,4 +36,14 @@ HIDDEN void sim_drv_call_params(CUpti_CallbackId id, const void *params);
 /* One of the two sites alone: a call whose work comes between them. */
 HIDDEN void sim_drv_site(CUpti_CallbackId id, const void *params, CUpti_ApiCallbackSite site);
 
+/* Whether the test asks call what to fail now (SIMCUDA_FAIL_FILE holds
+ * the word: simcopy.c). */
+HIDDEN bool sim_fails(const char *what);
+/* The same where the file may say "what:N": the calls after N counted in
+ * *count (since the word appeared) fail. */
+HIDDEN bool sim_fails_after(const char *what, unsigned *count);
+/* A call that stays inside the driver for seconds: SIMCUDA_FAIL_FILE.inside
+ * is written first, for the test to know. */
+HIDDEN void sim_slow_call(unsigned seconds);
+
 #endif

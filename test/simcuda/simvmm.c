@@ -103,7 +103,9 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size,
     CUresult r = CUDA_SUCCESS;
     if (dev < 0 || dev >= sim_ndev)
         r = CUDA_ERROR_INVALID_DEVICE;
-    else if (i == MAX_HANDLES || size > sim_st[dev].capacity - sim_st[dev].used)
+    static unsigned creates; /* since "create:N" appeared */
+    if (r == CUDA_SUCCESS && (i == MAX_HANDLES || size > sim_st[dev].capacity - sim_st[dev].used ||
+                              sim_fails_after("create", &creates)))
         r = CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS && ipc && *ipc == '1') {
         char name[32];
@@ -153,7 +155,10 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t off,
     (void)f;
     pthread_mutex_lock(&sim_lock);
     CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released &&
+    bool taken = false; /* the real driver refuses to map over a mapping */
+    for (int i = 0; i < nmaps; i++)
+        taken |= maps[i].addr < ptr + size && ptr < maps[i].addr + maps[i].size;
+    if (!taken && hd > 0 && hd < MAX_HANDLES && handles[hd].used && !handles[hd].released &&
         off == 0 && size == handles[hd].size && nmaps < MAX_HANDLES &&
         (handles[hd].fd >= 0
              ? mmap((void *)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, handles[hd].fd, 0)

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * vmm_park.h - a device's VMM segments without their memory for a while
+ * (cupool pause): every address stays reserved, only the physical memory
+ * goes (cuMemUnmap, cuMemRelease), and comes back at the same addresses
+ * (cuMemCreate, cuMemMap, cuMemSetAccess). The caller copies the bytes
+ * out before and in after (process/park.c), and makes sure no work can
+ * touch the segments meanwhile.
+ *
+ * While parked, a trim or an unmap of a parked range only forgets what it
+ * gives back (its memory is gone already), and a stitch of its parts
+ * fails: the pool makes a new segment instead. Segments mapped since stay
+ * as they are.
+ */
+#ifndef CUPOOL_SHIM_VMM_PARK_H
+#define CUPOOL_SHIM_VMM_PARK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "vmm.h"
+
+/* The pieces of v's own segments (stitched ranges map others' pieces and
+ * are left out) that hold memory, or held it when parked, in address
+ * order, runs of adjacent pieces of a segment joined into one span: up to
+ * max into out. Returns how many there are (more than max: ask again with
+ * room). */
+size_t shim_vmm_spans(shim_vmm *v, pool_span *out, size_t max);
+
+/* Unmaps every mapping of v's segments (stitched ones first) and releases
+ * its own physical memory; records what each piece was. 0 and *bytes the
+ * memory released, or -ENOMEM (no host memory for the bookkeeping) with
+ * nothing done. A failed unmap or release is logged and counted out of
+ * *bytes. */
+int shim_vmm_park(shim_vmm *v, uint64_t *bytes);
+
+/* Backs every parked piece with new physical memory at its address, with
+ * the access v's mappings grant, and maps stitched ranges from their parts
+ * again. 0; or -ENOMEM (the device is full) or -EIO, with every range
+ * parked as before (what this call made is released). Their bytes are
+ * undefined until the caller copies them in. */
+int shim_vmm_unpark(shim_vmm *v);
+
+/* Whether any range of v is parked. */
+bool shim_vmm_parked(shim_vmm *v);
+
+#endif
