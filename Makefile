@@ -265,7 +265,7 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so
 	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
 	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
-	    "timeout 300 python3 test/test_exporter.py $(BUILD)" \
+	    "timeout 600 python3 test/test_exporter.py $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
 	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)"
 
