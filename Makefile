@@ -303,7 +303,7 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(
 	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
 	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
-	    "timeout 300 python3 test/test_exporter.py $(BUILD)" \
+	    "timeout 600 python3 test/test_exporter.py $(BUILD)" \
 	    "timeout 300 python3 test/test_slurm.py $(BUILD)" \
 	    "timeout 120 python3 test/test_kube_schema.py $(BUILD)" \
 	    "timeout 300 python3 test/test_extension_points.py $(BUILD)" \

@@ -8,8 +8,9 @@
  * STATS_MAX_DEVICES devices, and one that names more than the node's GPUs
  * (or one twice) would multiply its series for nothing, so only entries of
  * devices below the node's count are kept, each once. The whole answer is
- * bounded too (--max-answer): each process's share is measured, and
- * processes are taken each user's first before anyone's second (so that
+ * bounded too (--max-answer): where every process does not fit, each one's
+ * share is measured, and processes are taken each user's first before
+ * anyone's second (so that
  * one user's many processes cannot push every other user's out), until the
  * next would pass the bound; those left out are counted and named in a
  * comment line, and still counted in the node's totals.
@@ -148,61 +149,80 @@ static size_t choose(const node_scan *s, const size_t *cost, size_t budget, bool
     return left;
 }
 
-/* The processes' series of the kept ones of v (extra their labels), n of
- * them, into t. */
-static void format_kept(text *t, const stats_view **v, const char **extra, const bool *keep,
-                        size_t n)
+/* Formats the first m of v (extra their labels) into t, in at most room
+ * bytes: false, t unchanged, when they need more (or out of memory). */
+static bool format_within(text *t, const stats_view **v, const char **extra, size_t m,
+                          size_t room)
 {
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (keep[i])
-            v[m] = v[i], extra[m++] = extra[i];
-    size_t room = stats_format_prometheus_with(v, (const char *const *)extra, m, NULL, 0) + 1;
     if (t->cap - t->n < room) {
         char *grown = realloc(t->s, t->n + room);
-        if (!grown) {
-            t->failed = true;
-            return;
-        }
+        if (!grown)
+            return t->failed = true, false;
         t->s = grown, t->cap = t->n + room;
     }
-    t->n += stats_format_prometheus_with(v, (const char *const *)extra, m, t->s + t->n, room);
+    size_t need = stats_format_prometheus_with(v, (const char *const *)extra, m,
+                                               t->s + t->n, room);
+    if (need >= room)
+        return false;
+    t->n += need;
+    return true;
+}
+
+/* Measures each process's share of the answer (cost[i]: the text with it
+ * alone, less the families' headers every answer holds, base), keeps
+ * those that fit in budget and formats them into t: how many were left
+ * out, SIZE_MAX on failure. */
+static size_t format_chosen(text *t, node_scan *s, const stats_view **v, const char **extra,
+                            size_t budget)
+{
+    size_t n = s->nprocs, left = SIZE_MAX, m = 0, total;
+    size_t *cost = calloc(n + 1, sizeof(*cost));
+    bool *keep = calloc(n + 1, sizeof(*keep));
+    size_t base = stats_format_prometheus_with(v, (const char *const *)extra, 0, NULL, 0);
+    if (cost && keep) {
+        for (size_t i = 0; i < n; i++)
+            cost[i] = stats_format_prometheus_with(&v[i], (const char *const *)&extra[i], 1,
+                                                   NULL, 0) - base;
+        left = choose(s, cost, budget > base ? budget - base : 0, keep);
+    }
+    total = base + 1;
+    for (size_t i = 0; left != SIZE_MAX && i < n; i++)
+        if (keep[i])
+            v[m] = v[i], extra[m++] = extra[i], total += cost[i];
+    if (left != SIZE_MAX && !format_within(t, v, extra, m, total))
+        left = SIZE_MAX;
+    free(cost);
+    free(keep);
+    return left;
 }
 
 /* The per-process series, within o->max_answer: how many processes were
- * left out (*dropped: device entries dropped), or SIZE_MAX on failure. */
+ * left out (*dropped: device entries dropped), or SIZE_MAX on failure.
+ * Every process is formatted at once into the room the bound leaves; only
+ * when that is too small is each one's share measured. */
 static size_t add_processes(text *t, node_scan *s, const exporter_opts *o, uint64_t *dropped)
 {
     size_t n = s->nprocs, left = SIZE_MAX;
     const stats_view **v = calloc(n + 1, sizeof(*v));
     const char **extra = calloc(n + 1, sizeof(*extra));
     char *labels = calloc(n + 1, LABEL_LEN), *env = malloc(ENV_LEN);
-    size_t *cost = calloc(n + 1, sizeof(*cost));
-    bool *keep = calloc(n + 1, sizeof(*keep));
-    if (v && extra && labels && env && cost && keep) {
+    if (v && extra && labels && env) {
         for (size_t i = 0; i < n; i++) {
             *dropped += bound_devices(&s->procs[i].view, o->devices);
             v[i] = &s->procs[i].view;
             extra[i] = labels + i * LABEL_LEN;
             labels_of(&s->procs[i], labels + i * LABEL_LEN, env);
         }
-        /* A process's share: the text with it alone, less the families'
-         * headers that every answer holds. */
-        size_t base = stats_format_prometheus_with(v, (const char *const *)extra, 0, NULL, 0);
-        for (size_t i = 0; i < n; i++)
-            cost[i] = stats_format_prometheus_with(&v[i], (const char *const *)&extra[i], 1,
-                                                   NULL, 0) - base;
-        size_t fixed = base + TAIL_RESERVE;
-        left = choose(s, cost, o->max_answer > fixed ? o->max_answer - fixed : 0, keep);
-        if (left != SIZE_MAX)
-            format_kept(t, v, extra, keep, n);
+        size_t budget = o->max_answer > TAIL_RESERVE ? o->max_answer - TAIL_RESERVE : 0;
+        if (format_within(t, v, extra, n, budget))
+            left = 0;
+        else if (!t->failed)
+            left = format_chosen(t, s, v, extra, budget);
     }
     free(v);
     free(extra);
     free(labels);
     free(env);
-    free(cost);
-    free(keep);
     return left;
 }
 
@@ -296,6 +316,7 @@ int exporter_scrape(const exporter_opts *o, char **out, size_t *len)
         *out = NULL;
         return -ENOMEM;
     }
-    *out = t.s, *len = t.n;
+    char *fit = realloc(t.s, t.n + 1); /* the room the bound left, given back */
+    *out = fit ? fit : t.s, *len = t.n;
     return 0;
 }
