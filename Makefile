@@ -183,9 +183,12 @@ $(BUILD)/tsan/test_owner: test/test_owner.c shim/device/owner.c shim/device/owne
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(TSAN) -Ipool -Ishim/device -Ishim/base $< shim/device/owner.c -lcmocka -lpthread -o $@
 
-$(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
-	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' -DBUILT='"$(BUILD)"' \
-	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
+# test_shim: the harness (test/shim/harness.c), one test-<feature>.c per
+# feature, main.c listing them.
+SHIM_TEST_SRC := $(wildcard test/shim/*.c)
+$(BUILD)/test_shim: $(SHIM_TEST_SRC) test/shim/harness.h test/skip.h $(SHIM_HDR)
+	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -Itest -DREADER='"$(BUILD)/cupool-stat"' -DBUILT='"$(BUILD)"' \
+	    -DTRACER='"$(BUILD)/cupool-trace"' $(SHIM_TEST_SRC) -lcmocka -o $@
 
 SHIM_VARIANTS := $(BUILD) $(BUILD)/asan $(BUILD)/tsan
 SHIM_DEPS := $(BUILD)/test_shim $(BUILD)/cupool-stat $(BUILD)/cupool-exporter $(BUILD)/cupool-trace $(BUILD)/cupool-options $(BUILD)/cupool-pause $(foreach v,$(SHIM_VARIANTS),$(v)/libcupool.so $(v)/rt/rt_prog $(v)/rt/drv_prog $(v)/rt/libnext.so)
