@@ -88,6 +88,8 @@ endef
 # runtime on it (libcudart.so.13 with the real version node), the scenario
 # program linked against the runtime, and the driver-API program linked
 # only against the driver (as a static runtime, CuPy or XLA reach it).
+# rt_prog's scenarios: one file per feature, main.c finding one by name.
+PROG_SRC := $(wildcard test/prog/*.c)
 SIMCUDA_SRC := test/simcuda/simcuda.c test/simcuda/simcupti.c test/simcuda/simvmm.c test/simcuda/simckpt.c
 define shim_rt
 $(1)/sim/libcuda.so.1: $(SIMCUDA_SRC) test/simcuda/simcuda.h test/simcuda/simcuda_internal.h
@@ -104,10 +106,10 @@ $(1)/sim/libnccl.so.2: test/simcuda/simnccl.c $(1)/sim/libcudart.so.13
 $(1)/sim/libnccl-nosuspend.so: test/simcuda/simnccl.c $(1)/sim/libcudart.so.13
 	$$(CC) $(2) -DSIMNCCL_NO_SUSPEND -fPIC -shared $$(CUDA_INC) -Wl,-soname,libnccl.so.2 $$< \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) -o $$@
-$(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2 \
+$(1)/rt/rt_prog: $(PROG_SRC) test/prog/prog.h $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2 \
                  $(1)/sim/libnccl-nosuspend.so
 	@mkdir -p $$(dir $$@)
-	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
+	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $(PROG_SRC) \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) \
 	    -ldl -lpthread -o $$@
 $(1)/rt/libfailmalloc.so: test/failmalloc.c
@@ -299,12 +301,12 @@ $(GPU)/getdev_cost: test/gpu/getdev_cost.c
 $(GPU)/%_static: test/gpu/%.c
 	@mkdir -p $(dir $@)
 	$(GPU_CC) $< $(STATIC_RT) -o $@
-$(GPU)/rt_prog: test/rt_prog.c
+$(GPU)/rt_prog: $(PROG_SRC) test/prog/prog.h
 	@mkdir -p $(dir $@)
-	$(GPU_CC) $< $(SHARED_RT) -o $@
-$(GPU)/rt_prog_static: test/rt_prog.c
+	$(GPU_CC) $(PROG_SRC) $(SHARED_RT) -o $@
+$(GPU)/rt_prog_static: $(PROG_SRC) test/prog/prog.h
 	@mkdir -p $(dir $@)
-	$(GPU_CC) $< $(STATIC_RT) -o $@
+	$(GPU_CC) $(PROG_SRC) $(STATIC_RT) -o $@
 $(GPU)/gpa_probe: test/gpu/gpa_probe.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 $(CUDA_INC) $< -ldl -o $@
