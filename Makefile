@@ -207,6 +207,13 @@ $(BUILD)/asan/%: test/%.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR) $(TRACE
 	$(CC) $(WARN) $(DEFS) $(ASAN) $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) \
 	    -lcmocka -lpthread -o $@
 
+# test_pool: the pool's rules, its segments' in test_pool_segments.c.
+$(BUILD)/asan/test_pool: test/test_pool.c test/test_pool_segments.c $(POOL_SRC) $(SIM_SRC) \
+                         $(POOL_HDR) $(TEST_HDR) $(TRACE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) $(TEST_INC) $(filter test/%.c,$^) $(POOL_SRC) $(SIM_SRC) \
+	    -lcmocka -lpthread -o $@
+
 $(BUILD)/tsan/%: test/%.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR) $(TRACE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(TSAN) $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) \
