@@ -249,15 +249,16 @@ $(BUILD)/cupool-trace: | deps
 # Every test program, a line as each ends (a failed one's output after it;
 # every output in $(BUILD)/test-logs), each reason for a skip once, then one
 # line counting every test: "N passed, N failed, N skipped, N errors, N
-# unfinished: N tests". scripts/run-tests spreads the commands over the
-# machine's cores (TEST_LANES=N for another count), each command in its
+# unfinished: N tests". scripts/run-tests spreads the commands over two
+# lanes a core (TEST_LANES=N for another count), each command in its
 # own HOME, TMPDIR, XDG_RUNTIME_DIR and page directory: the quick shape
 # check first, then the longest first (as timed in $(BUILD)/test-times by
 # the last run; on a first run, in the order below). test_shim runs its
 # features (test/shim/main.c) a few at a time, so that no build variant's
 # run is one long pole.
-SHIM_TSAN_GROUPS := trace job group stats cli,turn fence,cupti,memory vmm,driver,signals,pause,framework
-SHIM_GROUPS := framework,pause job group,turn trace cli,stats,signals,fence,cupti,memory,vmm,driver
+SHIM_TSAN_GROUPS := job group signals trace vmm,stats turn,memory,fence \
+                    driver,cupti,pause,cli,framework
+SHIM_GROUPS := framework job group trace turn,cli,stats,pause,signals,vmm,driver,fence,memory,cupti
 SHIM_RUN := timeout 600 $(BUILD)/test_shim -g
 TSAN_RT = $(shell $(CC) -print-file-name=libtsan.so)
 ASAN_RT = $(shell $(CC) -print-file-name=libasan.so)
@@ -267,11 +268,11 @@ test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(
 	    "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \
 	     { echo 'FAIL the code shape (scripts/check-shape)'; exit 1; }" \
 	    $(foreach g,$(SHIM_TSAN_GROUPS),"$(SHIM_RUN) $(g) $(BUILD)/tsan $(TSAN_RT)") \
-	    $(foreach g,$(SHIM_GROUPS),"$(SHIM_RUN) $(g) $(BUILD)") \
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
 	    "timeout 300 python3 test/test_exporter.py $(BUILD)" \
-	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
+	    $(foreach g,$(SHIM_GROUPS),"$(SHIM_RUN) $(g) $(BUILD)") \
 	    $(foreach g,$(SHIM_GROUPS),"$(SHIM_RUN) $(g) $(BUILD)/asan $(ASAN_RT)") \
+	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
 	    $(foreach t,$(TEST_BINS),"timeout 600 $(t)") \
 	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
 	    "timeout 120 test/test_run_tests.sh $(BUILD)/planted_cmocka"
