@@ -10,7 +10,7 @@
 typedef struct { char internal[128]; } nccl_id;
 
 /* The job's unique id: made by rank 0 and written to path (whole, by a
- * rename), read by the other ranks (waiting up to 5 s for it). */
+ * rename), read by the other ranks (waiting up to 60 s for it). */
 static nccl_id job_unique_id(const char *path, int rank)
 {
     nccl_id id;
@@ -24,7 +24,7 @@ static nccl_id job_unique_id(const char *path, int rank)
         return id;
     }
     FILE *f = NULL;
-    for (int i = 0; i < 500 && !(f = fopen(path, "r")); i++)
+    for (int i = 0; i < 6000 && !(f = fopen(path, "r")); i++)
         sleep_ms(10);
     CHECK(f && fread(&id, sizeof(id), 1, f) == 1);
     fclose(f);
@@ -61,7 +61,7 @@ static void job_step(void *const *comm, int n, unsigned long *ops)
  * file JOB_ID (rank 0 makes it); with JOB_LOCAL=2, as ranks JOB_RANK and
  * JOB_RANK + 1 both (two GPUs' ranks in one process). With JOB_SPLIT=COLOR,
  * splits it (key: its rank); with JOB_SPLITS=N, N more splits (colors 100
- * on), kept to the end. Touches $READY, then waits up to 20 s for
+ * on), kept to the end. Touches $READY, then waits up to 120 s for
  * SIGTERM; once the file JOB_DESTROY names appears, destroys the split's
  * child (else the job's communicator) and touches JOB_DESTROY.done. With
  * JOB_EVERY=N, an all-reduce on each of the job's communicators every N
@@ -94,7 +94,7 @@ static int nccl_job(void)
     int (*destroy_fn)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
     int every = getenv("JOB_EVERY") ? atoi(getenv("JOB_EVERY")) : 0;
     unsigned long ops = 0;
-    for (int i = 0; i < 2000 && !stop; i++) {
+    for (int i = 0; i < 12000 && !stop; i++) {
         if (every > 0 && i % every == 0)
             job_step(comm, local, &ops);
         if (destroy && access(destroy, F_OK) == 0) {

@@ -75,7 +75,7 @@ static int flush(void)
     unsigned long frees = sim(0).frees;
     CHECK(sim(0).used >= 8 * 4 * MIB);
     raise(SIGUSR1);
-    for (int i = 0; i < 200 && sim(0).used; i++)
+    for (int i = 0; i < 3000 && sim(0).used; i++)
         sleep_ms(10);
     printf("driver frees after SIGUSR1: %lu, still held %llu\n",
            sim(0).frees - frees, sim(0).used);

@@ -8,17 +8,23 @@
 /* ---- signals: cupool keeps its own, the program keeps its handlers ---- */
 #ifdef SIMCUDA
 /* Caches 8 segments, raises SIGUSR1 (process-directed: any thread that
- * does not block it takes it) and checks the driver got them all back. */
+ * does not block it takes it) and checks the driver got them all back
+ * (within 30 s). A flush an earlier signal asked for runs on cupool's
+ * thread when that thread gets the CPU, which on a loaded machine may be
+ * after the segments were cached here: they are cached again until they
+ * stay (each earlier signal takes them once at most). */
 static void flushed_by_signal(void)
 {
     void *p[8];
-    for (int i = 0; i < 8; i++)
-        OK(cudaMalloc(&p[i], 3 * MIB));
-    for (int i = 0; i < 8; i++)
-        OK(cudaFree(p[i]));
+    for (int round = 0; round < 10 && sim(0).used < 8 * 4 * MIB; round++) {
+        for (int i = 0; i < 8; i++)
+            OK(cudaMalloc(&p[i], 3 * MIB));
+        for (int i = 0; i < 8; i++)
+            OK(cudaFree(p[i]));
+    }
     CHECK(sim(0).used >= 8 * 4 * MIB);
     kill(getpid(), SIGUSR1);
-    for (int i = 0; i < 300 && sim(0).used; i++)
+    for (int i = 0; i < 3000 && sim(0).used; i++)
         sleep_ms(10);
     CHECK(sim(0).used == 0);
 }
@@ -64,7 +70,7 @@ static int sig_chain(void)
     CHECK(sigaction(SIGUSR1, NULL, &q) == 0);
     CHECK(q.sa_handler == want);
     flushed_by_signal();
-    for (int i = 0; i < 100 && atomic_load(&own_calls) == 0; i++)
+    for (int i = 0; i < 3000 && atomic_load(&own_calls) == 0; i++)
         sleep_ms(10);
     printf("%s: flushed, own handler calls: %d\n", api, atomic_load(&own_calls));
     CHECK(atomic_load(&own_calls) == 1);
@@ -124,12 +130,12 @@ static void *poke_main(void *arg)
     return NULL;
 }
 
-/* Ends the read after 5 s if the signal did not (the test then fails
+/* Ends the read after 60 s if the signal did not (the test then fails
  * instead of hanging). */
 static atomic_int read_over;
 static void *unstick(void *arg)
 {
-    for (int i = 0; i < 500 && !atomic_load(&read_over); i++)
+    for (int i = 0; i < 6000 && !atomic_load(&read_over); i++)
         sleep_ms(10);
     if (!atomic_load(&read_over)) {
         ssize_t w = write(*(int *)arg, "x", 1);
@@ -170,7 +176,7 @@ static int sig_flags(void)
     sa.sa_flags = SA_RESETHAND;
     CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
     flushed_by_signal();
-    for (int i = 0; i < 100 && atomic_load(&own_calls) < 2; i++)
+    for (int i = 0; i < 3000 && atomic_load(&own_calls) < 2; i++)
         sleep_ms(10);
     struct sigaction q;
     CHECK(sigaction(SIGUSR1, NULL, &q) == 0);

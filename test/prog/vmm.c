@@ -126,7 +126,7 @@ static int flushed_all(void)
 #ifdef SIMCUDA
     /* The helper flushes: wait until it is done (mapped and in use both
      * down), then judge. */
-    for (int i = 0; i < 200 && (sim(0).vmm_mapped || sim(0).used); i++)
+    for (int i = 0; i < 3000 && (sim(0).vmm_mapped || sim(0).used); i++)
         sleep_ms(10);
     simcuda_stats after = sim(0);
     printf("flushed: %llu bytes mapped, %llu in use, %lu unsynced unmaps, "

@@ -18,7 +18,7 @@ const char *program = "rt_prog";
 /* Where the children's live pages go unless a test names its own: a
  * directory of this run, removed at the end, so nothing is left in
  * /dev/shm by children that end without their destructors. */
-char run_pages[64];
+char run_pages[96];
 
 void slurp(const char *path, char *buf, size_t len)
 {
@@ -57,13 +57,13 @@ void child_spawn(child *c, char *const argv[], const char *preload,
         env[n++] = *extra;
         own_pages |= !strncmp(*extra, "CUPOOL_PAGE_DIR=", 16);
     }
-    static char pagedir[96];
+    static char pagedir[128];
     snprintf(pagedir, sizeof(pagedir), "CUPOOL_PAGE_DIR=%s", run_pages);
     if (!own_pages)
         env[n++] = pagedir;
     env[n] = NULL;
-    snprintf(c->out, sizeof(c->out), "/tmp/cupool-test-outXXXXXX");
-    snprintf(c->err, sizeof(c->err), "/tmp/cupool-test-errXXXXXX");
+    scratch_path(c->out, sizeof(c->out), "cupool-test-outXXXXXX");
+    scratch_path(c->err, sizeof(c->err), "cupool-test-errXXXXXX");
     int fo = mkstemp(c->out), fe = mkstemp(c->err);
     assert_true(fo >= 0 && fe >= 0);
     posix_spawn_file_actions_t fa;
@@ -139,13 +139,13 @@ result *finish(child *c, const char *scenario, int expect)
     return &r;
 }
 
-/* Waits up to 10 s for the child to end; kills it if it did not (a
+/* Waits up to 60 s for the child to end; kills it if it did not (a
  * scenario left running may write its trace on without end). True if it
  * ended by itself. finish() then collects it. */
 bool wait_bounded(child *c)
 {
     int gone = 0;
-    for (int i = 0; i < 1000 && !(gone = waitpid(c->pid, &c->st, WNOHANG)); i++)
+    for (int i = 0; i < 6000 && !(gone = waitpid(c->pid, &c->st, WNOHANG)); i++)
         usleep(10000);
     if (!gone) {
         kill(c->pid, SIGKILL);
@@ -218,12 +218,14 @@ int shell(const char *cmd, char *out, size_t len)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* Waits up to 5 s for path to exist, then settle_us more. */
+/* Waits up to 60 s for path to exist (fails the test naming it if it did
+ * not), then settle_us more. */
 void wait_for_file_then(const char *path, useconds_t settle_us)
 {
-    for (int i = 0; i < 500 && access(path, F_OK); i++)
+    for (int i = 0; i < 6000 && access(path, F_OK); i++)
         usleep(10000);
-    assert_int_equal(access(path, F_OK), 0);
+    if (access(path, F_OK))
+        fail_msg("%s did not appear within 60 s", path);
     usleep(settle_us);
 }
 
@@ -249,8 +251,8 @@ const char *sim_cupti(void)
 void link_refused(const char *var, const char *scenario, const char *extra,
                          const char *expect)
 {
-    char dirn[] = "/tmp/cupool-lnk-XXXXXX", target[64], link_[64], env[96];
-    assert_non_null(mkdtemp(dirn));
+    char dirn[96], target[128], link_[128], env[192];
+    assert_non_null(mkdtemp(scratch_path(dirn, sizeof(dirn), "cupool-lnk-XXXXXX")));
     snprintf(target, sizeof(target), "%s/precious", dirn);
     snprintf(link_, sizeof(link_), "%s/link", dirn);
     FILE *f = fopen(target, "w");
@@ -278,8 +280,8 @@ void link_refused(const char *var, const char *scenario, const char *extra,
  * stays small to replay. */
 void traceloop_start(child *c, const char *dirn, const char *extra)
 {
-    static char e1[128], e2[128], e3[128];
-    char ready[96];
+    static char e1[192], e2[192], e3[192];
+    char ready[160];
     snprintf(e1, sizeof(e1), "CUPOOL_TRACE=%s/t.trace", dirn);
     snprintf(e2, sizeof(e2), "COUNTER=%s/count", dirn);
     snprintf(ready, sizeof(ready), "%s/ready", dirn);
@@ -289,24 +291,24 @@ void traceloop_start(child *c, const char *dirn, const char *extra)
 }
 
 /* Sends SIGTERM to a traceloop started in dirn and collects it: it must end
- * within 10 s, by that signal's default action. Removes dirn. */
+ * within 60 s, by that signal's default action. Removes dirn. */
 result *traceloop_end(child *c, const char *dirn)
 {
     kill(c->pid, SIGTERM);
     bool gone = wait_bounded(c);
     result *r = finish(c, "traceloop", 128 + SIGTERM);
     assert_int_equal(remove_tree(dirn), 0);
-    assert_true(gone); /* not still running after 10 s */
+    assert_true(gone); /* not still running after 60 s */
     assert_int_equal(r->status, 128 + SIGTERM);
     return r;
 }
 
-char pages[64];
+char pages[96];
 
 int pages_setup(void **s)
 {
     (void)s;
-    snprintf(pages, sizeof(pages), "/tmp/cupool-pages-XXXXXX");
+    scratch_path(pages, sizeof(pages), "cupool-pages-XXXXXX");
     return mkdtemp(pages) ? 0 : -1;
 }
 
@@ -344,19 +346,21 @@ void serve_start(child *c, const char *tag, const char *e1, const char *e2)
     start_ready(c, "serve", tag, e1, e2);
 }
 
-/* Waits up to 10 s until pid's page, read by cupool stat --json as d,
- * satisfies the Python expression cond. 0 once it does. */
+/* Waits up to 60 s until pid's page, read by cupool stat --json as d,
+ * satisfies the Python expression cond. 0 once it does; -1 after saying
+ * what it waited for. */
 int wait_page(int pid, const char *cond)
 {
     char cmd[768], out[256];
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat --json %d | "
              "python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); "
              "sys.exit(0 if %s else 1)'", pages, pid, cond);
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 600; i++) {
         if (shell(cmd, out, sizeof(out)) == 0)
             return 0;
         usleep(100000);
     }
+    print_message("process %d's page did not come to %s within 60 s\n", pid, cond);
     return -1;
 }
 

@@ -34,6 +34,7 @@
 #include "driver.h"
 #include "real.h"
 #include "signals.h"
+#include "scratch.h"
 #include "skip.h"
 
 extern char **environ;
@@ -56,7 +57,7 @@ typedef struct result {
 
 typedef struct child {
     pid_t pid;
-    char out[32], err[32];
+    char out[96], err[96];
     bool reaped;   /* already waited for (wait_bounded), status in st */
     int st;
 } child;
@@ -73,7 +74,7 @@ extern sigset_t keep_ignored;
 extern const char *dir;
 extern const char *runtime;
 extern const char *program;
-extern char run_pages[64];
+extern char run_pages[96];
 void slurp(const char *path, char *buf, size_t len);
 void child_spawn(child *c, char *const argv[], const char *preload,
     char *const *extra);
@@ -93,7 +94,7 @@ void link_refused(const char *var, const char *scenario, const char *extra,
     const char *expect);
 void traceloop_start(child *c, const char *dirn, const char *extra);
 result *traceloop_end(child *c, const char *dirn);
-extern char pages[64];
+extern char pages[96];
 int pages_setup(void **s);
 int pages_teardown(void **s);
 unsigned long pid_ns_ino(void);

@@ -100,7 +100,7 @@ int main(int argc, char **argv)
         cmocka_set_test_filter(getenv("TEST_ONLY"));
     struct rlimit nocore = {0, 0}; /* SIGQUIT's default action dumps core */
     setrlimit(RLIMIT_CORE, &nocore);
-    snprintf(run_pages, sizeof(run_pages), "/tmp/cupool-run-pages-XXXXXX");
+    scratch_path(run_pages, sizeof(run_pages), "cupool-run-pages-XXXXXX");
     if (!mkdtemp(run_pages))
         return 1;
     int failed = 0;

@@ -104,9 +104,13 @@ static void test_cli_help_and_mistakes(void **s)
     assert_non_null(strstr(out, "cupool 0."));
     /* Nothing to show: the table's stdout stays empty, the word goes to
      * stderr. */
-    shell("mkdir -p /tmp/cupool-empty-pages", out, sizeof(out));
-    assert_int_equal(shell("CUPOOL_PAGE_DIR=/tmp/cupool-empty-pages scripts/cupool stat "
-                           "2>/dev/null; echo rc=$?", out, sizeof(out)), 0);
+    char empty[96], stat_cmd[256];
+    assert_non_null(mkdtemp(scratch_path(empty, sizeof(empty), "cupool-empty-pages-XXXXXX")));
+    snprintf(stat_cmd, sizeof(stat_cmd),
+             "CUPOOL_PAGE_DIR=%s scripts/cupool stat 2>/dev/null; echo rc=$?", empty);
+    int st = shell(stat_cmd, out, sizeof(out));
+    assert_int_equal(remove_tree(empty), 0);
+    assert_int_equal(st, 0);
     assert_string_equal(out, "rc=0\n");
 }
 
@@ -172,8 +176,8 @@ static void test_install_uninstall(void **s)
     (void)s;
     if (runtime)
         skip_because(SKIP_PLAIN_ONLY);
-    char dirn[] = "/tmp/cupool-inst-XXXXXX", cmd[512], out[4096];
-    assert_non_null(mkdtemp(dirn));
+    char dirn[96], cmd[768], out[4096];
+    assert_non_null(mkdtemp(scratch_path(dirn, sizeof(dirn), "cupool-inst-XXXXXX")));
     snprintf(cmd, sizeof(cmd), "M='env -u MAKEFLAGS -u MAKELEVEL make -s'; $M install DESTDIR=%s PREFIX=/opt/c >/dev/null && "
              "%s/opt/c/bin/cupool replay test/data/train.trace.gz --policy best | head -1 && "
              "$M uninstall DESTDIR=%s PREFIX=/opt/c && find %s -type f | wc -l",
@@ -280,8 +284,7 @@ static void test_exports_match_allowlist(void **s)
 static void cli_copy_make(char *root, size_t len)
 {
     char built[PATH_MAX], cmd[PATH_MAX + 256], out[256];
-    snprintf(root, len, "/tmp/cupool-cli-XXXXXX");
-    assert_non_null(mkdtemp(root));
+    assert_non_null(mkdtemp(scratch_path(root, len, "cupool-cli-XXXXXX")));
     assert_non_null(realpath(READER, built));
     *strrchr(built, '/') = '\0';
     snprintf(cmd, sizeof(cmd), "mkdir %s/scripts && cp scripts/cupool scripts/cupool-import-torch "
@@ -302,7 +305,7 @@ static void test_cli_every_command_help_and_unknown_option(void **s)
                                        "resume", "job", "exporter", "options", "replay", "plot",
                                        "import-torch", "version", "help"};
     static char out[16384];
-    char root[64], cmd[512], want[96];
+    char root[96], cmd[512], want[160];
     cli_copy_make(root, sizeof(root));
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         snprintf(want, sizeof(want), "cupool %s", cmds[i]);
@@ -338,7 +341,7 @@ static void test_cli_pause_no_process_before_driver(void **s)
     int pid = 999999;
     while (kill(pid, 0) == 0 || errno != ESRCH)
         pid++;
-    char root[64], cmd[1024], out[4096], want[96];
+    char root[96], cmd[1024], out[4096], want[160];
     cli_copy_make(root, sizeof(root));
     snprintf(cmd, sizeof(cmd), "printf '#include <fcntl.h>\\n#include <stdlib.h>\\n"
              "__attribute__((constructor)) static void loaded(void) "

@@ -37,8 +37,8 @@ static void test_signal_program_flags(void **s) { (void)s; PASSES("sig_flags"); 
 static void test_forked_child_signals(void **s)
 {
     (void)s;
-    char dirn[] = "/tmp/cupool-fork-XXXXXX", env[96];
-    assert_non_null(mkdtemp(dirn));
+    char dirn[96], env[160];
+    assert_non_null(mkdtemp(scratch_path(dirn, sizeof(dirn), "cupool-fork-XXXXXX")));
     snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s/s.%%p", dirn);
     result *r = run("sig_fork", env, NULL);
     assert_int_equal(remove_tree(dirn), 0);

@@ -11,9 +11,9 @@
 static void test_stats_file_fifo(void **s)
 {
     (void)s;
-    char dirn[] = "/tmp/cupool-ff-XXXXXX";
-    assert_non_null(mkdtemp(dirn));
-    char e4[128], fifo[96];
+    char dirn[96];
+    assert_non_null(mkdtemp(scratch_path(dirn, sizeof(dirn), "cupool-ff-XXXXXX")));
+    char e4[192], fifo[128];
     snprintf(fifo, sizeof(fifo), "%s/stats", dirn);
     snprintf(e4, sizeof(e4), "CUPOOL_STATS_FILE=%s", fifo);
     child c;
@@ -29,8 +29,8 @@ static void test_stats_file_fifo(void **s)
 static void test_stats_signal(void **s)
 {
     (void)s;
-    char path[] = "/tmp/cupool-stats-XXXXXX";
-    assert_non_null(mkdtemp(path));
+    char path[96];
+    assert_non_null(mkdtemp(scratch_path(path, sizeof(path), "cupool-stats-XXXXXX")));
     char env[600], check[1200];
     snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s/s.%%p", path);
     result *r = run("stats", env, "CUPOOL_STATS_FORMAT=json", NULL);
@@ -51,8 +51,8 @@ static void test_stats_signal(void **s)
 static void test_stats_signal_table(void **s)
 {
     (void)s;
-    char path[] = "/tmp/cupool-stats-XXXXXX";
-    assert_non_null(mkdtemp(path));
+    char path[96];
+    assert_non_null(mkdtemp(scratch_path(path, sizeof(path), "cupool-stats-XXXXXX")));
     char env[600], cmd[700], out[8192];
     snprintf(env, sizeof(env), "CUPOOL_STATS_FILE=%s/s.%%p", path);
     assert_int_equal(run("stats", env, NULL)->status, 0);

@@ -10,8 +10,8 @@
 static void test_replay_json_escapes_path(void **s)
 {
     (void)s;
-    char dirn[] = "/tmp/cupool-tj-XXXXXX", trace[96], env[128], cmd[512], out[256];
-    assert_non_null(mkdtemp(dirn));
+    char dirn[96], trace[160], env[192], cmd[512], out[256];
+    assert_non_null(mkdtemp(scratch_path(dirn, sizeof(dirn), "cupool-tj-XXXXXX")));
     snprintf(trace, sizeof(trace), "%s/we\"ird\\name.trace", dirn);
     snprintf(env, sizeof(env), "CUPOOL_TRACE=%s", trace);
     assert_int_equal(run("pairs", env, NULL)->status, 0);
@@ -123,8 +123,8 @@ static void test_replay_trim_option(void **s)
 static void test_trace_threads(void **s)
 {
     (void)s;
-    char trace[] = "/tmp/cupool-trace-XXXXXX", env[64], check[512];
-    close(mkstemp(trace));
+    char trace[96], env[128], check[512];
+    close(mkstemp(scratch_path(trace, sizeof(trace), "cupool-trace-XXXXXX")));
     snprintf(env, sizeof(env), "CUPOOL_TRACE=%s", trace);
     result *r = run("tracemix", env, NULL);
     assert_int_equal(r->status, 0);
@@ -151,18 +151,29 @@ static void test_trace_threads(void **s)
  * runs that schedule deterministically. */
 static void trace_killed(int sig, int threads)
 {
-    char dirn[] = "/tmp/cupool-tl-XXXXXX";
-    assert_non_null(mkdtemp(dirn));
-    char trace[96], counter[96], e4[32], check[512];
+    char dirn[96];
+    assert_non_null(mkdtemp(scratch_path(dirn, sizeof(dirn), "cupool-tl-XXXXXX")));
+    char trace[128], counter[128], e4[32], check[512];
     snprintf(trace, sizeof(trace), "%s/t.trace", dirn);
     snprintf(counter, sizeof(counter), "%s/count", dirn);
     snprintf(e4, sizeof(e4), "TL_THREADS=%d", threads);
     child c;
     traceloop_start(&c, dirn, e4);
+    /* The signal once the program made 1000 allocations (up to 60 s: a
+     * sanitizer build on a loaded machine makes them slowly). */
+    uint64_t n[2] = {0, 0};
+    for (int i = 0; i < 6000 && n[0] <= 1000; i++) {
+        FILE *f = fopen(counter, "rb");
+        if (f && fread(n, sizeof(n[0]), 2, f) != 2)
+            n[0] = 0;
+        if (f)
+            fclose(f);
+        if (n[0] <= 1000)
+            usleep(10000);
+    }
     kill(c.pid, sig);
     wait_bounded(&c);
     assert_int_equal(finish(&c, "traceloop", 128 + sig)->status, 128 + sig);
-    uint64_t n[2] = {0, 0};
     FILE *f = fopen(counter, "rb");
     assert_non_null(f);
     assert_int_equal(fread(n, sizeof(n[0]), 2, f), 2);
@@ -210,8 +221,8 @@ static void test_trace_child_leaves_parent_file(void **s)
     for (int shell_child = 0; shell_child < 2; shell_child++) {
         if (shell_child && runtime)
             break; /* a sanitizer runtime cannot be preloaded into sh */
-        char trace[] = "/tmp/cupool-trace-XXXXXX", env[64];
-        close(mkstemp(trace));
+        char trace[96], env[128];
+        close(mkstemp(scratch_path(trace, sizeof(trace), "cupool-trace-XXXXXX")));
         snprintf(env, sizeof(env), "CUPOOL_TRACE=%s", trace);
         result *r = run("tracechild", env, shell_child ? "TC_SHELL=1" : NULL, NULL);
         assert_int_equal(r->status, 0);
@@ -270,9 +281,9 @@ static void link_on_path_refused(const char *dirn, const char *mine, const char 
 static void test_link_on_path_refused(void **s)
 {
     (void)s;
-    char base[] = "/tmp/cupool-mid-XXXXXX", mine[64], open_dir[64], other[64], l[96];
-    char env[128];
-    assert_non_null(mkdtemp(base));
+    char base[96], mine[128], open_dir[128], other[128], l[192];
+    char env[192];
+    assert_non_null(mkdtemp(scratch_path(base, sizeof(base), "cupool-mid-XXXXXX")));
     snprintf(mine, sizeof(mine), "%s/home", base);
     assert_int_equal(mkdir(mine, 0700), 0);
     snprintf(l, sizeof(l), "%s/run.trace", mine);
@@ -313,8 +324,8 @@ static void test_link_on_path_refused(void **s)
 static void test_trace_write_error_then_sigterm(void **s)
 {
     (void)s;
-    char dirn[] = "/tmp/cupool-tw-XXXXXX";
-    assert_non_null(mkdtemp(dirn));
+    char dirn[96];
+    assert_non_null(mkdtemp(scratch_path(dirn, sizeof(dirn), "cupool-tw-XXXXXX")));
     child c;
     traceloop_start(&c, dirn, "FSIZE_LIMIT=1");
     traceloop_end(&c, dirn);

@@ -40,7 +40,7 @@ static void turn_wait(const char *name, int settle_ms)
     wait_for_file_then(path, (useconds_t)settle_ms * 1000);
 }
 
-/* Waits (up to 10 s) for `cupool stat --group group` to show pid waiting
+/* Waits (up to 60 s) for `cupool stat --group group` to show pid waiting
  * in place (1 = next). */
 static void turn_queued(const char *group, int pid, int place)
 {
@@ -48,7 +48,7 @@ static void turn_queued(const char *group, int pid, int place)
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat --group %s", run_pages,
              group);
     snprintf(want, sizeof(want), "waiting %d: pid %d ", place, pid);
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 600; i++) {
         if (shell(cmd, out, sizeof(out)) == 0 && strstr(out, want))
             return;
         usleep(100000);
