@@ -78,8 +78,11 @@ def hold_capture(rt, result, begun):
     begun.set()
     time.sleep(1.5)
     g = ctypes.c_void_p()
+    # The time as the capture begins to end: a release after it waited for
+    # the capture (cupool may run it before EndCapture returns here).
+    ending = time.monotonic()
     result.append(rt.cudaStreamEndCapture(s, ctypes.byref(g)))
-    result.append(time.monotonic())
+    result.append(ending)
 
 
 

@@ -222,7 +222,8 @@ static void test_framework_flush_capture(void **s)
     assert_int_equal(fw_flush(&c, out, sizeof(out)), 0);
     assert_int_equal(wait_page(c.pid, "d[\"process\"][\"framework_torch\"] == 18 << 20"), 0);
     result *r = fw_end(&c);
-    assert_non_null(strstr(r->out, "capture ended: 0, every release after it: True (1)"));
+    if (!strstr(r->out, "capture ended: 0, every release after it: True (1)"))
+        fail_msg("the capture, then the release, said:\n%s%s", r->out, r->err);
     assert_non_null(strstr(r->out, "driver holds: 2097152"));
     assert_non_null(strstr(r->err, "18.00 MiB (after the graph capture under way)"));
 }
