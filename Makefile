@@ -111,6 +111,8 @@ endef
 # runtime on it (libcudart.so.13 with the real version node), the scenario
 # program linked against the runtime, and the driver-API program linked
 # only against the driver (as a static runtime, CuPy or XLA reach it).
+# rt_prog's scenarios: one file per feature, main.c finding one by name.
+PROG_SRC := $(wildcard test/prog/*.c)
 SIMCUDA_SRC := test/simcuda/simcuda.c test/simcuda/simcupti.c test/simcuda/simvmm.c test/simcuda/simckpt.c \
                test/simcuda/simcopy.c
 define shim_rt
@@ -128,10 +130,10 @@ $(1)/sim/libnccl.so.2: test/simcuda/simnccl.c $(1)/sim/libcudart.so.13
 $(1)/sim/libnccl-nosuspend.so: test/simcuda/simnccl.c $(1)/sim/libcudart.so.13
 	$$(CC) $(2) -DSIMNCCL_NO_SUSPEND -fPIC -shared $$(CUDA_INC) -Wl,-soname,libnccl.so.2 $$< \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) -o $$@
-$(1)/rt/rt_prog: test/rt_prog.c $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2 \
+$(1)/rt/rt_prog: $(PROG_SRC) test/prog/prog.h $(1)/sim/libcudart.so.13 $(1)/sim/libnccl.so.2 \
                  $(1)/sim/libnccl-nosuspend.so
 	@mkdir -p $$(dir $$@)
-	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $$< \
+	$$(CC) $(2) -DSIMCUDA $$(CUDA_INC) -Itest/simcuda $(PROG_SRC) \
 	    -L$(1)/sim -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,$$(abspath $(1)/sim) \
 	    -ldl -lpthread -o $$@
 $(1)/rt/pause_prog: test/pause_prog.c $(1)/sim/libcudart.so.13
@@ -235,9 +237,12 @@ $(BUILD)/tsan/test_owner: test/test_owner.c shim/device/owner.c shim/device/owne
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(TSAN) -Ipool -Ishim/device -Ishim/base $< shim/device/owner.c -lcmocka -lpthread -o $@
 
-$(BUILD)/test_shim: test/test_shim.c $(SHIM_HDR)
-	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -DREADER='"$(BUILD)/cupool-stat"' -DBUILT='"$(BUILD)"' \
-	    -DTRACER='"$(BUILD)/cupool-trace"' $< -lcmocka -o $@
+# test_shim: the harness (test/shim/harness.c), one test-<feature>.c per
+# feature, main.c listing them.
+SHIM_TEST_SRC := $(wildcard test/shim/*.c)
+$(BUILD)/test_shim: $(SHIM_TEST_SRC) test/shim/harness.h test/skip.h $(SHIM_HDR)
+	$(CC) $(ALL_CFLAGS) $(SHIM_INC) -Itest -DREADER='"$(BUILD)/cupool-stat"' -DBUILT='"$(BUILD)"' \
+	    -DTRACER='"$(BUILD)/cupool-trace"' $(SHIM_TEST_SRC) -lcmocka -o $@
 
 # cupool pause's own move, on the simulated driver (plain build).
 $(BUILD)/test_pause_move: test/test_pause_move.c $(BUILD)/libcupool.so $(BUILD)/cupool-pause \
@@ -257,6 +262,13 @@ $(BUILD)/libcupool_pool.a: $(patsubst %.c,$(BUILD)/%.o,$(POOL_SRC))
 $(BUILD)/asan/%: test/%.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR) $(TRACE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(DEFS) $(ASAN) $(TEST_INC) $< $(POOL_SRC) $(SIM_SRC) \
+	    -lcmocka -lpthread -o $@
+
+# test_pool: the pool's rules, its segments' in test_pool_segments.c.
+$(BUILD)/asan/test_pool: test/test_pool.c test/test_pool_segments.c $(POOL_SRC) $(SIM_SRC) \
+                         $(POOL_HDR) $(TEST_HDR) $(TRACE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(ASAN) $(TEST_INC) $(filter test/%.c,$^) $(POOL_SRC) $(SIM_SRC) \
 	    -lcmocka -lpthread -o $@
 
 $(BUILD)/tsan/%: test/%.c $(POOL_SRC) $(SIM_SRC) $(POOL_HDR) $(TEST_HDR) $(TRACE_HDR)
@@ -279,39 +291,58 @@ $(BUILD)/tsan/test_recorder: test/test_recorder.c shim/base/recorder.c trace/tra
 	$(CC) $(WARN) $(DEFS) $(TSAN) -DSHIM_TRACE_TESTING $(SHIM_INC) $< shim/base/recorder.c \
 	    trace/trace.c common/safefile.c common/text.c common/clock.c stats/format.c -lcmocka -lpthread -o $@
 
+# A cmocka program whose every outcome is known: test/test_run_tests.sh
+# checks scripts/run-tests' counting against it.
+$(BUILD)/planted_cmocka: test/planted_cmocka.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< -lcmocka -o $@
+
 TEST_BINS := $(addprefix $(BUILD)/asan/,$(POOL_TESTS) test_config test_stats test_safefile \
                                        test_trace test_proclabels test_node test_jobgate) \
              $(addprefix $(BUILD)/tsan/,$(TSAN_TESTS) test_recorder test_owner test_handoff)
 # Built only once the tests' tools are there (installed, or named).
-$(TEST_BINS) $(BUILD)/test_shim: | cmocka-check
+$(TEST_BINS) $(BUILD)/test_shim $(BUILD)/planted_cmocka: | cmocka-check
 $(BUILD)/cupool-trace: | deps
 
 # Every test program, a line as each ends (a failed one's output after it;
 # every output in $(BUILD)/test-logs), each reason for a skip once, then one
-# line counting every test they ran: "N passed, N failed, N skipped". The
-# longest, test_shim under TSan, takes one core; everything else runs beside
-# it on the other, the quick ones first (each test_shim run keeps its pages,
-# groups and simulated devices in a directory of its own).
+# line counting every test: "N passed, N failed, N skipped, N errors, N
+# unfinished: N tests". scripts/run-tests spreads the commands over two
+# lanes a core (TEST_LANES=N for another count), each command in its
+# own HOME, TMPDIR, XDG_RUNTIME_DIR and page directory: the quick shape
+# check first, then the longest first (as timed in $(BUILD)/test-times by
+# the last run; on a first run, in the order below). test_shim runs its
+# features (test/shim/main.c) a few at a time, so that no build variant's
+# run is one long pole.
+SHIM_TSAN_GROUPS := job group signals trace vmm,stats turn,memory,fence \
+                    driver,cupti,pause,cli,framework
+SHIM_GROUPS := framework job group trace turn,cli,stats,pause,signals,vmm,driver,fence,memory,cupti
+SHIM_RUN := timeout 600 $(BUILD)/test_shim -g
+TSAN_RT = $(shell $(CC) -print-file-name=libtsan.so)
+ASAN_RT = $(shell $(CC) -print-file-name=libasan.so)
 PAUSE_MOVE_DEPS := $(BUILD)/test_pause_move $(foreach v,$(SHIM_VARIANTS),$(v)/rt/pause_prog)
-test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(BUILD)/rt/evil_page \
-      $(PAUSE_MOVE_DEPS)
-	@PATH="$(abspath $(BUILD))/tools:$$PATH" TEST_LOGS=$(BUILD)/test-logs scripts/run-tests \
-	    "timeout 600 $(BUILD)/test_shim $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
-	    -- "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \
+test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(BUILD)/planted_cmocka \
+      $(BUILD)/rt/evil_page $(PAUSE_MOVE_DEPS)
+	@PATH="$(abspath $(BUILD))/tools:$$PATH" TEST_LOGS=$(BUILD)/test-logs \
+	    TEST_TIMES=$(BUILD)/test-times scripts/run-tests \
+	    "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \
 	     { echo 'FAIL the code shape (scripts/check-shape)'; exit 1; }" \
-	    $(foreach t,$(TEST_BINS),"timeout 600 $(t)") \
-	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
-	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
+	    "timeout 900 $(BUILD)/asan/test_pool_random" "timeout 600 $(BUILD)/asan/test_trace" \
+	    $(foreach g,$(SHIM_TSAN_GROUPS),"$(SHIM_RUN) $(g) $(BUILD)/tsan $(TSAN_RT)") \
 	    "timeout 600 python3 test/test_safety.py $(BUILD)" \
 	    "timeout 600 python3 test/test_exporter.py $(BUILD)" \
 	    "timeout 300 python3 test/test_slurm.py $(BUILD)" \
 	    "timeout 120 python3 test/test_kube_schema.py $(BUILD)" \
 	    "timeout 300 python3 test/test_extension_points.py $(BUILD)" \
-	    "timeout 600 $(BUILD)/test_shim $(BUILD)" \
 	    "timeout 300 $(BUILD)/test_pause_move" \
-	    "timeout 600 $(BUILD)/test_pause_move $(BUILD)/tsan $(shell $(CC) -print-file-name=libtsan.so)" \
-	    "timeout 600 $(BUILD)/test_pause_move $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)" \
-	    "timeout 600 $(BUILD)/test_shim $(BUILD)/asan $(shell $(CC) -print-file-name=libasan.so)"
+	    "timeout 600 $(BUILD)/test_pause_move $(BUILD)/tsan $(TSAN_RT)" \
+	    "timeout 600 $(BUILD)/test_pause_move $(BUILD)/asan $(ASAN_RT)" \
+	    $(foreach g,$(SHIM_GROUPS),"$(SHIM_RUN) $(g) $(BUILD)") \
+	    $(foreach g,$(SHIM_GROUPS),"$(SHIM_RUN) $(g) $(BUILD)/asan $(ASAN_RT)") \
+	    "timeout 600 python3 test/test_import_torch.py $(BUILD)" \
+	    $(foreach t,$(filter-out %/test_pool_random %/test_trace,$(TEST_BINS)),"timeout 600 $(t)") \
+	    "timeout 300 python3 test/test_docs_examples.py $(BUILD)" \
+	    "timeout 120 test/test_run_tests.sh $(BUILD)/planted_cmocka"
 
 bench: $(BUILD)/bench_pool $(BUILD)/libcupool.so $(BUILD)/rt/rt_prog $(BUILD)/cupool-trace
 	scripts/bench-pool
@@ -362,12 +393,12 @@ $(GPU)/getdev_cost: test/gpu/getdev_cost.c
 $(GPU)/%_static: test/gpu/%.c
 	@mkdir -p $(dir $@)
 	$(GPU_CC) $< $(STATIC_RT) -o $@
-$(GPU)/rt_prog: test/rt_prog.c
+$(GPU)/rt_prog: $(PROG_SRC) test/prog/prog.h
 	@mkdir -p $(dir $@)
-	$(GPU_CC) $< $(SHARED_RT) -o $@
-$(GPU)/rt_prog_static: test/rt_prog.c
+	$(GPU_CC) $(PROG_SRC) $(SHARED_RT) -o $@
+$(GPU)/rt_prog_static: $(PROG_SRC) test/prog/prog.h
 	@mkdir -p $(dir $@)
-	$(GPU_CC) $< $(STATIC_RT) -o $@
+	$(GPU_CC) $(PROG_SRC) $(STATIC_RT) -o $@
 $(GPU)/gpa_probe: test/gpu/gpa_probe.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 $(CUDA_INC) $< -ldl -o $@

@@ -78,8 +78,11 @@ def hold_capture(rt, result, begun):
     begun.set()
     time.sleep(1.5)
     g = ctypes.c_void_p()
+    # The time as the capture begins to end: a release after it waited for
+    # the capture (cupool may run it before EndCapture returns here).
+    ending = time.monotonic()
     result.append(rt.cudaStreamEndCapture(s, ctypes.byref(g)))
-    result.append(time.monotonic())
+    result.append(ending)
 
 
 
@@ -122,8 +125,9 @@ def main(mode):
         # READY only once the capture is open: a flush asked before it
         # began would find none to wait for (a loaded machine).
         begun = threading.Event()
-        threading.Thread(target=hold_capture,
-                         args=(ctypes.CDLL(None), captured, begun)).start()
+        holder = threading.Thread(target=hold_capture,
+                                  args=(ctypes.CDLL(None), captured, begun))
+        holder.start()
         assert begun.wait(60)
     open(os.environ["READY"], "w").close()
     if mode == "gilheld":
@@ -138,6 +142,9 @@ def main(mode):
         time.sleep(0.01)
     if child:
         os.waitpid(child, 0)
+    if mode == "capture":
+        # The capture's end, even when SIGTERM came first (a loaded machine).
+        holder.join(60)
     if captured:
         at = sys.modules["torch"].cuda.empty_cache_at
         print(f"capture ended: {captured[0]}, every release after it: "

@@ -27,6 +27,7 @@
 #include "process.h"
 #include "log.h"
 #include "recorder.h"
+#include "scratch.h"
 
 /* ---- what the recorder needs from the rest of the shim --------------------- */
 
@@ -143,8 +144,8 @@ static long records(const char *path)
  * returned before the producer went on. */
 static long schedule(bool with_hold, bool *drained_first)
 {
-    char path[] = "/tmp/cupool-rec-XXXXXX";
-    close(mkstemp(path));
+    char path[96];
+    close(mkstemp(scratch_path(path, sizeof(path), "cupool-rec-XXXXXX")));
     shim_trace_open(path, 0);
     assert_int_equal(shim_tracing(), 1);
     /* Each run its own pool: the rings of earlier runs are drained too. */

@@ -29,6 +29,7 @@
 #include "safefile.h"
 #include "stats.h"
 #include "userns.h"
+#include "scratch.h"
 #include "skip.h"
 
 #define MIB ((uint64_t)1 << 20)
@@ -265,12 +266,12 @@ static void test_prometheus_passes_promtool(void **s)
     assert_null(strstr(buf, "_bytes_bytes"));
     assert_non_null(strstr(buf, "# TYPE cupool_stitched_bytes_total counter\n"));
     assert_non_null(strstr(buf, "cupool_build_info{version=\"" CUPOOL_VERSION "\"} 1\n"));
-    char path[] = "/tmp/cupool-prom-XXXXXX";
-    int fd = mkstemp(path);
+    char path[96];
+    int fd = mkstemp(scratch_path(path, sizeof(path), "cupool-prom-XXXXXX"));
     assert_true(fd >= 0);
     assert_int_equal(write(fd, buf, strlen(buf)), (ssize_t)strlen(buf));
     close(fd);
-    char cmd[128];
+    char cmd[160];
     snprintf(cmd, sizeof(cmd), "promtool check metrics < %s", path);
     int st = system(cmd);
     unlink(path);
@@ -279,13 +280,12 @@ static void test_prometheus_passes_promtool(void **s)
                  "scripts/get-promtool)");
 }
 
-static char dir[64];
+static char dir[96];
 
 static int page_setup(void **s)
 {
     (void)s;
-    snprintf(dir, sizeof(dir), "/tmp/cupool-pages-XXXXXX");
-    if (!mkdtemp(dir))
+    if (!mkdtemp(scratch_path(dir, sizeof(dir), "cupool-pages-XXXXXX")))
         return -1;
     setenv("CUPOOL_PAGE_DIR", dir, 1);
     return 0;
@@ -798,6 +798,12 @@ static void test_group_squatted_meets_elsewhere(void **s)
     snprintf(run, sizeof(run), "%s/run", dir);
     assert_int_equal(mkdir(run, 0700), 0);
     setenv("XDG_RUNTIME_DIR", run, 1);
+    /* The fallback beside it ($HOME/.cache/cupool) is the test's own too:
+     * a group "sq" left in the user's by an earlier run is not this one. */
+    char home[128], *old_home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+    snprintf(home, sizeof(home), "%s/home", dir);
+    assert_int_equal(mkdir(home, 0700), 0);
+    setenv("HOME", home, 1);
     group_cap caps[STATS_MAX_DEVICES];
     for (int i = 0; i < STATS_MAX_DEVICES; i++)
         caps[i] = (group_cap){8 << 20, 0, 0};
@@ -823,6 +829,9 @@ static void test_group_squatted_meets_elsewhere(void **s)
     group_forget(g);
     group_forget(again);
     unsetenv("XDG_RUNTIME_DIR");
+    if (old_home)
+        setenv("HOME", old_home, 1);
+    free(old_home);
 }
 
 /* ---- whose a process is (node/userns.c) -------------------------------------- */

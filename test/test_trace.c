@@ -22,19 +22,19 @@
 #include "replay.h"
 #include "trace.h"
 #include "trace_gz.h"
+#include "scratch.h"
 
 #define KIB ((uint64_t)1 << 10)
 #define MIB ((uint64_t)1 << 20)
 
 typedef struct ev { uint64_t time; trace_op op; uint64_t addr, size; trace_result r; } ev;
 
-static char path[64];
+static char path[96];
 
 static int setup(void **s)
 {
     (void)s;
-    snprintf(path, sizeof(path), "/tmp/cupool-test-traceXXXXXX");
-    int fd = mkstemp(path);
+    int fd = mkstemp(scratch_path(path, sizeof(path), "cupool-test-traceXXXXXX"));
     if (fd < 0)
         return -1;
     close(fd);
@@ -545,7 +545,7 @@ static void test_plot_is_valid_svg(void **s)
                      .samples = true};
     replay_result r;
     assert_int_equal(replay_run(&t, &o, &r), 0);
-    char svg[80];
+    char svg[128];
     snprintf(svg, sizeof(svg), "%s.svg", path);
     FILE *f = fopen(svg, "w");
     assert_non_null(f);

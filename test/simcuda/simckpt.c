@@ -24,6 +24,8 @@
 static void state_path(int pid, char *buf, size_t len)
 {
     const char *d = getenv("SIMCUDA_CKPT_DIR");
+    if (!d) /* the run's scratch directory (scripts/run-tests), else /tmp */
+        d = getenv("TMPDIR");
     snprintf(buf, len, "%s/%d", d ? d : "/tmp", pid);
 }
 

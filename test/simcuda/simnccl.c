@@ -245,6 +245,8 @@ EXPORT nccl_result ncclCommMemStats(void *comm, int stat, uint64_t *value)
 static void barrier_path(const sim_comm *c, int rank, char *buf, size_t len)
 {
     const char *d = getenv("SIMNCCL_DIR");
+    if (!d) /* the run's scratch directory (scripts/run-tests), else /tmp */
+        d = getenv("TMPDIR");
     snprintf(buf, len, "%s/simnccl-%016llx-%d", d ? d : "/tmp", (unsigned long long)c->key,
              rank);
 }
