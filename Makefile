@@ -176,7 +176,7 @@ $(BUILD)/cupool-stat: $(STAT_SRC) $(TOOLS_HDR)
 
 # cupool exporter: every process under cupool on the node, over HTTP
 # (libmicrohttpd's server).
-EXPORTER_SRC := tools/exporter.c tools/exporter_scrape.c node/proclabels.c node/gpus.c \
+EXPORTER_SRC := tools/exporter.c tools/exporter_scrape.c common/args.c node/proclabels.c node/gpus.c \
                 $(NODE_SRC) $(STATS_SRC)
 $(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR) | deps
 	@mkdir -p $(dir $@)

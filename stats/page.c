@@ -173,24 +173,23 @@ static void page_name(int pid, char *buf, size_t len)
     snprintf(buf, len, "%lu-%d", stats_pid_ns(), pid);
 }
 
-/* Makes (or finds) the directory this process's page goes in: p->dir, and
- * p->own_dir when it is a private one. 0, or -1 with *why. */
 int stats_user_dir(char *path, size_t len, const char **why)
 {
     const char *base = stats_page_dir();
     if ((*why = safefile_dir_refusal(base)))
-        return -1;
+        return -EACCES;
     char name[32];
     user_dir_name(geteuid(), name, sizeof(name));
     snprintf(path, len, "%s/%s", base, name);
     if (mkdir(path, 0700) && errno != EEXIST) {
-        *why = strerror(errno);
-        return -1;
+        int err = errno;
+        *why = strerror(err);
+        return -err;
     }
     int fd = user_dir_open(AT_FDCWD, path, geteuid());
     if (fd < 0)
         *why = "it is another user's (made there first)";
-    return fd;
+    return fd < 0 ? -EEXIST : fd;
 }
 
 static int writer_dir(stats_page *p, const char **why, bool *passed_over)
@@ -200,7 +199,7 @@ static int writer_dir(stats_page *p, const char **why, bool *passed_over)
         close(fd);
         return 0;
     }
-    if (strcmp(*why, "it is another user's (made there first)"))
+    if (fd != -EEXIST) /* not one another user made first */
         return -1;
     const char *base = stats_page_dir();
     char name[32];

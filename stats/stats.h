@@ -417,8 +417,9 @@ typedef struct stats_nccl_ask {
 const char *stats_page_dir(void);
 
 /* Opens this user's own directory in stats_page_dir() (cupool-<uid>, mode
- * 0700), making it if need be: its descriptor, or -1 with *why (the base
- * is unsafe, or another user made a directory of that name first). path
+ * 0700), making it if need be: its descriptor, or -errno with *why:
+ * -EACCES (the base is unsafe), -EEXIST (another user made a directory of
+ * that name first), another (it could not be made). path
  * gets its path. Pages live there, and group segments unless it cannot
  * be had (groupseg.h says where they meet then). */
 int stats_user_dir(char *path, size_t len, const char **why);

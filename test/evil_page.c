@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "groupseg.h"
 #include "stats.h"
 
@@ -39,7 +40,7 @@ static void view_init(stats_view *v, const char *text)
     memset(v, 0, sizeof(*v));
     v->pid = (int32_t)getpid();
     snprintf(v->comm, sizeof(v->comm), "%s", text);
-    v->updated_ns = stats_unix_ns();
+    v->updated_ns = clock_unix_ns();
     v->ndevices = 1;
     v->dev[0].device = 0;
     v->dev[0].reserved = 1 << 20;
@@ -103,7 +104,7 @@ int main(int argc, char **argv)
                 continue;
             if (r == STATS_REQ_NCCL)
                 answer_nccl(p, &v);
-            v.updated_ns = stats_unix_ns();
+            v.updated_ns = clock_unix_ns();
             stats_page_publish(p, &v);
             stats_page_answer(p, (stats_request)r, t);
         }

@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "clock.h"
 #include "exporter_scrape.h"
 #include "gpus.h"
@@ -355,20 +356,6 @@ static void bound_address(int fd, char *out, size_t len)
 
 /* ---- main ------------------------------------------------------------------- */
 
-/* SIZE with an optional K, M or G (binary): 0 or -EINVAL. */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    int shift = !*end ? 0 : !strcmp(end, "K") ? 10 : !strcmp(end, "M") ? 20
-              : !strcmp(end, "G") ? 30 : -1;
-    if (errno || end == s || shift < 0 || v > (SIZE_MAX >> shift) || s[0] == '-')
-        return -EINVAL;
-    *out = (size_t)(v << shift);
-    return 0;
-}
-
 typedef struct options {
     exporter_opts scrape;
     const char *dirs[MAX_DIRS];
@@ -380,13 +367,19 @@ typedef struct options {
  * option said). */
 static int parse_args(int argc, char **argv, options *o)
 {
+    static const args_cmd cmd = {"cupool", "exporter", usage_text};
     const char *devices = NULL, *max = "16M";
+    if (args_wants_help(argc - 1, argv + 1)) {
+        fputs(usage_text, stdout);
+        return 1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return 1;
-        } else if (!strcmp(a, "--once")) {
+        bool valued = !strcmp(a, "--listen") || !strcmp(a, "--page-dir") ||
+                      !strcmp(a, "--devices") || !strcmp(a, "--max-answer");
+        if (valued && !v)
+            return args_mistake(&cmd, "%s needs a value", a);
+        if (!strcmp(a, "--once")) {
             o->once = true;
         } else if (!strcmp(a, "--listen") && v) {
             o->listen = v, o->given = true, i++;
@@ -397,8 +390,7 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (!strcmp(a, "--max-answer") && v) {
             max = v, i++;
         } else {
-            fprintf(stderr, "cupool exporter: unknown option '%s'\n%s", a, usage_text);
-            return 2;
+            return args_unexpected(&cmd, a);
         }
     }
     o->scrape.dirs = o->dirs;
@@ -406,17 +398,15 @@ static int parse_args(int argc, char **argv, options *o)
     long n = devices ? strtol(devices, &end, 10) : node_gpus_count();
     if (!devices && n > STATS_MAX_DEVICES)
         n = STATS_MAX_DEVICES;
-    if (devices && (*end || end == devices || n < 0 || n > STATS_MAX_DEVICES)) {
-        fprintf(stderr, "cupool exporter: --devices takes 0 to %d, not '%s'\n",
-                STATS_MAX_DEVICES, devices);
-        return 2;
-    }
+    if (devices && (*end || end == devices || n < 0 || n > STATS_MAX_DEVICES))
+        return args_mistake(&cmd, "--devices takes 0 to %d, not '%s'", STATS_MAX_DEVICES,
+                            args_shown(devices));
     o->scrape.devices = (int)n;
-    if (parse_size(max, &o->scrape.max_answer) || o->scrape.max_answer < 256 * 1024) {
-        fprintf(stderr, "cupool exporter: --max-answer takes a size of at least 256K "
-                        "(16M, 64M), not '%s'\n", max);
-        return 2;
-    }
+    uint64_t answer = 0;
+    if (stats_parse_size(max, &answer) || answer < 256 * 1024 || answer > SIZE_MAX)
+        return args_mistake(&cmd, "--max-answer takes a size of at least 256K (16M, 64M), "
+                            "not '%s'", args_shown(max));
+    o->scrape.max_answer = (size_t)answer;
     if (!n && !devices)
         fprintf(stderr, "cupool exporter: no NVIDIA GPU found (/dev/nvidiaN, "
                         "/proc/driver/nvidia/gpus): pages' device series are left out "

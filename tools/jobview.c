@@ -9,27 +9,11 @@
  * are untrusted input: a rank or size is printed as it is, never used as
  * an index.
  */
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "jobview.h"
-
-typedef struct out {
-    char *buf;
-    size_t len, at;
-} out;
-
-static void put(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(out *o, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(o->at < o->len ? o->buf + o->at : NULL,
-                      o->at < o->len ? o->len - o->at : 0, fmt, ap);
-    va_end(ap);
-    o->at += n > 0 ? (size_t)n : 0;
-}
+#include "text.h"
 
 enum { PEERS_MAX = 1024 }; /* ranks listed per communicator */
 
@@ -98,26 +82,26 @@ static long long elsewhere(int32_t nranks, size_t here)
 }
 
 /* A device in text, right-aligned in width columns ("?" if unknown). */
-static void text_device(out *o, int32_t device, int width)
+static void text_device(text_buf *o, int32_t device, int width)
 {
     if (device >= 0)
-        put(o, "%*d", width, device);
+        text_put(o, "%*d", width, device);
     else
-        put(o, "%*s", width, "?");
+        text_put(o, "%*s", width, "?");
 }
 
 /* Communicator c of v (the first entry of its id) as text. */
-static void text_comm(out *o, const stats_view *v, const stats_comm *c, const node_scan *s,
+static void text_comm(text_buf *o, const stats_view *v, const stats_comm *c, const node_scan *s,
                       peer *p)
 {
-    put(o, "communicator %016llx: ", (unsigned long long)c->id);
+    text_put(o, "communicator %016llx: ", (unsigned long long)c->id);
     const char *sep = "";
     for (uint32_t k = 0; k < v->ncomms; k++)
         if (v->comms[k].id == c->id) {
-            put(o, "%srank %d", sep, v->comms[k].rank);
+            text_put(o, "%srank %d", sep, v->comms[k].rank);
             sep = ", ";
         }
-    put(o, " of %d, device ", c->nranks);
+    text_put(o, " of %d, device ", c->nranks);
     text_device(o, c->device, 0);
     unsigned long long ops = 0;
     bool suspended = false;
@@ -126,102 +110,100 @@ static void text_comm(out *o, const stats_view *v, const stats_comm *c, const no
             ops += v->comms[k].issued;
             suspended |= v->comms[k].suspended != 0;
         }
-    put(o, "; %llu operation%s issued here%s\n", ops, ops == 1 ? "" : "s",
+    text_put(o, "; %llu operation%s issued here%s\n", ops, ops == 1 ? "" : "s",
         suspended ? "; suspended by cupool (it resumes at the next NCCL call, or with "
                     "cupool resume)" : "");
     size_t n = find_peers(s, v->pid, c->id, p, PEERS_MAX), here = n + own_ranks(v, c->id);
     if (n)
-        put(o, "      PID COMMAND          RANK DEVICE\n");
+        text_put(o, "      PID COMMAND          RANK DEVICE\n");
     else
-        put(o, "  no other process on this node holds a rank of it\n");
+        text_put(o, "  no other process on this node holds a rank of it\n");
     for (size_t i = 0; i < n && i < PEERS_MAX; i++) {
         char name[sizeof(p[i].view->comm)];
-        put(o, "  %7d %-16s %4d ", p[i].view->pid,
+        text_put(o, "  %7d %-16s %4d ", p[i].view->pid,
             text_printable(p[i].view->comm, name, sizeof(name)), p[i].comm->rank);
         text_device(o, p[i].comm->device, 6);
-        put(o, "\n");
+        text_put(o, "\n");
     }
     long long away = elsewhere(c->nranks, here);
     if (away)
-        put(o, "  %lld of %d ranks on other nodes\n", away, c->nranks);
+        text_put(o, "  %lld of %d ranks on other nodes\n", away, c->nranks);
     else
-        put(o, "  all %d ranks on this node\n", c->nranks);
+        text_put(o, "  all %d ranks on this node\n", c->nranks);
 }
 
-static void json_device(out *o, int32_t device)
+static void json_device(text_buf *o, int32_t device)
 {
     if (device >= 0)
-        put(o, "%d", device);
+        text_put(o, "%d", device);
     else
-        put(o, "null");
+        text_put(o, "null");
 }
 
-static void json_name(out *o, const char *comm)
+static void json_name(text_buf *o, const char *comm)
 {
     char b[6 * 32 + 3];
     stats_json_string(comm, b, sizeof(b));
-    put(o, "%s", b);
+    text_put(o, "%s", b);
 }
 
 /* Communicator c of v (the first entry of its id) as a JSON object. */
-static void json_comm(out *o, const stats_view *v, const stats_comm *c, const node_scan *s,
+static void json_comm(text_buf *o, const stats_view *v, const stats_comm *c, const node_scan *s,
                       peer *p)
 {
-    put(o, "{\"id\":\"%016llx\",\"nranks\":%d,\"ranks\":[", (unsigned long long)c->id,
+    text_put(o, "{\"id\":\"%016llx\",\"nranks\":%d,\"ranks\":[", (unsigned long long)c->id,
         c->nranks);
     const char *sep = "";
     for (uint32_t k = 0; k < v->ncomms; k++)
         if (v->comms[k].id == c->id) {
-            put(o, "%s{\"rank\":%d,\"device\":", sep, v->comms[k].rank);
+            text_put(o, "%s{\"rank\":%d,\"device\":", sep, v->comms[k].rank);
             json_device(o, v->comms[k].device);
-            put(o, ",\"operations\":%llu,\"suspended\":%s}",
+            text_put(o, ",\"operations\":%llu,\"suspended\":%s}",
                 (unsigned long long)v->comms[k].issued,
                 v->comms[k].suspended ? "true" : "false");
             sep = ",";
         }
     size_t n = find_peers(s, v->pid, c->id, p, PEERS_MAX), here = n + own_ranks(v, c->id);
-    put(o, "],\"peers\":[");
+    text_put(o, "],\"peers\":[");
     for (size_t i = 0; i < n && i < PEERS_MAX; i++) {
-        put(o, "%s{\"pid\":%d,\"comm\":", i ? "," : "", p[i].view->pid);
+        text_put(o, "%s{\"pid\":%d,\"comm\":", i ? "," : "", p[i].view->pid);
         json_name(o, p[i].view->comm);
-        put(o, ",\"rank\":%d,\"device\":", p[i].comm->rank);
+        text_put(o, ",\"rank\":%d,\"device\":", p[i].comm->rank);
         json_device(o, p[i].comm->device);
-        put(o, "}");
+        text_put(o, "}");
     }
-    put(o, "],\"ranks_elsewhere\":%lld}", elsewhere(c->nranks, here));
+    text_put(o, "],\"ranks_elsewhere\":%lld}", elsewhere(c->nranks, here));
 }
 
 size_t jobview_format(const stats_view *v, const node_scan *s, bool json, char *buf,
                       size_t len)
 {
     static peer p[PEERS_MAX];
-    out o = {buf, len, 0};
-    if (len)
-        buf[0] = '\0';
+    text_buf o = {buf, len, 0};
     char name[sizeof(v->comm)];
     if (json) {
-        put(&o, "{\"pid\":%d,\"comm\":", v->pid);
+        text_put(&o, "{\"pid\":%d,\"comm\":", v->pid);
         json_name(&o, v->comm);
-        put(&o, ",\"nccl_comms\":%llu,\"gate\":{\"closed\":%s,\"waiting\":%u,"
+        text_put(&o, ",\"nccl_comms\":%llu,\"gate\":{\"closed\":%s,\"waiting\":%u,"
             "\"can_suspend\":%s},\"communicators\":[", (unsigned long long)v->proc.nccl_comms,
             v->gate.state == STATS_GATE_CLOSED ? "true" : "false", v->gate.waiting,
             v->gate.can_suspend ? "true" : "false");
     } else {
-        put(&o, "%d %s: %llu NCCL communicator%s", v->pid,
+        text_put(&o, "%d %s: %llu NCCL communicator%s", v->pid,
             text_printable(v->comm, name, sizeof(name)),
             (unsigned long long)v->proc.nccl_comms, v->proc.nccl_comms == 1 ? "" : "s");
         if (v->proc.nccl_comms > v->ncomms)
-            put(&o, " (its page lists %u)", v->ncomms);
+            text_put(&o, " (its page lists %u)", v->ncomms);
         if (v->gate.state == STATS_GATE_CLOSED)
-            put(&o, "; its NCCL gate is closed by cupool, %u call%s waiting", v->gate.waiting,
+            text_put(&o, "; its NCCL gate is closed by cupool, %u call%s waiting", v->gate.waiting,
                 v->gate.waiting == 1 ? "" : "s");
-        put(&o, "\n");
+        text_put(&o, "\n");
     }
     const char *sep = "";
     for (uint32_t i = 0; i < v->ncomms; i++) {
         if (!first_of_id(v, i))
             continue;
-        put(&o, "%s", sep);
+        text_put(&o, "%s", sep);
         if (json)
             json_comm(&o, v, &v->comms[i], s, p);
         else
@@ -229,6 +211,6 @@ size_t jobview_format(const stats_view *v, const node_scan *s, bool json, char *
         sep = json ? "," : "";
     }
     if (json)
-        put(&o, "]}\n");
-    return o.at;
+        text_put(&o, "]}\n");
+    return text_done(&o);
 }
