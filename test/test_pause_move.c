@@ -66,7 +66,14 @@ static int wait_for(const char *name)
 static int setup(void **s)
 {
     (void)s;
-    snprintf(dir, sizeof(dir), "/tmp/cupool-pm-XXXXXX");
+    /* The run's own (run-tests), as it was before a setup set it for the
+     * children below. */
+    static const char *tmp;
+    if (!tmp)
+        tmp = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : "/tmp";
+    if (!*tmp || strlen(tmp) + sizeof("/cupool-pm-XXXXXX") > sizeof(dir))
+        tmp = "/tmp";
+    snprintf(dir, sizeof(dir), "%s/cupool-pm-XXXXXX", tmp);
     assert_non_null(mkdtemp(dir));
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "mkdir -p %s/pages %s/ckpt %s/prog %s/home", dir, dir, dir, dir);

@@ -45,6 +45,8 @@ def clean_env(**extra):
            if not k.startswith("CUPOOL_") and k != "LD_PRELOAD"}
     env.update(CUPOOL_SMALL_SEGMENT="2M", CUPOOL_MID_MAX="0", LD_PRELOAD=lib,
                LD_LIBRARY_PATH=sim)  # the simulated runtime, wherever it is
+    if os.environ.get("CUPOOL_PAGE_DIR"):  # the run's own (run-tests), not /dev/shm
+        env["CUPOOL_PAGE_DIR"] = os.environ["CUPOOL_PAGE_DIR"]
     env.update(extra)
     return env
 

@@ -3,6 +3,8 @@
  * test-trace.c - CUPOOL_TRACE: recorded threads replay exactly, signals lose
  * nothing, refused paths; `cupool replay` and `cupool plot`.
  */
+#include <sys/stat.h>
+
 #include "harness.h"
 
 /* A trace path with a quote and a backslash still gives valid JSON, which
@@ -171,6 +173,15 @@ static void trace_killed(int sig, int threads)
         if (n[0] <= 1000)
             usleep(10000);
     }
+    /* SIGKILL leaves what the recorder wrote by then: wait until it wrote
+     * records (beyond the 64-byte header), up to 60 s; a loaded machine
+     * can make 1000 allocations before the first write. */
+    struct stat st = {0};
+    for (int i = 0; i < 6000 && sig == SIGKILL && (stat(trace, &st) || st.st_size <= 64 + 1024);
+         i++)
+        usleep(10000);
+    if (sig == SIGKILL && st.st_size <= 64 + 1024)
+        fail_msg("the recorder wrote no records to %s within 60 s", trace);
     kill(c.pid, sig);
     wait_bounded(&c);
     assert_int_equal(finish(&c, "traceloop", 128 + sig)->status, 128 + sig);
