@@ -11,6 +11,10 @@
 set -uo pipefail
 planted=${1:?usage: test_run_tests.sh build/planted_cmocka}
 here=$(mktemp -d "${TMPDIR:-/tmp}/run-tests-check-XXXXXX")
+# The nested runs look for leaks in a place of this check's own: other
+# tests beside it make and remove cupool* names in /tmp and /dev/shm.
+mkdir -p "$here/shared"
+export TEST_LEAK_PLACES=$here/shared
 trap 'rm -rf "$here"' EXIT
 export TEST_TIMES=$here/times # not the real run's
 failed=0
@@ -45,13 +49,13 @@ printf '%s\n' "$out" | sed 's/^/    | /'
 [[ $rc == 0 && $(printf '%s\n' "$out" | tail -1) == "4 passed, 0 failed, 0 skipped, 0 errors, 0 unfinished: 4 tests" ]]
 check "a command runs in its own HOME, XDG_RUNTIME_DIR, TMPDIR and page directory" $?
 
-# A command that leaves a cupool* name in /tmp fails the run, which names it.
+# A command that leaves a cupool* name where the run looks fails it, which names it.
 out=$(TEST_LOGS=$here/logs3 scripts/run-tests \
-    'd=$(mktemp -d /tmp/cupool-planted-leak-XXXXXX) && echo "ok leaked $d"' 2>&1)
+    "d=\$(mktemp -d $here/shared/cupool-planted-leak-XXXXXX) && echo \"ok leaked \$d\"" 2>&1)
 rc=$?
 printf '%s\n' "$out" | sed 's/^/    | /'
-leak=$(printf '%s\n' "$out" | sed -n 's|^ *\(/tmp/cupool-planted-leak-[A-Za-z0-9]*\)$|\1|p')
-rm -rf /tmp/cupool-planted-leak-* # this check's own, named so
+leak=$(printf '%s\n' "$out" | sed -n "s|^ *\($here/shared/cupool-planted-leak-[A-Za-z0-9]*\)\$|\1|p")
+rm -rf "$here"/shared/cupool-planted-leak-* # this check's own
 [[ $rc == 1 && -n $leak ]]
-check "a command that leaves a cupool* name in /tmp fails the run, named" $?
+check "a command that leaves a cupool* name where the run looks fails it, named" $?
 exit $failed
