@@ -307,7 +307,8 @@ $(BUILD)/cupool-trace: | deps
 # Every test program, a line as each ends (a failed one's output after it;
 # every output in $(BUILD)/test-logs), each reason for a skip once, then one
 # line counting every test: "N passed, N failed, N skipped, N errors, N
-# unfinished: N tests". scripts/run-tests spreads the commands over two
+# unfinished: N tests", then the plain "N passed, N failed, N skipped" (an
+# error or unfinished test counted as failed). scripts/run-tests spreads the commands over two
 # lanes a core (TEST_LANES=N for another count), each command in its
 # own HOME, TMPDIR, XDG_RUNTIME_DIR and page directory: the quick shape
 # check first, then the longest first (as timed in $(BUILD)/test-times by
