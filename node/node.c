@@ -379,20 +379,6 @@ static void label_proc(node_proc *p)
         env_value(env, n, "SLURM_JOB_ID", p->job, sizeof(p->job));
 }
 
-void node_labels(const node_proc *p, char *buf, size_t len)
-{
-    const char *names[] = {"user", "group", "pod_uid", "container_id", "slurm_job"};
-    const char *values[] = {p->user, p->group, p->pod, p->container, p->job};
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < 5 && n < len; i++) {
-        if (i)
-            buf[n++] = ',';
-        stats_prometheus_label(names[i], values[i], buf + n, len - n);
-        n += strlen(buf + n);
-    }
-}
-
 const char *node_skip_name(enum node_skip r)
 {
     static const char *const names[] = {

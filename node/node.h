@@ -68,10 +68,6 @@ typedef struct node_scan {
 int node_scan_run(node_scan *s, const char *const *dirs, size_t ndirs);
 void node_scan_free(node_scan *s);
 
-/* The labels of p, escaped (stats_prometheus_label), comma-separated:
- * user, group, pod, container, job. */
-void node_labels(const node_proc *p, char *buf, size_t len);
-
 /* The pod UID and container ID, or the Slurm job ID, in a cgroup path
  * (one line of /proc/PID/cgroup, or its path): each "" when not there. */
 void node_cgroup_parse(const char *path, char *pod, size_t podlen, char *container,

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -56,13 +55,6 @@ const char *pause_cu_text(CUresult r)
     static char buf[32];
     snprintf(buf, sizeof(buf), "CUDA error %d", (int)r);
     return buf;
-}
-
-double pause_now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* Loads the driver's checkpoint calls: 0, or 1 with the reason said. */
@@ -211,24 +203,38 @@ static int checkpoint_failed(int pid, CUresult why)
     return 1;
 }
 
+/* The driver's lock of pid (waiting up to timeout_ms), then, if it took,
+ * its checkpoint; each one's seconds into *t_lock and *t_ckpt. *locked
+ * says whether the lock took; the result is the call that failed, or
+ * CUDA_SUCCESS. */
+static CUresult lock_then_checkpoint(int pid, unsigned timeout_ms, bool *locked,
+                                     double *t_lock, double *t_ckpt)
+{
+    CUcheckpointLockArgs la = {.timeoutMs = timeout_ms};
+    double t0 = clock_mono_s();
+    CUresult r = pause_drv.lock(pid, &la);
+    *t_lock = clock_mono_s() - t0;
+    if ((*locked = r == CUDA_SUCCESS)) {
+        CUcheckpointCheckpointArgs ca = {{0}};
+        t0 = clock_mono_s();
+        r = pause_drv.checkpoint(pid, &ca);
+        *t_ckpt = clock_mono_s() - t0;
+    }
+    return r;
+}
+
 /* Lock and checkpoint; a failed checkpoint is unlocked. 0, or 1 with the
  * state the process is left in said. */
 int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
 {
-    CUcheckpointLockArgs la = {.timeoutMs = 30000};
-    double t0 = clock_mono_s();
-    CUresult r = pause_drv.lock(pid, &la);
-    *t_lock = clock_mono_s() - t0;
-    if (r != CUDA_SUCCESS) {
+    bool locked;
+    CUresult r = lock_then_checkpoint(pid, 30000, &locked, t_lock, t_ckpt);
+    if (r == CUDA_SUCCESS)
+        return 0;
+    if (!locked) {
         pause_say("cannot lock process %d (%s): it runs on, untouched", pid, pause_cu_text(r));
         return 1;
     }
-    CUcheckpointCheckpointArgs ca = {{0}};
-    t0 = clock_mono_s();
-    r = pause_drv.checkpoint(pid, &ca);
-    *t_ckpt = clock_mono_s() - t0;
-    if (r == CUDA_SUCCESS)
-        return 0;
     return checkpoint_failed(pid, r);
 }
 
@@ -275,23 +281,17 @@ static void moved_alone(int pid, const stats_view *v)
  * cupool. 0, or 1 with why said. */
 static int checkpoint_rest(int pid, double *t_lock, double *t_ckpt)
 {
-    CUcheckpointLockArgs la = {.timeoutMs = 5000};
-    double t0 = clock_mono_s();
-    CUresult r = pause_drv.lock(pid, &la);
-    *t_lock = clock_mono_s() - t0;
-    if (r != CUDA_SUCCESS) {
+    bool locked;
+    CUresult r = lock_then_checkpoint(pid, 5000, &locked, t_lock, t_ckpt);
+    if (r == CUDA_SUCCESS)
+        return 0;
+    if (!locked) {
         pause_say("the driver does not lock process %d (%s%s): what cupool does not "
                   "serve stays on the device", pid, pause_cu_text(r),
                   r == CUDA_ERROR_NOT_SUPPORTED ? ": it does not while CUPTI watches the "
                   "process, which cupool's gate needs" : "");
         return 1;
     }
-    CUcheckpointCheckpointArgs ca = {{0}};
-    t0 = clock_mono_s();
-    r = pause_drv.checkpoint(pid, &ca);
-    *t_ckpt = clock_mono_s() - t0;
-    if (r == CUDA_SUCCESS)
-        return 0;
     CUcheckpointUnlockArgs ua = {{0}};
     CUresult u = pause_drv.unlock(pid, &ua);
     pause_say("the driver did not checkpoint the rest of process %d (%s)%s", pid,
@@ -303,10 +303,7 @@ static int checkpoint_rest(int pid, double *t_lock, double *t_ckpt)
 static uint64_t mark_paused(int pid, const stats_view *v)
 {
     uint64_t needs = pause_held_of(v);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    if (stats_page_mark_paused(pid, (uint64_t)now.tv_sec * 1000000000u +
-                               (uint64_t)now.tv_nsec, needs ? needs : 1))
+    if (stats_page_mark_paused(pid, clock_unix_ns(), needs ? needs : 1))
         pause_say("process %d paused, but its page could not say so", pid);
     return needs;
 }
@@ -344,12 +341,7 @@ int pause_one(int pid, double timeout, bool no_flush, bool no_move)
         sigprocmask(SIG_SETMASK, &old, NULL);
         return 0;
     }
-    uint64_t needs = paged ? pause_held_of(&v) : 0;
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    if (paged && stats_page_mark_paused(pid, (uint64_t)now.tv_sec * 1000000000u +
-                                        (uint64_t)now.tv_nsec, needs ? needs : 1))
-        pause_say("process %d paused, but its page could not say so", pid);
+    uint64_t needs = paged ? mark_paused(pid, &v) : 0;
     fflush(stderr);
     char b[32];
     if (paged)

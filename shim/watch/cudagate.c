@@ -23,7 +23,6 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t moved = PTHREAD_COND_INITIALIZER; /* the gate opened */
 static atomic_bool closed;
-static atomic_uint waiting;
 enum { SLOTS = 512 };
 static struct {
     _Alignas(64) atomic_uint n;
@@ -69,10 +68,8 @@ void shim_cudagate_enter(void)
         return;
     pthread_mutex_lock(&lock);
     atomic_fetch_sub(in, 1);
-    atomic_fetch_add(&waiting, 1);
     while (atomic_load(&closed))
         pthread_cond_wait(&moved, &lock);
-    atomic_fetch_sub(&waiting, 1);
     atomic_fetch_add(in, 1);
     pthread_mutex_unlock(&lock);
 }
@@ -119,16 +116,6 @@ void shim_cudagate_open(void)
     atomic_store(&closed, false);
     pthread_cond_broadcast(&moved);
     pthread_mutex_unlock(&lock);
-}
-
-bool shim_cudagate_closed(void)
-{
-    return atomic_load(&closed);
-}
-
-unsigned shim_cudagate_waiting(void)
-{
-    return atomic_load(&waiting);
 }
 
 uint64_t shim_cudagate_strays(void)

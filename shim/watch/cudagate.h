@@ -47,11 +47,8 @@ void shim_cudagate_close(void);
 bool shim_cudagate_quiet(unsigned ms, unsigned *inside);
 /* Opens the gate: every thread waiting goes on. */
 void shim_cudagate_open(void);
-/* Whether the gate is closed. */
-bool shim_cudagate_closed(void);
-
-/* Threads waiting at the gate now, and strays counted since it closed. */
-unsigned shim_cudagate_waiting(void);
+/* Strays counted since the gate closed: calls that entered before CUPTI
+ * watched and left while it was closed. */
 uint64_t shim_cudagate_strays(void);
 
 #endif
