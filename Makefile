@@ -35,7 +35,7 @@ STATS_HDR := $(wildcard stats/*.h common/*.h group/*.h) trace/trace.h
 STATS_INC := -Ipool -Istats -Icommon -Igroup -Itrace
 # The node-wide reading the tools do (node/): every process's page found from
 # /proc, user namespaces; the library never links it.
-NODE_SRC := node/node.c node/userns.c stats/page_node.c
+NODE_SRC := node/node.c node/proclabels.c node/userns.c stats/page_node.c
 NODE_HDR := $(wildcard node/*.h)
 # The programs (tools/) share one argument helper.
 TOOLS_INC := $(STATS_INC) -Inode -Itools -Ipause
@@ -176,7 +176,7 @@ $(BUILD)/cupool-stat: $(STAT_SRC) $(TOOLS_HDR)
 
 # cupool exporter: every process under cupool on the node, over HTTP
 # (libmicrohttpd's server).
-EXPORTER_SRC := tools/exporter.c tools/exporter_scrape.c common/args.c node/proclabels.c node/gpus.c \
+EXPORTER_SRC := tools/exporter.c tools/exporter_scrape.c common/args.c node/gpus.c \
                 $(NODE_SRC) $(STATS_SRC)
 $(BUILD)/cupool-exporter: $(EXPORTER_SRC) $(TOOLS_HDR) | deps
 	@mkdir -p $(dir $@)

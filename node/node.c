@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "node.h"
+#include "proclabels.h"
 
 /* A mapping of a file named as a page, from one line of /proc/PID/maps. */
 typedef struct node_map {
@@ -291,69 +292,6 @@ void node_scan_free(node_scan *s)
 
 /* ---- labels ------------------------------------------------------------------- */
 
-/* Reads /proc/PID/NAME whole (up to len - 1 bytes) into buf: its length, 0
- * when it cannot be read. */
-static size_t proc_file(int pid, const char *name, char *buf, size_t len)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    size_t n = 0;
-    for (ssize_t k; n < len - 1 && (k = read(fd, buf + n, len - 1 - n)) > 0;)
-        n += (size_t)k;
-    close(fd);
-    buf[n] = '\0';
-    return n;
-}
-
-/* NAME's value in an environment block of n bytes, into out. */
-static void env_value(const char *env, size_t n, const char *name, char *out, size_t len)
-{
-    size_t k = strlen(name);
-    for (size_t i = 0; i < n; i += strlen(env + i) + 1)
-        if (!strncmp(env + i, name, k) && env[i + k] == '=') {
-            snprintf(out, len, "%s", env + i + k + 1);
-            return;
-        }
-}
-
-/* The text after key in path up to the next character of stop (or the
- * end), into out; false if key is not there. */
-static bool after(const char *path, const char *key, const char *stop, char *out, size_t len)
-{
-    const char *at = strstr(path, key);
-    if (!at)
-        return false;
-    at += strlen(key);
-    size_t n = strcspn(at, stop);
-    snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), at);
-    return n > 0;
-}
-
-void node_cgroup_parse(const char *path, char *pod, size_t podlen, char *container,
-                       size_t clen, char *job, size_t joblen)
-{
-    pod[0] = container[0] = job[0] = '\0';
-    if (strstr(path, "kubepods") && after(path, "pod", "/.\n", pod, podlen)) {
-        for (char *c = pod; *c; c++)
-            if (*c == '_') /* the systemd driver's pod<uid with _>.slice */
-                *c = '-';
-        const char *last = strrchr(path, '/');
-        char leaf[160];
-        snprintf(leaf, sizeof(leaf), "%s", last ? last + 1 : path);
-        leaf[strcspn(leaf, "\n")] = '\0';
-        char *dot = strstr(leaf, ".scope");
-        if (dot)
-            *dot = '\0';
-        const char *id = strrchr(leaf, '-'); /* cri-containerd-<id>, docker-<id> */
-        if (strncmp(leaf, "pod", 3) && strncmp(leaf, "kubepods", 8))
-            snprintf(container, clen, "%s", id ? id + 1 : leaf);
-    }
-    after(path, "/job_", "/\n", job, joblen);
-}
-
 static void label_proc(node_proc *p)
 {
     static uint32_t last_uid = UINT32_MAX; /* one user's processes come together */
@@ -369,14 +307,7 @@ static void label_proc(node_proc *p)
     }
     snprintf(p->user, sizeof(p->user), "%s", last_user);
     static char env[1 << 18];
-    size_t n = proc_file(p->pid, "environ", env, sizeof(env));
-    env_value(env, n, "CUPOOL_GROUP", p->group, sizeof(p->group));
-    char cg[4096];
-    if (proc_file(p->pid, "cgroup", cg, sizeof(cg)))
-        node_cgroup_parse(cg, p->pod, sizeof(p->pod), p->container, sizeof(p->container),
-                          p->job, sizeof(p->job));
-    if (!p->job[0])
-        env_value(env, n, "SLURM_JOB_ID", p->job, sizeof(p->job));
+    proclabels_read(p->pid, p->uid, &p->vouched, &p->claimed, env, sizeof(env));
 }
 
 const char *node_skip_name(enum node_skip r)

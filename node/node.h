@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proclabels.h"
 #include "stats.h"
 
 /* Why a page found was not counted. */
@@ -47,10 +48,8 @@ typedef struct node_proc {
     int pid;               /* in the reader's pid namespace */
     uint32_t uid;          /* as the reader sees it */
     char user[33];         /* its name, or the number */
-    char group[65];        /* CUPOOL_GROUP, or "" */
-    char pod[64];          /* Kubernetes pod UID, or "" */
-    char container[80];    /* container ID, or "" */
-    char job[32];          /* Slurm job ID, or "" */
+    proc_vouched vouched;  /* what its cgroup says (proclabels.h) */
+    proc_claimed claimed;  /* what its environment says */
     stats_view view;       /* view.pid is set to pid */
 } node_proc;
 
@@ -67,11 +66,6 @@ typedef struct node_scan {
  * node_scan_free. */
 int node_scan_run(node_scan *s, const char *const *dirs, size_t ndirs);
 void node_scan_free(node_scan *s);
-
-/* The pod UID and container ID, or the Slurm job ID, in a cgroup path
- * (one line of /proc/PID/cgroup, or its path): each "" when not there. */
-void node_cgroup_parse(const char *path, char *pod, size_t podlen, char *container,
-                       size_t clen, char *job, size_t joblen);
 
 /* The reason names, for the exporter's counters. */
 const char *node_skip_name(enum node_skip r);

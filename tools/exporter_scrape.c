@@ -31,7 +31,7 @@
 
 /* Room kept for what follows the processes' series: the node's totals (4
  * families of at most STATS_MAX_DEVICES lines) and the exporter's own. */
-enum { LABEL_LEN = 1024, ENV_LEN = 1 << 18, TAIL_RESERVE = 64 * 1024 };
+enum { LABEL_LEN = 1024, TAIL_RESERVE = 64 * 1024 };
 
 /* Counters across scrapes. */
 static uint64_t scrapes, skipped_total[NODE_SKIPS], devices_dropped_total;
@@ -86,14 +86,13 @@ static uint32_t bound_devices(stats_view *v, int ndev)
 /* p's labels, escaped and comma-separated: user (its uid's name), pod_uid,
  * container_id and slurm_job (its cgroup's), claimed_slurm_job and
  * claimed_group (its environment's). */
-static void labels_of(const node_proc *p, char *buf, char *env)
+static void labels_of(const node_proc *p, char *buf)
 {
-    proc_vouched v;
-    proc_claimed c;
-    proclabels_read(p->pid, p->uid, &v, &c, env, ENV_LEN);
+    const proc_vouched *v = &p->vouched;
+    const proc_claimed *c = &p->claimed;
     const char *names[] = {"user", "pod_uid", "container_id", "slurm_job",
                            "claimed_slurm_job", "claimed_group"};
-    const char *values[] = {p->user, v.pod, v.container, v.slurm_job, c.slurm_job, c.group};
+    const char *values[] = {p->user, v->pod, v->container, v->slurm_job, c->slurm_job, c->group};
     size_t n = 0;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && n + 1 < LABEL_LEN; i++) {
         if (i)
@@ -205,13 +204,13 @@ static size_t add_processes(text *t, node_scan *s, const exporter_opts *o, uint6
     size_t n = s->nprocs, left = SIZE_MAX;
     const stats_view **v = calloc(n + 1, sizeof(*v));
     const char **extra = calloc(n + 1, sizeof(*extra));
-    char *labels = calloc(n + 1, LABEL_LEN), *env = malloc(ENV_LEN);
-    if (v && extra && labels && env) {
+    char *labels = calloc(n + 1, LABEL_LEN);
+    if (v && extra && labels) {
         for (size_t i = 0; i < n; i++) {
             *dropped += bound_devices(&s->procs[i].view, o->devices);
             v[i] = &s->procs[i].view;
             extra[i] = labels + i * LABEL_LEN;
-            labels_of(&s->procs[i], labels + i * LABEL_LEN, env);
+            labels_of(&s->procs[i], labels + i * LABEL_LEN);
         }
         size_t budget = o->max_answer > TAIL_RESERVE ? o->max_answer - TAIL_RESERVE : 0;
         if (format_within(t, v, extra, n, budget))
@@ -222,7 +221,6 @@ static size_t add_processes(text *t, node_scan *s, const exporter_opts *o, uint6
     free(v);
     free(extra);
     free(labels);
-    free(env);
     return left;
 }
 

@@ -156,13 +156,14 @@ static void job_of(const node_proc *p, char *out, size_t len)
 {
     char a[40], c[40], u[sizeof(p->user)];
     text_printable(p->user, u, sizeof(u));
-    if (p->job[0])
-        snprintf(out, len, "%s slurm:%s", u, text_printable(p->job, a, sizeof(a)));
-    else if (p->pod[0])
-        snprintf(out, len, "%s pod:%.8s/%.12s", u, text_printable(p->pod, a, sizeof(a)),
-                 text_printable(p->container, c, sizeof(c)));
-    else if (p->group[0])
-        snprintf(out, len, "%s group:%s", u, text_printable(p->group, a, sizeof(a)));
+    const char *job = p->vouched.slurm_job[0] ? p->vouched.slurm_job : p->claimed.slurm_job;
+    if (job[0])
+        snprintf(out, len, "%s slurm:%s", u, text_printable(job, a, sizeof(a)));
+    else if (p->vouched.pod[0])
+        snprintf(out, len, "%s pod:%.8s/%.12s", u, text_printable(p->vouched.pod, a, sizeof(a)),
+                 text_printable(p->vouched.container, c, sizeof(c)));
+    else if (p->claimed.group[0])
+        snprintf(out, len, "%s group:%s", u, text_printable(p->claimed.group, a, sizeof(a)));
     else
         snprintf(out, len, "%s", u);
 }
