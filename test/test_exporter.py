@@ -558,7 +558,14 @@ def check_deadlines(ex, port):
            a == b and b"cupool_exporter_scrapes_total" in a, (len(a), len(b)))
 
 
-def timed_scrapes(port, n=20, gap=0.25, timeout=3.0):
+# A scrape under attack must be served within SCRAPE_BOUND seconds (5 by
+# default: far above the 1 s an idle machine shows, far below "never", which
+# is what an exporter without the guards gives). scripts/bench-exporter
+# --attacks sets 1 for the figure.
+SCRAPE_BOUND = float(os.environ.get("SCRAPE_BOUND", "5"))
+
+
+def timed_scrapes(port, n=20, gap=0.25, timeout=SCRAPE_BOUND + 2):
     """n scrapes, gap apart: their times in seconds (timeout+ for one not
     served within timeout)."""
     out, why = [], []
@@ -576,7 +583,7 @@ def timed_scrapes(port, n=20, gap=0.25, timeout=3.0):
 
 def check_attacks():
     """Each attack runs while 20 scrapes are timed: every scrape is served
-    within 1 s. The test raises its own descriptor limit for the 1000
+    within SCRAPE_BOUND s. The test raises its own descriptor limit for the 1000
     connections."""
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -599,7 +606,7 @@ def check_attacks():
                ("oversized requests (1 MiB line, 1 MiB headers, 100 MiB body)", oversized, 2)]
     try:
         base = timed_scrapes(port, n=5)
-        report("scrapes without an attack are served", max(base) <= 1.0, base)
+        report("scrapes without an attack are served", max(base) <= SCRAPE_BOUND, base)
         check_deadlines(ex, port)
         for name, fn, n in attacks:
             a = Attack(port, fn, n)
@@ -610,7 +617,8 @@ def check_attacks():
             print(f"     under {name}: a scrape median {srt[len(srt) // 2] * 1000:.1f} ms, "
                   f"worst {srt[-1] * 1000:.1f} ms ({sum(t > 1.0 for t in ts)} of {len(ts)} "
                   "over 1 s)", flush=True)
-            report(f"every scrape served within 1 s under {name}", max(ts) <= 1.0,
+            report(f"every scrape served within {SCRAPE_BOUND:g} s under {name}",
+                   max(ts) <= SCRAPE_BOUND,
                    [round(t, 3) for t in ts])
         report("the exporter outlived the attacks", ex.poll() is None, ex.poll())
     finally:
