@@ -112,9 +112,11 @@ static int pause_undo(size_t k, size_t ckpt, const char *step)
     return 1;
 }
 
-/* The job's communicators are suspended: flushes (unless no_flush) and
- * checkpoints each rank. 0, or 1 with everything brought back. */
-static int pause_ranks(double timeout, bool no_flush, uint64_t *needs)
+/* The job's communicators are suspended: flushes each rank (unless
+ * no_flush), then takes its memory away (pause_away: cupool's move unless
+ * no_move, then the driver's checkpoint). 0, or 1 with everything brought
+ * back. */
+static int pause_ranks(double timeout, bool no_flush, bool no_move, uint64_t *needs)
 {
     for (size_t r = 0; r < g.n; r++) {
         if (!no_flush && pause_flush(g.pid[r], timeout, &views[r]))
@@ -123,14 +125,16 @@ static int pause_ranks(double timeout, bool no_flush, uint64_t *needs)
     }
     for (size_t r = 0; r < g.n; r++) {
         double t_lock, t_ckpt;
-        if (pause_lock_and_checkpoint(g.pid[r], &t_lock, &t_ckpt))
+        bool moved;
+        if (pause_away(g.pid[r], &views[r], !no_flush && !no_move, &moved, &t_lock, &t_ckpt))
             return pause_undo(r, r, "could not be checkpointed (said above)");
-        printf("paused %d: lock %.3f s, checkpoint %.3f s\n", g.pid[r], t_lock, t_ckpt);
+        if (!moved)
+            printf("paused %d: lock %.3f s, checkpoint %.3f s\n", g.pid[r], t_lock, t_ckpt);
     }
     return 0;
 }
 
-int pause_job(const stats_view *v, double timeout, bool no_flush)
+int pause_job(const stats_view *v, double timeout, bool no_flush, bool no_move)
 {
     if (job_find(v, timeout) || pause_check_ranks())
         return 1;
@@ -145,7 +149,7 @@ int pause_job(const stats_view *v, double timeout, bool no_flush)
     } else if (jobgate_suspend(&g)) {
         pause_say("%sthe job was not paused: its communicators are resumed and its gates "
                   "open", g.why);
-    } else if (pause_ranks(timeout, no_flush, needs) == 0) {
+    } else if (pause_ranks(timeout, no_flush, no_move, needs) == 0) {
         char b[32], f[32];
         uint64_t held = 0;
         for (size_t r = 0; r < g.n; r++) {

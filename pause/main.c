@@ -88,7 +88,7 @@ int main(int argc, char **argv)
         return 1;
     static stats_view v;
     if (stats_page_read(a.pid, &v) == 0 && v.ncomms) /* an NCCL job: job.c */
-        return a.pause ? pause_job(&v, a.timeout, a.no_flush)
+        return a.pause ? pause_job(&v, a.timeout, a.no_flush, a.no_move)
                        : pause_job_resume(&v, a.timeout);
     if (pause_driver_load())
         return 1;

@@ -308,38 +308,42 @@ static uint64_t mark_paused(int pid, const stats_view *v)
     return needs;
 }
 
+int pause_away(int pid, stats_view *v, bool move, bool *moved, double *t_lock, double *t_ckpt)
+{
+    *t_lock = *t_ckpt = 0;
+    *moved = move && pause_move_out(pid, MOVE_S, v) == 0;
+    if (!*moved)
+        return pause_lock_and_checkpoint(pid, t_lock, t_ckpt);
+    mark_paused(pid, v);
+    char b[32];
+    if (checkpoint_rest(pid, t_lock, t_ckpt)) {
+        moved_alone(pid, v);
+    } else {
+        printf("paused %d: cupool moved %s (%.2f GiB/s), then the driver checkpointed "
+               "the rest: lock %.3f s, checkpoint %.3f s\n", pid,
+               stats_fmt_bytes(v->park.moved, b, sizeof(b)), v->park.copy_us ?
+               (double)v->park.moved / 1073741824.0 / (v->park.copy_us / 1e6) : 0.0,
+               *t_lock, *t_ckpt);
+    }
+    fflush(stdout);
+    return 0;
+}
+
 int pause_one(int pid, double timeout, bool no_flush, bool no_move)
 {
     stats_view v;
-    bool paged;
+    bool paged, moved;
     if (pause_check(pid, &v, &paged) || (paged && !no_flush && pause_flush(pid, timeout, &v)))
         return 1;
     /* From the move until the page says paused, a Ctrl-C or a TERM must not
      * leave the process locked with nothing said: they wait to the end. */
     sigset_t old;
     jobgate_signals_block(&old);
-    bool moved = paged && !no_flush && !no_move && pause_move_out(pid, MOVE_S, &v) == 0;
-    double t_lock = 0, t_ckpt = 0;
-    if (moved ? checkpoint_rest(pid, &t_lock, &t_ckpt)
-              : pause_lock_and_checkpoint(pid, &t_lock, &t_ckpt)) {
-        if (moved) {
-            mark_paused(pid, &v);
-            moved_alone(pid, &v);
-        }
+    double t_lock, t_ckpt;
+    if (pause_away(pid, &v, paged && !no_flush && !no_move, &moved, &t_lock, &t_ckpt) ||
+        moved) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         return !moved;
-    }
-    if (moved) {
-        mark_paused(pid, &v);
-        char b[32];
-        printf("paused %d: cupool moved %s (%.2f GiB/s), then the driver checkpointed "
-               "the rest: lock %.3f s, checkpoint %.3f s\n", pid,
-               stats_fmt_bytes(v.park.moved, b, sizeof(b)), v.park.copy_us ?
-               (double)v.park.moved / 1073741824.0 / (v.park.copy_us / 1e6) : 0.0,
-               t_lock, t_ckpt);
-        fflush(stdout);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        return 0;
     }
     uint64_t needs = paged ? mark_paused(pid, &v) : 0;
     fflush(stderr);

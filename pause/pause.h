@@ -44,6 +44,13 @@ uint64_t pause_held_of(const stats_view *v);
 int pause_flush(int pid, double timeout, stats_view *v);
 /* Lock and checkpoint; a failed checkpoint is unlocked. */
 int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt);
+/* Takes flushed pid's device memory away (v: its view): where move, cupool
+ * moves its VMM segments to host memory (it says so, and why not where it
+ * cannot), then the driver checkpoints the rest; where cupool did not move
+ * them, the driver checkpoints everything. *moved says which; a moved
+ * process's page says paused, and what was done is printed. 0, or 1 with
+ * why said and pid running on. */
+int pause_away(int pid, stats_view *v, bool move, bool *moved, double *t_lock, double *t_ckpt);
 /* Pauses one process that holds no NCCL communicator: flushes its caches
  * through its page (unless no_flush), has cupool move its VMM segments to
  * host memory (unless no_move or no_flush), then the driver's lock and
@@ -53,8 +60,9 @@ int pause_one(int pid, double timeout, bool no_flush, bool no_move);
 /* Restore (when checkpointed) and unlock; the page says running. */
 int pause_resume_one(int pid);
 
-/* The pause and the resume of pid's whole NCCL job (v: pid's view). */
-int pause_job(const stats_view *v, double timeout, bool no_flush);
+/* The pause and the resume of pid's whole NCCL job (v: pid's view): each
+ * rank as pause_one, once every communicator is suspended. */
+int pause_job(const stats_view *v, double timeout, bool no_flush, bool no_move);
 int pause_job_resume(const stats_view *v, double timeout);
 
 #endif

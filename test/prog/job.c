@@ -66,7 +66,11 @@ static void job_step(void *const *comm, int n, unsigned long *ops)
  * SIGTERM; once the file JOB_DESTROY names appears, destroys the split's
  * child (else the job's communicator) and touches JOB_DESTROY.done. With
  * JOB_EVERY=N, an all-reduce on each of the job's communicators every N
- * ticks of 10 ms (job_step). Aborts what is left at the end. */
+ * ticks of 10 ms (job_step). With JOB_BUF=MIB, it holds that much device
+ * memory filled with its rank's byte, writes a byte of it again at every
+ * step (a memset: on the simulated device, one let through while the
+ * memory is away faults) and reads all of it at the end (lost bytes fail
+ * the rank). Aborts what is left at the end. */
 static int nccl_job(void)
 {
     struct sigaction sa = {.sa_handler = on_term};
@@ -91,13 +95,25 @@ static int nccl_job(void)
     CHECK(nmore >= 0 && nmore <= 32);
     for (int i = 0; i < nmore; i++)
         CHECK(split_fn(comm[0], 100 + i, rank, &more[i], NULL) == 0 && more[i]);
+    size_t buf_len = getenv("JOB_BUF") ? (size_t)atoi(getenv("JOB_BUF")) << 20 : 0;
+    unsigned char *buf = NULL, want = (unsigned char)(0x40 + rank);
+    if (buf_len) {
+        OK(cudaMalloc((void **)&buf, buf_len));
+        OK(cudaMemsetAsync(buf, want, buf_len, 0));
+        OK(cudaDeviceSynchronize());
+    }
     touch(getenv("READY"));
     int (*destroy_fn)(void *) = (int (*)(void *))nccl("ncclCommDestroy");
     int every = getenv("JOB_EVERY") ? atoi(getenv("JOB_EVERY")) : 0;
     unsigned long ops = 0;
     for (int i = 0, n = hold_ticks(120); i < n && !stop; i++) {
-        if (every > 0 && i % every == 0)
+        if (every > 0 && i % every == 0) {
             job_step(comm, local, &ops);
+            if (buf) {
+                OK(cudaMemsetAsync(buf + ops % buf_len, want, 1, 0));
+                OK(cudaDeviceSynchronize());
+            }
+        }
         if (destroy && access(destroy, F_OK) == 0) {
             CHECK(destroy_fn(child ? child : comm[0]) == 0);
             *(child ? &child : &comm[0]) = NULL;
@@ -107,6 +123,12 @@ static int nccl_job(void)
             destroy = NULL;
         }
         sleep_ms(10);
+    }
+    if (buf) {
+        for (size_t k = 0; k < buf_len; k++) /* the simulated device's is host memory */
+            CHECK(buf[k] == want);
+        OK(cudaFree(buf));
+        printf("job data ok\n");
     }
     int (*abort_fn)(void *) = (int (*)(void *))nccl("ncclCommAbort");
     for (int i = 0; i < nmore; i++)

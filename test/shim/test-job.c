@@ -314,6 +314,49 @@ static void test_nccl_job_pause_and_resume(void **s)
     job_end(c);
 }
 
+/* A two-rank job whose ranks hold 8 MiB each in VMM segments
+ * (CUPOOL_VMM=1): once their communicators are suspended, cupool pause
+ * moves each rank's memory itself (not the driver's checkpoint alone), and
+ * cupool resume brings it back. Each rank reads a byte of its memory back
+ * at every all-reduce and all of it at the end: a read let through while
+ * the memory was away faults on the simulated device, lost bytes fail it. */
+static void test_nccl_job_pause_moves_ranks(void **s)
+{
+    (void)s;
+    child c[2];
+    static char cupti[PATH_MAX + 32];
+    snprintf(cupti, sizeof(cupti), "%s", sim_cupti());
+    setenv("JOB_BUF", "8", 1);
+    duo_start_with(c, (const int[]){1, 2}, "CUPOOL_VMM=1", cupti, cupti);
+    unsetenv("JOB_BUF");
+    char args[64], out[4096], calls[1024], want[96];
+    snprintf(args, sizeof(args), "pause --timeout 120 %d", c[1].pid);
+    int st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s%s\n", out, calls);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "paused the NCCL job"));
+    for (int r = 0; r < 2; r++) {
+        snprintf(want, sizeof(want), "moved %d's memory to host memory: 0.01 GiB", c[r].pid);
+        if (!strstr(out, want))
+            fail_msg("rank %d's memory was not moved by cupool:\n%s", r, out);
+    }
+    long n0 = duo_count(0);
+    usleep(300000); /* the next all-reduce, and its read, wait at the gates */
+    assert_int_equal(duo_count(0), n0);
+    snprintf(args, sizeof(args), "resume %d", c[0].pid);
+    st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
+    print_message("%s\n", out);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "communicators resumed"));
+    assert_true(duo_runs());
+    for (int r = 0; r < 2; r++) {
+        kill(c[r].pid, SIGTERM);
+        result *e = finish(&c[r], "job", 0);
+        if (e->status || !strstr(e->out, "job data ok"))
+            fail_msg("rank %d ended (%d) without its data: %s", r, e->status, e->out);
+    }
+}
+
 /* A suspend refused on one rank rolls the job back; an NCCL without
  * ncclCommSuspend is refused with nothing done; cupool flush --nccl
  * suspends the idle communicators and the next all-reduce resumes them. */
@@ -438,6 +481,8 @@ const struct CMUnitTest shim_job_tests[] = {
     cmocka_unit_test_setup_teardown(test_nccl_job_destroy, pages_setup, pages_teardown),
     cmocka_unit_test_setup_teardown(test_nccl_stat_fields, pages_setup, pages_teardown),
     cmocka_unit_test_setup_teardown(test_nccl_job_pause_and_resume, pages_setup,
+                                    pages_teardown),
+    cmocka_unit_test_setup_teardown(test_nccl_job_pause_moves_ranks, pages_setup,
                                     pages_teardown),
     cmocka_unit_test_setup_teardown(test_nccl_job_suspend_refusals_and_flush, pages_setup,
                                     pages_teardown),
