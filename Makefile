@@ -53,8 +53,13 @@ POOL_TESTS := test_pool test_pool_random test_pool_frag test_addrmap
 # Threaded tests, built with TSan.
 TSAN_TESTS := test_pool_threads
 
+# NO_EXPORTER=1 builds everything but the exporter, and needs no
+# libmicrohttpd: for a machine that cannot install it (a GPU host without a
+# network; scripts/gpu-check sets it there).
+EXPORTER_BIN := $(if $(NO_EXPORTER),,$(BUILD)/cupool-exporter)
+
 .PHONY: all test bench demo deps cmocka-check clean install uninstall
-all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(BUILD)/cupool-exporter $(BUILD)/cupool-trace \
+all: deps $(BUILD)/libcupool.so $(BUILD)/cupool-stat $(EXPORTER_BIN) $(BUILD)/cupool-trace \
      $(BUILD)/cupool-options $(BUILD)/cupool-pause $(BUILD)/libcupool_pool.a
 
 # The build's dependencies, each missing one installed at once (root with
@@ -66,7 +71,8 @@ deps:
 	@missing=; \
 	command -v $(CC) >/dev/null || missing="$$missing gcc"; \
 	test -f /usr/include/zlib.h || missing="$$missing zlib1g-dev"; \
-	test -f /usr/include/microhttpd.h || missing="$$missing libmicrohttpd-dev"; \
+	test -n "$(NO_EXPORTER)" || test -f /usr/include/microhttpd.h || \
+	    missing="$$missing libmicrohttpd-dev"; \
 	scripts/install-deps "the build" $$missing
 
 # The tests' own tools: cmocka; Python 3 (a real JSON parser reads the
