@@ -328,8 +328,16 @@ SHIM_RUN := timeout 600 $(BUILD)/test_shim -g
 TSAN_RT = $(shell $(CC) -print-file-name=libtsan.so)
 ASAN_RT = $(shell $(CC) -print-file-name=libasan.so)
 PAUSE_MOVE_DEPS := $(BUILD)/test_pause_move $(foreach v,$(SHIM_VARIANTS),$(v)/rt/pause_prog)
-test: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so $(BUILD)/planted_cmocka \
-      $(BUILD)/rt/evil_page $(PAUSE_MOVE_DEPS)
+# make test: what the build and the tests need is installed first, alone
+# (apt-get runs one at a time); then everything builds on every core
+# (JOBS: nproc), then the tests run.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+.PHONY: test-build
+test-build: all cmocka-check $(TEST_BINS) $(SHIM_DEPS) $(BUILD)/rt/libfailmalloc.so \
+            $(BUILD)/planted_cmocka $(BUILD)/rt/evil_page $(PAUSE_MOVE_DEPS)
+test:
+	@$(MAKE) --no-print-directory deps cmocka-check
+	@$(MAKE) --no-print-directory -j$(JOBS) test-build
 	@PATH="$(abspath $(BUILD))/tools:$$PATH" TEST_LOGS=$(BUILD)/test-logs \
 	    TEST_TIMES=$(BUILD)/test-times scripts/run-tests \
 	    "python3 scripts/check-shape && echo 'ok   the code shape (scripts/check-shape)' || \

@@ -92,7 +92,7 @@ static void test_group_killed_member(void **s)
     double t0 = now_s();
     snprintf(cmd, sizeof(cmd), "CUPOOL_PAGE_DIR=%s " READER " stat --group killed", pages);
     assert_int_equal(shell(cmd, out, sizeof(out)), 0);
-    assert_true(now_s() - t0 < 1.0);
+    assert_true(now_s() - t0 < 10.0); /* not held by the dead member's lock */
     assert_non_null(strstr(out, "0 members"));
     serve_start(&b, "gb", "CUPOOL_GROUP=killed", "CUPOOL_GROUP_MAX_RESERVED=16M");
     kill(b.pid, SIGTERM);

@@ -123,7 +123,9 @@ static void test_group_turn_wait(void **s)
         assert_int_equal(sscanf(strstr(r->out, "refused after"), "refused after %lu", &ms), 1);
         print_message("%s: refused after %lu ms\n", waits[k], ms);
         if (k) {
-            assert_true(ms >= 300 && ms < 1500);
+            /* Its own wait, not the holder's 2 s (a waiter that took its
+             * turn then would not be refused at all). */
+            assert_true(ms >= 300 && ms < 10000);
             assert_non_null(strstr(r->err, "stayed in use for all of CUPOOL_GROUP_WAIT"));
         }
         assert_int_equal(finish(&a, "turn a", 0)->status, 0);
@@ -188,7 +190,10 @@ static void test_group_turn_deadlock(void **s)
     unsigned long ms = 0;
     assert_int_equal(sscanf(strstr(r->out, "refused after"), "refused after %lu", &ms), 1);
     print_message("the last to arrive failed after %lu ms\n", ms);
-    assert_true(ms < 1000);
+    /* At once: the check takes 50 ms of everyone waiting; without it the
+     * member waits out CUPOOL_GROUP_WAIT (10 minutes). 20 s leaves a
+     * loaded machine room. */
+    assert_true(ms < 20000);
     assert_non_null(strstr(r->err, "(a deadlock)"));
     char pa[64], pb[64];
     snprintf(pa, sizeof(pa), "pid %d (rt_prog) holds 60.00 MiB", a.pid);
@@ -236,7 +241,9 @@ static void test_group_turn_killed(void **s)
     assert_int_equal(r->status, 0);
     double ms = (double)(turn_time(r->out, "got") - killed) / 1e6;
     print_message("the holder killed: the waiter got the memory %.0f ms after\n", ms);
-    assert_true(ms < 500);
+    /* The dead are reaped every 50 ms; without it the waiter waits out
+     * CUPOOL_GROUP_WAIT (10 minutes). */
+    assert_true(ms < 10000);
 }
 
 const struct CMUnitTest shim_turn_tests[] = {
