@@ -177,10 +177,15 @@ int pause_job_resume(const stats_view *v, double timeout)
     jobgate_signals_block(&old);
     int rc = 0;
     for (size_t r = 0; r < g.n && !rc; r++) {
+        /* A rank cupool moved alone (the driver refused its lock: CUPTI
+         * watches it) runs as far as the driver knows, its memory away and
+         * its calls held: its page says so. */
         CUprocessState st;
+        stats_view rv;
+        bool parked = stats_page_read(g.pid[r], &rv) == 0 && rv.park.state == STATS_PARK_PARKED;
         if (pause_state_of(g.pid[r], &st))
             rc = 1;
-        else if (st != CU_PROCESS_STATE_RUNNING)
+        else if (st != CU_PROCESS_STATE_RUNNING || parked)
             rc = pause_resume_one(g.pid[r]);
         if (rc)
             pause_say("the job's communicators stay suspended and its gates closed until "

@@ -232,7 +232,10 @@ int pause_lock_and_checkpoint(int pid, double *t_lock, double *t_ckpt)
     if (r == CUDA_SUCCESS)
         return 0;
     if (!locked) {
-        pause_say("cannot lock process %d (%s): it runs on, untouched", pid, pause_cu_text(r));
+        pause_say("cannot lock process %d (%s%s): it runs on, untouched", pid, pause_cu_text(r),
+                  r == CUDA_ERROR_NOT_SUPPORTED ? ": the driver does not lock a process CUPTI "
+                  "watches, the program's own profiler or the CUPTI cupool started to stop "
+                  "its calls" : "");
         return 1;
     }
     return checkpoint_failed(pid, r);

@@ -326,9 +326,19 @@ static void test_nccl_job_pause_moves_ranks(void **s)
     child c[2];
     static char cupti[PATH_MAX + 32];
     snprintf(cupti, sizeof(cupti), "%s", sim_cupti());
+    /* The ranks mark where the driver's state lives that CUPTI watches
+     * them: the simulated driver then refuses their lock, as the real one
+     * does, and cupool's move alone holds them (the resume must bring
+     * their memory back all the same). */
+    char ckpt[160], cmd[200], o[64];
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt", pages);
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s", ckpt);
+    shell(cmd, o, sizeof(o));
     setenv("JOB_BUF", "8", 1);
+    setenv("SIMCUDA_CKPT_DIR", ckpt, 1);
     duo_start_with(c, (const int[]){1, 2}, "CUPOOL_VMM=1", cupti, cupti);
     unsetenv("JOB_BUF");
+    unsetenv("SIMCUDA_CKPT_DIR");
     char args[64], out[4096], calls[1024], want[96];
     snprintf(args, sizeof(args), "pause --timeout 120 %d", c[1].pid);
     int st = pause_run(args, NULL, out, sizeof(out), calls, sizeof(calls));
@@ -339,6 +349,10 @@ static void test_nccl_job_pause_moves_ranks(void **s)
         snprintf(want, sizeof(want), "moved %d's memory to host memory: 0.01 GiB", c[r].pid);
         if (!strstr(out, want))
             fail_msg("rank %d's memory was not moved by cupool:\n%s", r, out);
+        snprintf(want, sizeof(want), "paused %d: cupool moved 10.00 MiB to host memory and "
+                 "holds its CUDA calls", c[r].pid);
+        if (!strstr(out, want))
+            fail_msg("rank %d was not held by cupool's move alone:\n%s", r, out);
     }
     long n0 = duo_count(0);
     usleep(300000); /* the next all-reduce, and its read, wait at the gates */
@@ -348,6 +362,11 @@ static void test_nccl_job_pause_moves_ranks(void **s)
     print_message("%s\n", out);
     assert_int_equal(st, 0);
     assert_non_null(strstr(out, "communicators resumed"));
+    for (int r = 0; r < 2; r++) {
+        snprintf(want, sizeof(want), "brought back %d's memory to the device", c[r].pid);
+        if (!strstr(out, want))
+            fail_msg("rank %d's memory was not brought back:\n%s", r, out);
+    }
     assert_true(duo_runs());
     for (int r = 0; r < 2; r++) {
         kill(c[r].pid, SIGTERM);

@@ -10,6 +10,9 @@
  * "checkpoint@1234": for process 1234 alone);
  * "checkpoint=failed" also leaves the process FAILED. SIMCUDA_CKPT_LOG, a
  * file, gets one line per call ("lock 1234 -> 0", "state 1234 -> 0").
+ * A process CUPTI watches (a subscriber, marked by <pid>.cupti beside its
+ * state) is not locked: CUDA_ERROR_NOT_SUPPORTED, as the real driver
+ * answers.
  */
 #include <signal.h>
 #include <stdbool.h>
@@ -18,6 +21,9 @@
 #include <string.h>
 
 #include <cuda.h>
+#include <unistd.h>
+
+#include "simcuda_internal.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -88,6 +94,33 @@ static CUresult logged(const char *call, int pid, CUresult r)
     return r;
 }
 
+static void cupti_mark_path(int pid, char *buf, size_t len)
+{
+    char state[512];
+    state_path(pid, state, sizeof(state));
+    snprintf(buf, len, "%s.cupti", state);
+}
+
+HIDDEN void sim_ckpt_cupti_mark(bool watched)
+{
+    char path[600];
+    cupti_mark_path((int)getpid(), path, sizeof(path));
+    if (!watched) {
+        unlink(path);
+        return;
+    }
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+}
+
+static bool cupti_watches(int pid)
+{
+    char path[600];
+    cupti_mark_path(pid, path, sizeof(path));
+    return access(path, F_OK) == 0;
+}
+
 /* One transition: from must be the state, to is the state after. */
 static CUresult step(const char *call, int pid, CUprocessState from, CUprocessState to)
 {
@@ -116,6 +149,9 @@ EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
     (void)args;
+    if (pid > 0 && kill(pid, 0) == 0 && state_of(pid) == CU_PROCESS_STATE_RUNNING &&
+        cupti_watches(pid))
+        return logged("lock", pid, CUDA_ERROR_NOT_SUPPORTED);
     return step("lock", pid, CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED);
 }
 

@@ -1015,8 +1015,10 @@ EXPORT CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstre
 
 EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
 {
-    *s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_OUT_OF_MEMORY
-                                             ? "out of memory" : "invalid argument";
+    *s = e == CUDA_SUCCESS               ? "no error"
+         : e == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory"
+         : e == CUDA_ERROR_NOT_SUPPORTED ? "operation not supported"
+                                         : "invalid argument";
     return CUDA_SUCCESS;
 }
 

@@ -46,4 +46,9 @@ HIDDEN bool sim_fails_after(const char *what, unsigned *count);
  * is written first, for the test to know. */
 HIDDEN void sim_slow_call(unsigned seconds);
 
+/* simckpt.c: marks this process as watched by CUPTI (a subscriber) or
+ * not; the driver's lock refuses a watched process, as the real one does
+ * (CUDA_ERROR_NOT_SUPPORTED, H200, driver 580). */
+HIDDEN void sim_ckpt_cupti_mark(bool watched);
+
 #endif

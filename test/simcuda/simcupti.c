@@ -57,6 +57,7 @@ EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFun
     if ((t && *t == '1') || !atomic_compare_exchange_strong(&cupti_cb, &none, cb))
         return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     *sub = (CUpti_SubscriberHandle)&cupti_cb;
+    sim_ckpt_cupti_mark(true);
     return CUPTI_SUCCESS;
 }
 
@@ -65,6 +66,7 @@ EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle sub)
     (void)sub;
     atomic_store(&cupti_domain_on, false);
     atomic_store(&cupti_cb, NULL);
+    sim_ckpt_cupti_mark(false);
     return CUPTI_SUCCESS;
 }
 
