@@ -188,7 +188,29 @@ typedef struct map_want {
     int pid, nspid;      /* nspid: its own namespace's pid, 0 until read */
     unsigned long ns;    /* its pid namespace's inode */
     node_map *m;
+    const char *const *dirs; /* where its page must lie, if ndirs */
+    size_t ndirs;
 } map_want;
+
+/* Whether m's page lies in one of w's directories (any, where none is
+ * named): its user directory's parent is one of them. */
+static bool map_in_dirs(const map_want *w, const node_map *m)
+{
+    if (!w->ndirs)
+        return true;
+    const char *user = m->name - 1; /* the slash before the name */
+    while (user > m->path && user[-1] != '/')
+        user--;
+    size_t len = user > m->path ? (size_t)(user - 1 - m->path) : 0;
+    for (size_t i = 0; i < w->ndirs; i++) {
+        size_t n = strlen(w->dirs[i]);
+        while (n > 1 && w->dirs[i][n - 1] == '/')
+            n--;
+        if (n == len && !strncmp(w->dirs[i], m->path, n))
+            return true;
+    }
+    return false;
+}
 
 /* Whether line maps a file named as w's process's own page (into w->m). A
  * file named as another process's page (a reader's request maps one for a
@@ -198,7 +220,7 @@ static bool map_line_is_page(const char *line, void *arg)
     map_want *w = arg;
     unsigned long page_ns;
     int page_pid;
-    if (!strstr(line, "/cupool-") || !map_parse(line, w->m) ||
+    if (!strstr(line, "/cupool-") || !map_parse(line, w->m) || !map_in_dirs(w, w->m) ||
         !page_name_parse(w->m->name, &page_ns, &page_pid) || page_ns != w->ns)
         return false;
     if (!w->nspid)
@@ -231,10 +253,10 @@ static int scan_add(node_scan *s, const node_proc *p)
 
 /* Reads the page of process pid (of user uid), if it maps one, into s:
  * 0 or -ENOMEM. */
-static int scan_proc(node_scan *s, int pid, uid_t uid)
+static int scan_proc(node_scan *s, int pid, uid_t uid, const char *const *dirs, size_t ndirs)
 {
     node_map m;
-    map_want w = {pid, 0, ns_inode(pid, "pid"), &m};
+    map_want w = {pid, 0, ns_inode(pid, "pid"), &m, dirs, ndirs};
     if (!w.ns || stats_maps_find(pid, map_line_is_page, &w) != 1)
         return 0; /* gone, a kernel thread, or no page */
     node_proc p;
@@ -261,7 +283,6 @@ static int by_pid(const void *a, const void *b)
 
 int node_scan_run(node_scan *s, const char *const *dirs, size_t ndirs)
 {
-    (void)dirs, (void)ndirs; /* (see node.h) */
     memset(s, 0, sizeof(*s));
     uid_t me = geteuid();
     DIR *d = opendir("/proc");
@@ -276,7 +297,7 @@ int node_scan_run(node_scan *s, const char *const *dirs, size_t ndirs)
         struct stat st;
         snprintf(path, sizeof(path), "/proc/%d", pid);
         if (pid > 0 && stat(path, &st) == 0 && (!me || st.st_uid == me))
-            err = scan_proc(s, pid, st.st_uid);
+            err = scan_proc(s, pid, st.st_uid, dirs, ndirs);
     }
     closedir(d);
     if (s->nprocs)

@@ -60,10 +60,10 @@ typedef struct node_scan {
 } node_scan;
 
 /* Scans the node: every process the reader may look at, and its page
- * wherever it is. dirs and ndirs are not looked at (pages were once looked
- * for in directories; the callers that still name them are to drop them).
- * 0, or -ENOMEM (s holds what was found before). Free s with
- * node_scan_free. */
+ * wherever it is; with ndirs directories, only the processes whose page
+ * lies in one of them (DIR/cupool-UID/..., as the process sees it: a
+ * narrowing, never a place to look). 0, or -ENOMEM (s holds what was
+ * found before). Free s with node_scan_free. */
 int node_scan_run(node_scan *s, const char *const *dirs, size_t ndirs);
 void node_scan_free(node_scan *s);
 

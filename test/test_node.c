@@ -286,6 +286,44 @@ static void test_node_scan_reads_the_file_mapped(void **s)
     assert_string_equal(comm, "mapped");
 }
 
+/* --page-dir narrows: a scan naming directories keeps only the processes
+ * whose page lies in one of them (a trailing slash alike), none where the
+ * page lies elsewhere; a scan naming none keeps every process. */
+static void test_node_scan_dirs_narrow(void **s)
+{
+    (void)s;
+    stats_page *p = page_make("narrowed");
+    int me = (int)getpid();
+    char slashed[80], other[80];
+    snprintf(slashed, sizeof(slashed), "%s/", dir);
+    snprintf(other, sizeof(other), "%s-elsewhere", dir);
+    static const struct {
+        int which; /* 0: dir, 1: dir/, 2: another, 3: another and dir, 4: none */
+        bool found;
+    } cases[] = {{0, true}, {1, true}, {2, false}, {3, true}, {4, true}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *dirs[2];
+        size_t n = 0;
+        if (cases[i].which == 0)
+            dirs[n++] = dir;
+        if (cases[i].which == 1)
+            dirs[n++] = slashed;
+        if (cases[i].which >= 2 && cases[i].which <= 3)
+            dirs[n++] = other;
+        if (cases[i].which == 3)
+            dirs[n++] = dir;
+        node_scan sc;
+        assert_int_equal(node_scan_run(&sc, n ? dirs : NULL, n), 0);
+        bool found = false;
+        for (size_t k = 0; k < sc.nprocs; k++)
+            found |= sc.procs[k].pid == me;
+        node_scan_free(&sc);
+        if (found != cases[i].found)
+            fail_msg("case %zu: this process %s", i, found ? "found" : "not found");
+    }
+    stats_page_remove(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +335,7 @@ int main(void)
                                         dir_teardown),
         cmocka_unit_test_setup_teardown(test_node_scan_reads_the_file_mapped, dir_setup,
                                         dir_teardown),
+        cmocka_unit_test_setup_teardown(test_node_scan_dirs_narrow, dir_setup, dir_teardown),
     };
     if (getenv("TEST_ONLY")) /* a glob of test names, to run a few */
         cmocka_set_test_filter(getenv("TEST_ONLY"));

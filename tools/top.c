@@ -172,8 +172,7 @@ static void job_of(const node_proc *p, char *out, size_t len)
 static int collect_node(void)
 {
     node_scan s;
-    const char *dirs[] = {stats_page_dir(), "/dev/shm", "/tmp"}; /* each read once */
-    node_scan_run(&s, dirs, 3);
+    node_scan_run(&s, NULL, 0);
     int n = 0;
     for (size_t i = 0; i < s.nprocs && n < READER_MAX_PROCS; i++, n++) {
         reader_views[n] = s.procs[i].view;
