@@ -45,7 +45,10 @@ static int race_setup(void **s)
     if (links == MAP_FAILED)
         return -1;
     *links = 0;
-    snprintf(dir, sizeof(dir), "/tmp/cupool-safefile-XXXXXX");
+    const char *tmp = getenv("TMPDIR"); /* the run's own (scripts/run-tests) */
+    if (!tmp || !*tmp || strlen(tmp) + sizeof("/cupool-safefile-XXXXXX") > sizeof(dir))
+        tmp = "/tmp";
+    snprintf(dir, sizeof(dir), "%s/cupool-safefile-XXXXXX", tmp);
     if (!mkdtemp(dir))
         return -1;
     snprintf(victim, sizeof(victim), "%s/precious", dir);

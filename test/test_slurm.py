@@ -46,10 +46,12 @@ prolog = os.path.join(root, "deploy", "slurm", "cupool-task-prolog.sh")
 NEEDED = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "sinfo", "scancel")
 SHARDS = 8            # shards of the fake GPU: the recipe's SHARDS_PER_GPU default
 CAPACITY = 8 << 30    # the simulated device's memory
-START_S = 30          # the daemons up, the node idle
+# Deadlines for events that take a few seconds on an idle machine, with
+# room for one that two other make test runs load (issue 57).
+START_S = 60          # the daemons up, the node idle
 CLAIM = "424242"      # the job that job b's task claims in its environment
-TASK_S = 40           # a job's task started and publishing its page
-END_S = 20            # a job gone once its task was told to end
+TASK_S = 120          # a job's task started and publishing its page
+END_S = 40            # a job gone once its task was told to end
 failed = 0
 
 CHECKS = {
