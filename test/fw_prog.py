@@ -70,13 +70,14 @@ def stop_now(signum, frame):
 
 
 def hold_capture(rt, result, begun):
-    """Holds a global-mode capture open for 1.5 s on a stream of its own;
-    sets begun once it is open."""
+    """Holds a global-mode capture open for 5 s on a stream of its own (a
+    flush asked meanwhile must find it open, on a loaded machine too); sets
+    begun once it is open."""
     s = ctypes.c_void_p()
     assert rt.cudaStreamCreate(ctypes.byref(s)) == 0
     assert rt.cudaStreamBeginCapture(s, 0) == 0  # cudaStreamCaptureModeGlobal
     begun.set()
-    time.sleep(1.5)
+    time.sleep(5)
     g = ctypes.c_void_p()
     # The time as the capture begins to end: a release after it waited for
     # the capture (cupool may run it before EndCapture returns here).
