@@ -47,12 +47,6 @@ const char *safefile_stat_refusal(const struct stat *st, uid_t owner)
     return NULL;
 }
 
-const char *safefile_refusal(int fd, uid_t owner)
-{
-    struct stat st;
-    return fstat(fd, &st) != 0 ? strerror(errno) : safefile_stat_refusal(&st, owner);
-}
-
 /* Why the directory st describes cannot hold this user's files, or NULL. */
 static const char *dir_stat_refusal(const struct stat *st)
 {

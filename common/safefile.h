@@ -25,16 +25,12 @@ struct stat;
  * than one name. NULL if it can. */
 const char *safefile_stat_refusal(const struct stat *st, uid_t owner);
 
-/* Why the open file fd cannot be written as owner's (a regular file owned
- * by owner with one link), or NULL if it can. */
-const char *safefile_refusal(int fd, uid_t owner);
-
 /* Opens path for writing (flags: O_WRONLY or O_RDWR, with O_APPEND and
  * O_CREAT as wanted; O_TRUNC is ignored; mode 0600 when created): never
  * through a link at its name, nor through a link on its path that another
  * user owns or could have put there (each directory is opened relative to
  * the one before), never blocking on a FIFO, never as a controlling
- * terminal, and only a file safefile_refusal accepts for this user. A file
+ * terminal, and only a file safefile_stat_refusal accepts for this user. A file
  * made here is new (O_EXCL); one there already is judged at its name
  * before it is opened (without O_APPEND) and again after. That narrows,
  * but cannot close, the window a name others may swap leaves (a link made

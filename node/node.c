@@ -340,13 +340,3 @@ const char *node_skip_name(enum node_skip r)
     };
     return names[r];
 }
-
-const char *node_skip_help(enum node_skip r)
-{
-    static const char *const helps[] = {
-#define NODE_X(name, help) help,
-        NODE_SKIP_REASONS(NODE_X)
-#undef NODE_X
-    };
-    return helps[r];
-}

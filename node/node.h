@@ -69,6 +69,5 @@ void node_scan_free(node_scan *s);
 
 /* The reason names, for the exporter's counters. */
 const char *node_skip_name(enum node_skip r);
-const char *node_skip_help(enum node_skip r);
 
 #endif

@@ -245,17 +245,6 @@ int shim_parse_signal(const char *s, int *out)
     return -EINVAL;
 }
 
-const char *shim_signal_name(int sig, char *buf, size_t len)
-{
-    if (sig == 0)
-        return "none";
-    for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
-        if (signals[i].sig == sig)
-            return signals[i].name;
-    snprintf(buf, len, "RTMIN+%d", sig - SIGRTMIN);
-    return buf;
-}
-
 int shim_path_expand(const char *pattern, int pid, char *out, size_t len)
 {
     size_t n = 0;

@@ -119,9 +119,6 @@ int shim_parse_signal(const char *s, int *out);
 /* A duration: digits, then nothing (seconds), ms, s, m or h; into *ms. */
 int shim_parse_duration(const char *s, uint64_t *ms);
 
-/* Name of a signal number as the parser accepts it ("USR1", "none"). */
-const char *shim_signal_name(int sig, char *buf, size_t len);
-
 /* Expands %p in pattern to pid into out (len bytes). Returns 0, or -1 if
  * the result does not fit. */
 int shim_path_expand(const char *pattern, int pid, char *out, size_t len);
