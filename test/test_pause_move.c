@@ -123,6 +123,9 @@ static pid_t start2(const char *e, const char *e2)
         snprintf(pre, sizeof(pre), "%s%s%s", runtime ? runtime : "", runtime ? ":" : "", lib);
         setenv("DIR", d, 1);
         setenv("CUPOOL_VMM", "1", 1);
+        /* Room for a loaded machine, where a simulated call can take
+         * seconds; the long-call test sets the default back. */
+        setenv("CUPOOL_PAUSE_CALL_WAIT", "60s", 1);
         setenv("CUPOOL_CUPTI_LIB", cupti, 1);
         setenv("LD_PRELOAD", pre, 1);
         if (e)
@@ -300,7 +303,7 @@ static void test_pause_move_long_call(void **s)
 {
     (void)s;
     char out[4096];
-    pid_t pid = start("CUPOOL_CUPTI=1");
+    pid_t pid = start2("CUPOOL_CUPTI=1", "CUPOOL_PAUSE_CALL_WAIT=5s");
     put("fail", "slowmemset");
     assert_true(wait_for("fail.inside")); /* its memset loop is inside one now */
     if (tool("pause", pid, out, sizeof(out)) != 1 || !strstr(out, "stayed inside a CUDA call") ||

@@ -518,6 +518,13 @@ def main():
         for name in CHECKS.values():
             skip(name, why)
         return 0
+    # One such cluster on the node at a time: Slurm names its job cgroups
+    # after the host (slurm_<node>), which two make test runs side by side
+    # would share. The lock is on slurmd's own file, which every run opens
+    # alike and none leaves behind.
+    import fcntl
+    node_lock = open(shutil.which("slurmd"), "rb")
+    fcntl.flock(node_lock, fcntl.LOCK_EX)
     tmp = tempfile.mkdtemp(prefix="cupool-slurm-")
     t0 = time.monotonic()
     cluster = None

@@ -112,6 +112,10 @@ static const option options[] = {
      "how long a member of CUPOOL_GROUP refused because the other members' "
      "memory is in use waits for its turn (first come, first served) before "
      "its allocation fails; 0 = it fails once their flushes are answered"},
+    {"CUPOOL_PAUSE_CALL_WAIT", OPT_DURATION, F(pause_call_wait_ms), "5s",
+     "how long cupool pause's own move waits for the program's threads to "
+     "leave the CUDA calls they are in (a long copy, a module load) before it "
+     "gives up and leaves the pause to the driver"},
     {"CUPOOL_FRAMEWORK_FLUSH", OPT_BOOL, F(framework_flush), "1",
      "a flush first asks a Python program's frameworks to release their "
      "caches, from a thread of cupool's holding the interpreter's lock "

@@ -62,6 +62,7 @@ typedef struct shim_config {
     shim_cap group_max_dev[SHIM_MAX_DEVICES];
     bool has_group_dev[SHIM_MAX_DEVICES];
     uint64_t group_wait_ms;         /* CUPOOL_GROUP_WAIT */
+    uint64_t pause_call_wait_ms;    /* CUPOOL_PAUSE_CALL_WAIT */
     bool framework_flush;           /* a flush releases the frameworks'
                                        caches first (framework.h) */
     size_t shards;                  /* pools per device, 1..SHIM_SHARDS_MAX */

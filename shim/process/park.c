@@ -12,6 +12,7 @@
  * runtime may hold its own locks. Helper thread only, but the copies.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@
 #include "process.h"
 #include "vmm_park.h"
 
-enum { THREADS = 8, QUIET_MS = 5000, SETTLE_MS = 50 };
+enum { THREADS = 8, SETTLE_MS = 50 };
 #define CHUNK ((size_t)256 << 20)
 
 typedef struct item {
@@ -343,11 +344,14 @@ static int gate_close(void)
         nanosleep(&(struct timespec){0, SETTLE_MS * 1000000L}, NULL);
     shim_cudagate_close();
     unsigned inside;
-    char n[16];
-    if (!shim_cudagate_quiet(QUIET_MS, &inside)) {
+    char n[128];
+    uint64_t wait_ms = shim_cfg.pause_call_wait_ms;
+    if (!shim_cudagate_quiet(wait_ms > UINT_MAX ? UINT_MAX : (unsigned)wait_ms, &inside)) {
         shim_cudagate_open();
         snprintf(n, sizeof(n), "%u", inside);
-        return said(-EBUSY, "%s of its threads stayed inside a CUDA call for 5 s (a long "
+        snprintf(n + strlen(n), sizeof(n) - strlen(n), " of its threads stayed inside a CUDA "
+                 "call for %.3g s", (double)wait_ms / 1000.0);
+        return said(-EBUSY, "%s (CUPOOL_PAUSE_CALL_WAIT: a long "
                     "copy or kernel launch, a module load): nothing moved", n);
     }
     if (shim_captures_open()) { /* none begins now: its begin waits at the gate */
