@@ -344,15 +344,14 @@ static int gate_close(void)
         nanosleep(&(struct timespec){0, SETTLE_MS * 1000000L}, NULL);
     shim_cudagate_close();
     unsigned inside;
-    char n[128];
     uint64_t wait_ms = shim_cfg.pause_call_wait_ms;
     if (!shim_cudagate_quiet(wait_ms > UINT_MAX ? UINT_MAX : (unsigned)wait_ms, &inside)) {
         shim_cudagate_open();
-        snprintf(n, sizeof(n), "%u", inside);
-        snprintf(n + strlen(n), sizeof(n) - strlen(n), " of its threads stayed inside a CUDA "
-                 "call for %.3g s", (double)wait_ms / 1000.0);
-        return said(-EBUSY, "%s (CUPOOL_PAUSE_CALL_WAIT: a long "
-                    "copy or kernel launch, a module load): nothing moved", n);
+        char busy[sizeof(last.why)];
+        snprintf(busy, sizeof(busy), "%u of its threads stayed inside a CUDA call for %.3g s "
+                 "(CUPOOL_PAUSE_CALL_WAIT: a long copy or kernel launch, a module load): "
+                 "nothing moved", inside, (double)wait_ms / 1000.0);
+        return said(-EBUSY, "%s", busy);
     }
     if (shim_captures_open()) { /* none begins now: its begin waits at the gate */
         shim_cudagate_open();
