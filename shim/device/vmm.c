@@ -137,7 +137,7 @@ uint64_t vmm_access_due(const shim_vmm *v)
 }
 
 /* Grants the devices in mask read and write access to [addr, addr + size). */
-static CUresult set_access(uintptr_t addr, size_t size, uint64_t mask)
+CUresult vmm_set_access(uintptr_t addr, size_t size, uint64_t mask)
 {
     CUmemAccessDesc d[SHIM_MAX_DEVICES];
     size_t n = 0;
@@ -156,8 +156,9 @@ static CUresult set_access(uintptr_t addr, size_t size, uint64_t mask)
 static CUresult set_new_access(shim_vmm *v, uintptr_t addr, size_t size)
 {
     uint64_t own = own_bit(v), due = vmm_access_due(v) | v->granted;
-    CUresult e = set_access(addr, size, due);
-    if (e != CUDA_SUCCESS && due != own && (e = set_access(addr, size, own)) == CUDA_SUCCESS) {
+    CUresult e = vmm_set_access(addr, size, due);
+    if (e != CUDA_SUCCESS && due != own &&
+        (e = vmm_set_access(addr, size, own)) == CUDA_SUCCESS) {
         static atomic_bool said;
         if (!atomic_exchange(&said, true))
             shim_log(SHIM_LOG_ERROR, "device %d: a new segment could not grant its "
@@ -176,7 +177,7 @@ CUresult vmm_grant_range(const shim_vmm *v, const vmm_range *r, uint64_t mask)
         while (j < n && r->g[j].h)
             j++;
         if (j > i)
-            e = set_access(r->base + i * v->gran, (j - i) * v->gran, mask);
+            e = vmm_set_access(r->base + i * v->gran, (j - i) * v->gran, mask);
         i = j + 1;
     }
     return e;
@@ -575,7 +576,7 @@ int shim_vmm_import_piece(uintptr_t base, size_t off, const shim_vmm_piece *p)
 
 int shim_vmm_import_end(int dev, uintptr_t base, size_t span)
 {
-    CUresult e = set_access(base, span, 1ull << dev);
+    CUresult e = vmm_set_access(base, span, 1ull << dev);
     if (e != CUDA_SUCCESS)
         shim_log(SHIM_LOG_ERROR, "device %d: access to %zu bytes of another process's "
                  "memory failed: %s", dev, span, vmm_errstr(e));

@@ -61,6 +61,8 @@ long vmm_find(const struct shim_vmm *v, uintptr_t addr);
 CUresult vmm_create(struct shim_vmm *v, size_t len, CUmemGenericAllocationHandle *h);
 /* The devices a mapping made now must grant access: v's and its peers. */
 uint64_t vmm_access_due(const struct shim_vmm *v);
+/* Grants the devices in mask read and write access to [addr, addr + size). */
+CUresult vmm_set_access(uintptr_t addr, size_t size, uint64_t mask);
 /* Grants mask to every mapped run of granules of r. Needs v->lock. */
 CUresult vmm_grant_range(const struct shim_vmm *v, const vmm_range *r, uint64_t mask);
 

@@ -15,6 +15,8 @@
 #ifndef CUPOOL_SHIM_VMM_PARK_H
 #define CUPOOL_SHIM_VMM_PARK_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,12 +37,28 @@ size_t shim_vmm_spans(shim_vmm *v, pool_span *out, size_t max);
  * *bytes. */
 int shim_vmm_park(shim_vmm *v, uint64_t *bytes);
 
+/* What a caller copying the bytes back while shim_vmm_unpark runs learns
+ * of its progress. */
+typedef struct shim_vmm_watch {
+    /* Every own piece below this address is backed, with its access: its
+     * bytes may be copied in. UINTPTR_MAX once the call succeeded. */
+    _Atomic uintptr_t ready;
+    /* Set once the call fails, before it releases anything it made;
+     * ready moves no further. */
+    atomic_bool failed;
+    /* Called once failed is set and before that release: returns when no
+     * copy into v's memory is in flight (NULL: none can be). */
+    void (*drain)(void *arg);
+    void *arg;
+} shim_vmm_watch;
+
 /* Backs every parked piece with new physical memory at its address, with
  * the access v's mappings grant, and maps stitched ranges from their parts
- * again. 0; or -ENOMEM (the device is full) or -EIO, with every range
+ * again; w (NULL: none) is told as own pieces become ready, in address
+ * order. 0; or -ENOMEM (the device is full) or -EIO, with every range
  * parked as before (what this call made is released). Their bytes are
  * undefined until the caller copies them in. */
-int shim_vmm_unpark(shim_vmm *v);
+int shim_vmm_unpark(shim_vmm *v, shim_vmm_watch *w);
 
 /* Whether any range of v is parked. */
 bool shim_vmm_parked(shim_vmm *v);

@@ -172,19 +172,65 @@ typedef struct copy_job {
     atomic_int err;           /* the first failure's CUresult */
     _Atomic uint64_t pin_ns;  /* summed over the threads */
     size_t chunk;             /* where err came, written by who set it */
+    /* In: each device's memory as it is backed again (vmm_park.h), and
+     * the threads with copies into it in flight (a failing unpark waits
+     * for none: drain). */
+    shim_vmm_watch watch[SHIM_MAX_DEVICES];
+    atomic_uint inflight[SHIM_MAX_DEVICES];
 } copy_job;
 
+/* Waits for this thread's copies on every device; no longer counted in
+ * flight. The first failure. */
+static CUresult streams_sync(copy_job *j, CUstream *streams, bool *counted)
+{
+    CUresult e = CUDA_SUCCESS;
+    for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
+        CUresult s = streams[d] && shim_drv.cuCtxSetCurrent(ctx_of(d)) == CUDA_SUCCESS
+                     ? shim_drv.cuStreamSynchronize(streams[d]) : CUDA_SUCCESS;
+        e = e == CUDA_SUCCESS ? s : e;
+        if (counted[d])
+            atomic_fetch_sub(&j->inflight[d], 1);
+        counted[d] = false;
+    }
+    return e;
+}
+
+/* In: whether item it may be copied now, its memory backed; false when its
+ * device's unpark failed (its bytes stay in host memory). The thread counts
+ * itself in flight on the device before it looks (so a failing unpark sees
+ * it and waits), and waits for the memory with nothing in flight (so that
+ * no unpark waits for it). */
+static bool backed(copy_job *j, const item *it, CUstream *streams, bool *counted,
+                   CUresult *e)
+{
+    shim_vmm_watch *w = &j->watch[it->dev];
+    for (;;) {
+        if (!counted[it->dev])
+            atomic_fetch_add(&j->inflight[it->dev], 1);
+        counted[it->dev] = true;
+        if (atomic_load(&w->failed))
+            return false;
+        if (atomic_load(&w->ready) >= it->addr + it->size)
+            return true;
+        CUresult s = streams_sync(j, streams, counted);
+        *e = *e == CUDA_SUCCESS ? s : *e;
+        nanosleep(&(struct timespec){0, 20000L}, NULL);
+    }
+}
+
 /* Copies the items of chunk c on this thread's streams (one per device,
- * made on first use). */
+ * made on first use); in, each once its memory is backed. */
 static CUresult copy_chunk(copy_job *j, size_t c, CUstream *streams)
 {
     size_t k = 0;
+    bool counted[SHIM_MAX_DEVICES] = {0};
     while (k < nitems && items[k].host / CHUNK < c) /* items are in host order */
         k++;
     CUresult e = CUDA_SUCCESS;
     for (; e == CUDA_SUCCESS && k < nitems && items[k].host / CHUNK == c; k++) {
         const item *it = &items[k];
-        if (!(j->devs >> it->dev & 1))
+        if (!(j->devs >> it->dev & 1) ||
+            (!j->out && (!backed(j, it, streams, counted, &e) || e != CUDA_SUCCESS)))
             continue;
         e = shim_drv.cuCtxSetCurrent(ctx_of(it->dev));
         if (e == CUDA_SUCCESS && !streams[it->dev])
@@ -194,12 +240,8 @@ static CUresult copy_chunk(copy_job *j, size_t c, CUstream *streams)
             e = j->out ? shim_drv.cuMemcpyDtoHAsync_v2(h, it->addr, it->size, streams[it->dev])
                        : shim_drv.cuMemcpyHtoDAsync_v2(it->addr, h, it->size, streams[it->dev]);
     }
-    for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
-        CUresult s = streams[d] && shim_drv.cuCtxSetCurrent(ctx_of(d)) == CUDA_SUCCESS
-                     ? shim_drv.cuStreamSynchronize(streams[d]) : CUDA_SUCCESS;
-        e = e == CUDA_SUCCESS ? s : e;
-    }
-    return e;
+    CUresult s = streams_sync(j, streams, counted);
+    return e == CUDA_SUCCESS ? s : e;
 }
 
 /* A chunk of pinned host memory, for every context (any device's items
@@ -251,31 +293,70 @@ static void *copier(void *arg)
     return NULL;
 }
 
-/* Copies the items of devs out (to host) or in, on THREADS threads. 0 or the
- * first CUresult that failed. */
-static int copy_all(bool out, uint64_t devs, uint64_t total)
-{
-    copy_job j = {.out = out, .devs = devs, .nused = (size_t)((total + CHUNK - 1) / CHUNK)};
-    atomic_init(&j.next, 0);
-    atomic_init(&j.err, 0);
-    atomic_init(&j.pin_ns, 0);
+/* The copy threads at work. */
+typedef struct copiers {
+    copy_job j;
     pthread_t t[THREADS];
-    int started = 0;
-    for (; started < THREADS && (size_t)started < j.nused; started++)
-        if (pthread_create(&t[started], NULL, copier, &j) != 0)
+    int started;
+} copiers;
+
+/* A failing unpark of device (arg - c->j.inflight)'s memory waits until no
+ * copy into it is in flight. */
+static void drain(void *arg)
+{
+    atomic_uint *n = arg;
+    while (atomic_load(n))
+        nanosleep(&(struct timespec){0, 20000L}, NULL);
+}
+
+/* Starts copying the items of devs out (to host) or in, on THREADS
+ * threads; in, each device's items wait for c->j.watch[dev] (the caller
+ * backs the memory meanwhile). */
+static void copy_begin(copiers *c, bool out, uint64_t devs, uint64_t total)
+{
+    copy_job *j = &c->j;
+    *j = (copy_job){.out = out, .devs = devs, .nused = (size_t)((total + CHUNK - 1) / CHUNK)};
+    atomic_init(&j->next, 0);
+    atomic_init(&j->err, 0);
+    atomic_init(&j->pin_ns, 0);
+    for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
+        atomic_init(&j->inflight[d], 0);
+        atomic_init(&j->watch[d].ready, out ? UINTPTR_MAX : 0);
+        atomic_init(&j->watch[d].failed, false);
+        j->watch[d].drain = drain;
+        j->watch[d].arg = &j->inflight[d];
+    }
+    for (c->started = 0; c->started < THREADS && (size_t)c->started < j->nused; c->started++)
+        if (pthread_create(&c->t[c->started], NULL, copier, j) != 0)
             break;
-    if (!started && j.nused)
-        copier(&j); /* no thread: this one alone */
-    for (int i = 0; i < started; i++)
-        pthread_join(t[i], NULL);
-    last.pin_us = (uint32_t)(atomic_load(&j.pin_ns) / 1000u);
-    last.streams = (uint32_t)(started ? started : 1);
-    int e = atomic_load(&j.err);
+}
+
+/* Waits for the copies (makes them here if no thread started): 0 or the
+ * first CUresult that failed. */
+static int copy_end(copiers *c)
+{
+    copy_job *j = &c->j;
+    if (!c->started && j->nused)
+        copier(j); /* no thread: this one alone */
+    for (int i = 0; i < c->started; i++)
+        pthread_join(c->t[i], NULL);
+    last.pin_us = (uint32_t)(atomic_load(&j->pin_ns) / 1000u);
+    last.streams = (uint32_t)(c->started ? c->started : 1);
+    int e = atomic_load(&j->err);
     const char *s = NULL;
     if (e && shim_drv.cuGetErrorString((CUresult)e, &s) == CUDA_SUCCESS && s)
-        shim_log(SHIM_LOG_WARN, "pause: copying chunk %zu %s failed: %s", j.chunk,
-                 out ? "out" : "in", s);
+        shim_log(SHIM_LOG_WARN, "pause: copying chunk %zu %s failed: %s", j->chunk,
+                 j->out ? "out" : "in", s);
     return e;
+}
+
+/* Copies the items of devs out, on THREADS threads: 0 or the first
+ * CUresult that failed. */
+static int copy_out(uint64_t devs, uint64_t total)
+{
+    copiers c;
+    copy_begin(&c, true, devs, total);
+    return copy_end(&c);
 }
 
 /* ---- the devices' work ------------------------------------------------------- */
@@ -374,7 +455,7 @@ static int move_out(void)
     for (int d = 0; d < SHIM_MAX_DEVICES; d++)
         all |= vmm_of(d) ? 1ull << d : 0;
     t0 = shim_mono_ns();
-    int e = err ? 0 : copy_all(true, all, total);
+    int e = err ? 0 : copy_out(all, total);
     last.copy_us = us_since(t0);
     if (e)
         err = said(e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO, "%s", e ==
@@ -423,27 +504,34 @@ static int park_out(void)
     return err;
 }
 
-/* Backs the parked devices' segments again and copies their bytes in:
- * 0, or the error with what failed still parked. */
+/* Backs the parked devices' segments again and copies their bytes in, each
+ * piece's as soon as it is backed: 0, or the error with what failed still
+ * parked. */
 static int park_in(void)
 {
     if (!parked)
         return said(-EALREADY, "%sit is not parked", "");
-    uint64_t t0 = shim_mono_ns(), back = 0, total = 0;
+    uint64_t t0 = shim_mono_ns(), devs = 0, back = 0, total = 0;
     int err = 0, failed = -1;
-    for (int d = 0; d < SHIM_MAX_DEVICES && !err; d++) {
-        shim_vmm *v = vmm_of(d);
-        if (v && shim_vmm_parked(v) && !(err = shim_vmm_unpark(v)))
+    for (int d = 0; d < SHIM_MAX_DEVICES; d++)
+        devs |= vmm_of(d) && shim_vmm_parked(vmm_of(d)) ? 1ull << d : 0;
+    for (size_t k = 0; k < nitems; k++)
+        total = items[k].host + items[k].size;
+    static copiers c; /* the helper's alone */
+    copy_begin(&c, false, devs, total);
+    for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
+        if (!(devs >> d & 1))
+            continue;
+        if (err) /* not tried: its items wait in host memory */
+            atomic_store(&c.j.watch[d].failed, true);
+        else if (!(err = shim_vmm_unpark(vmm_of(d), &c.j.watch[d])))
             back |= 1ull << d;
-        failed = err ? d : failed;
+        failed = err && failed < 0 ? d : failed;
     }
     last.map_us = us_since(t0);
-    for (size_t k = 0; k < nitems; k++) {
-        total = items[k].host + items[k].size;
+    for (size_t k = 0; k < nitems; k++)
         last.moved += back >> items[k].dev & 1 ? items[k].size : 0;
-    }
-    t0 = shim_mono_ns();
-    int e = back ? copy_all(false, back, total) : 0;
+    int e = devs ? copy_end(&c) : 0;
     last.copy_us = us_since(t0);
     for (int d = 0; e && d < SHIM_MAX_DEVICES; d++) { /* parked again: the bytes wait */
         uint64_t b;

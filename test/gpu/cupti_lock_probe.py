@@ -4,7 +4,8 @@
 lets it go. A child process makes a context and 64 MiB, subscribes to
 CUPTI's driver callbacks; this process tries to lock it then, after the
 child's cuptiUnsubscribe, and after its cuptiFinalize (unlocking each time
-a lock took). Prints one line per step: the driver's answer."""
+a lock took); first, before CUPTI, the lock that must take. Prints one line
+per step: the driver's answer."""
 import ctypes
 import glob
 import os
@@ -42,6 +43,8 @@ def child(d):
     cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
     cu.cuCtxSetCurrent(ctx)
     assert cu.cuMemAlloc_v2(ctypes.byref(ptr), 64 << 20) == 0
+    open(f"{d}/allocated", "w").close()
+    wait_for(f"{d}/subscribe")
     cupti = None
     for p in CUPTI:
         try:
@@ -81,6 +84,9 @@ def main():
         u = cu.cuCheckpointProcessUnlock(pid, ctypes.byref(Args())) if r == 0 else None
         print(f"{step}: lock -> {r}" + (f", unlock -> {u}" if u is not None else ""), flush=True)
 
+    wait_for(f"{d}/allocated")
+    lock("before CUPTI")
+    open(f"{d}/subscribe", "w").close()
     wait_for(f"{d}/subscribed")
     print("subscribed:", open(f"{d}/subscribed").read(), flush=True)
     lock("CUPTI subscribed")

@@ -8,7 +8,8 @@
  * make those calls fail for as long as it says so, so that a test can
  * fail a call between a pause and a resume; "create:N" lets N more
  * through first; "slowmemset" keeps cudaMemsetAsync inside the driver
- * for 10 s, between its entry and its work (FILE.inside written first).
+ * for 10 s, between its entry and its work (FILE.inside written first);
+ * "slowcopy" keeps each copy to the device 0.3 s before its bytes land.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,8 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n,
     (void)s;
     sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, NULL, CUPTI_API_ENTER);
     bool fail = sim_fails("copy");
+    if (!fail && sim_fails("slowcopy")) /* in flight a while: its memory must stay */
+        usleep(300000);
     if (!fail)
         memcpy((void *)dst, src, n);
     sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, NULL, CUPTI_API_EXIT);
