@@ -35,7 +35,8 @@ static void said_moved(int pid, const stats_park *p, bool out, double took)
               out ? "moved" : "brought back", pid, out ? "to host memory" : "to the device",
               gib(p->moved), copy, copy > 0 ? gib(p->moved) / copy : 0.0, p->streams, pin,
               took, p->gate_us / 1e6, p->sync_us / 1e6,
-              out ? "released" : "mapped beside the copies", p->map_us / 1e6, left);
+              out ? "given back beside the copies" : "mapped beside the copies", p->map_us / 1e6,
+              left);
 }
 
 int pause_move_out(int pid, double timeout, stats_view *v)

@@ -139,6 +139,12 @@ int main(void)
             return printf("setup failed\n"), 2;
     if (cudaMalloc((void **)&scratch, MIB) != cudaSuccess)
         return 2;
+    /* BIG=N: N MiB more, in one block (a move of many chunks). */
+    size_t big = getenv("BIG") ? (size_t)atoi(getenv("BIG")) * MIB : 0;
+    unsigned char *bb = NULL;
+    if (big && (cudaMalloc((void **)&bb, big) != cudaSuccess ||
+                cudaMemsetAsync(bb, 0x77, big, 0) != cudaSuccess))
+        return printf("no big block\n"), 2;
     unsigned char *sd = NULL, *sb = NULL;
     const char *st = getenv("STITCH");
     if (st && *st == '1' && stitched(&sd, &sb))
@@ -172,6 +178,8 @@ int main(void)
         ok &= holds(b[i], sizes[i], (unsigned char)(0x11 * (i + 1)));
     if (sd)
         ok &= holds(sd, 32 * MIB, 0x66) && holds(sb, 16 * MIB, 0x44);
+    if (bb)
+        ok &= holds(bb, big, 0x77);
     printf(ok ? "data ok after %lu loops\n" : "data corrupt\n", atomic_load(&loops));
     return ok ? 0 : 1;
 }

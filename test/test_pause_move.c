@@ -295,6 +295,28 @@ static void test_pause_move_failures(void **s)
     finish(pid);
 }
 
+/* A copy out failing in the middle of a move of many chunks (600 MiB
+ * more: 3 chunks), after copies that went well and pieces whose bytes they
+ * copied were unmapped meanwhile: those pieces are mapped again, nothing
+ * is released, the program runs on with its data. Each count of copies let
+ * through first. */
+static void test_pause_move_copy_fails(void **s)
+{
+    (void)s;
+    for (int k = 1; k <= 4; k++) {
+        char out[4096], f[32];
+        pid_t pid = start("BIG=600");
+        snprintf(f, sizeof(f), "copy:%d slowfail", k);
+        put("fail", f);
+        if (tool("pause", pid, out, sizeof(out)) != 1 ||
+            !strstr(out, "a copy to host memory failed: nothing released"))
+            fail_msg("pause with copy %d failing: %s", k + 1, out);
+        put("fail", "");
+        usleep(100000); /* it runs: a memset would fault on memory not mapped again */
+        finish(pid);
+    }
+}
+
 /* [BUILD [RUNTIME]]: the build whose shim and program run (default the
  * plain one; cupool-pause is always the plain build's), and a sanitizer's
  * runtime to preload before the shim. */
@@ -332,6 +354,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_pause_move_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_long_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pause_move_copy_fails, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cudagate.h"
 #include "log.h"
@@ -117,8 +118,11 @@ static void park_borrowed(shim_vmm *v, vmm_range *r, const hloc *hl, size_t n)
 }
 
 /* ---- own pieces, on several threads ------------------------------------------
- * The driver takes about 45 us to unmap and release a 2 MiB piece, and as
- * much to create and map one: 0.5 s each way for 21 GiB on one thread. */
+ * What the driver takes for a 2 MiB piece on an H200, one thread
+ * (test/gpu/vmm_cost.py): cuMemCreate 17 us, cuMemMap 4 us, cuMemSetAccess
+ * 41 us (0.4 us a piece when one call grants a run of them), cuMemUnmap
+ * 27 us (as much when one call unmaps a run), cuMemRelease 17 us. So the
+ * unmaps run beside the copies out, and the makes beside the copies in. */
 
 enum { PIECE_THREADS = 8 };
 
@@ -130,16 +134,17 @@ typedef struct opiece {
     CUmemGenericAllocationHandle h;
     CUresult e;
     size_t range; /* its range's index */
-    bool done;    /* back, and mapped (under front_lock) */
+    bool done;    /* back: mapped (under front_lock); out: unmapped */
 } opiece;
 
 typedef struct ojob {
     shim_vmm *v;
     opiece *p;
     size_t n;
-    bool back;            /* create and map; else unmap and release */
+    bool back;            /* create and map; else unmap */
     uint64_t access;      /* back: the devices a new piece grants */
-    shim_vmm_watch *w;    /* back: told how far the pieces are ready */
+    shim_vmm_watch *w;    /* back: told how far the pieces are ready; out:
+                             tells how far their bytes are copied */
     atomic_size_t next;
     pthread_mutex_t front_lock;
     atomic_size_t front;  /* pieces [0, front) are mapped */
@@ -192,6 +197,18 @@ static void piece_mapped(ojob *j, size_t i)
     grant_mapped(j);
 }
 
+/* Out: waits until w says p's bytes are copied; false if the copies
+ * failed. */
+static bool copied(shim_vmm_watch *w, const opiece *p)
+{
+    while (w && atomic_load(&w->ready) < p->addr + p->len) {
+        if (atomic_load(&w->failed))
+            return false;
+        nanosleep(&(struct timespec){0, 20000L}, NULL);
+    }
+    return true;
+}
+
 static void *own_worker(void *arg)
 {
     ojob *j = arg;
@@ -199,9 +216,8 @@ static void *own_worker(void *arg)
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
         opiece *p = &j->p[i];
         if (!j->back) {
-            p->e = drv.cuMemUnmap(p->addr, p->len);
-            if (p->e == CUDA_SUCCESS)
-                p->e = drv.cuMemRelease(p->h);
+            p->e = copied(j->w, p) ? drv.cuMemUnmap(p->addr, p->len) : CUDA_ERROR_NOT_READY;
+            p->done = p->e == CUDA_SUCCESS;
             continue;
         }
         p->h = 0;
@@ -265,19 +281,51 @@ static int own_list(const shim_vmm *v, bool parked, opiece **l, size_t *n)
     return 0;
 }
 
-/* Unmaps and releases every own piece not parked; marks their ranges
- * parked. The bytes released. Needs v->lock. */
-static uint64_t park_own(shim_vmm *v)
+/* The copies out failed: maps the own pieces unmapped again (their
+ * memory was never released), with their access. Needs v->lock. */
+static void remap(shim_vmm *v, const opiece *l, size_t n)
+{
+    CUresult e = CUDA_SUCCESS;
+    for (size_t i = 0; i < n && e == CUDA_SUCCESS; i++)
+        if (l[i].done)
+            e = drv.cuMemMap(l[i].addr, l[i].len, 0, l[i].h, 0);
+    for (size_t k = 0; e == CUDA_SUCCESS && k < v->n; k++)
+        if (!v->r[k].borrowed && !v->r[k].parked)
+            e = vmm_grant_range(v, &v->r[k], v->granted | vmm_access_due(v));
+    if (e != CUDA_SUCCESS)
+        shim_log(SHIM_LOG_ERROR, "device %d: mapping its segments again after the pause's "
+                 "copies failed did not work: %s; what was not mapped again faults",
+                 v->dev, vmm_errstr(e));
+}
+
+/* Unmaps every own piece not parked as w says its bytes are copied; once
+ * w says all are, unmaps the stitched ranges (hl: the own pieces' handles,
+ * by handle) and releases the own pieces, their ranges marked parked,
+ * *bytes what was released. Where w fails, maps the pieces unmapped again:
+ * -EIO. Needs v->lock. */
+static int park_own(shim_vmm *v, shim_vmm_watch *w, const hloc *hl, size_t nh,
+                    uint64_t *bytes)
 {
     opiece *l;
     size_t n;
-    uint64_t bytes = 0;
     if (own_list(v, false, &l, &n))
-        return 0;
-    own_run(v, l, n, false, 0, NULL);
+        return -ENOMEM;
+    own_run(v, l, n, false, 0, w);
+    while (w && atomic_load(&w->ready) != UINTPTR_MAX && !atomic_load(&w->failed))
+        nanosleep(&(struct timespec){0, 20000L}, NULL);
+    if (w && atomic_load(&w->failed)) {
+        remap(v, l, n);
+        free(l);
+        return -EIO;
+    }
+    for (size_t k = 0; k < v->n; k++) /* they map own pieces: before those go */
+        if (v->r[k].borrowed && !v->r[k].parked)
+            park_borrowed(v, &v->r[k], hl, nh);
     for (size_t i = 0; i < n; i++) {
         if (l[i].e == CUDA_SUCCESS)
-            bytes += l[i].len;
+            l[i].e = drv.cuMemRelease(l[i].h);
+        if (l[i].e == CUDA_SUCCESS)
+            *bytes += l[i].len;
         else
             shim_log(SHIM_LOG_WARN, "device %d: giving back %zu bytes at %#lx for the "
                      "pause failed: %s", v->dev, l[i].len, (unsigned long)l[i].addr,
@@ -286,21 +334,18 @@ static uint64_t park_own(shim_vmm *v)
     for (size_t k = 0; k < v->n; k++)
         v->r[k].parked |= !v->r[k].borrowed;
     free(l);
-    return bytes;
+    return 0;
 }
 
-int shim_vmm_park(shim_vmm *v, uint64_t *bytes)
+int shim_vmm_park(shim_vmm *v, uint64_t *bytes, shim_vmm_watch *w)
 {
     hloc *hl;
     size_t n;
     *bytes = 0;
     pthread_mutex_lock(&v->lock);
     int err = handles_sorted(v, &hl, &n);
-    for (size_t k = 0; !err && k < v->n; k++) /* stitched first: they map own pieces */
-        if (v->r[k].borrowed && !v->r[k].parked)
-            park_borrowed(v, &v->r[k], hl, n);
     if (!err)
-        *bytes = park_own(v);
+        err = park_own(v, w, hl, n, bytes);
     pthread_mutex_unlock(&v->lock);
     free(hl);
     return err;

@@ -30,27 +30,31 @@
  * room). */
 size_t shim_vmm_spans(shim_vmm *v, pool_span *out, size_t max);
 
-/* Unmaps every mapping of v's segments (stitched ones first) and releases
- * its own physical memory; records what each piece was. 0 and *bytes the
- * memory released, or -ENOMEM (no host memory for the bookkeeping) with
- * nothing done. A failed unmap or release is logged and counted out of
- * *bytes. */
-int shim_vmm_park(shim_vmm *v, uint64_t *bytes);
-
-/* What a caller copying the bytes back while shim_vmm_unpark runs learns
- * of its progress. */
+/* How far copies beside shim_vmm_park or shim_vmm_unpark have come. */
 typedef struct shim_vmm_watch {
-    /* Every own piece below this address is backed, with its access: its
-     * bytes may be copied in. UINTPTR_MAX once the call succeeded. */
+    /* Out (the caller copies, park waits): every own piece below this
+     * address has its bytes copied; UINTPTR_MAX once every copy is done
+     * and the caller lets the memory go. Back (unpark makes, the caller
+     * waits): every own piece below it is backed with its access, its
+     * bytes may be copied in; UINTPTR_MAX once the call succeeded. */
     _Atomic uintptr_t ready;
-    /* Set once the call fails, before it releases anything it made;
-     * ready moves no further. */
+    /* Out: the copies failed (set by the caller). Back: the call failed,
+     * set before it releases anything it made; ready moves no further. */
     atomic_bool failed;
-    /* Called once failed is set and before that release: returns when no
+    /* Back: called once failed is set and before that release: returns when no
      * copy into v's memory is in flight (NULL: none can be). */
     void (*drain)(void *arg);
     void *arg;
 } shim_vmm_watch;
+
+/* Unmaps each own piece of v's segments once w (NULL: none, every piece
+ * at once) says its bytes are copied, and once w says all are: unmaps the
+ * stitched ranges and releases the own pieces' physical memory, recording
+ * what each piece was. 0 and *bytes the memory released; -ENOMEM (no host
+ * memory for the bookkeeping) with nothing done; or -EIO where w failed,
+ * every piece mapped again with its bytes, as before. A failed unmap or
+ * release is logged and counted out of *bytes. */
+int shim_vmm_park(shim_vmm *v, uint64_t *bytes, shim_vmm_watch *w);
 
 /* Backs every parked piece with new physical memory at its address, with
  * the access v's mappings grant, and maps stitched ranges from their parts

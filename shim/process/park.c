@@ -172,12 +172,56 @@ typedef struct copy_job {
     atomic_int err;           /* the first failure's CUresult */
     _Atomic uint64_t pin_ns;  /* summed over the threads */
     size_t chunk;             /* where err came, written by who set it */
-    /* In: each device's memory as it is backed again (vmm_park.h), and
-     * the threads with copies into it in flight (a failing unpark waits
-     * for none: drain). */
+    /* Out: how far each device's bytes are copied (vmm_park.h), the
+     * chunks copied, the run of them from the first (front, and its first
+     * item), the strays when the copies began, whether one ended since,
+     * and when the last chunk was copied; under front_lock. In: each
+     * device's memory as it is backed again, and the threads with copies
+     * into it in flight (a failing unpark waits for none: drain). */
     shim_vmm_watch watch[SHIM_MAX_DEVICES];
+    pthread_mutex_t front_lock;
+    bool *copied;
+    size_t front, front_item;
+    uint64_t strays;
+    bool stray;
+    uint64_t done_ns;
     atomic_uint inflight[SHIM_MAX_DEVICES];
 } copy_job;
+
+/* Out: the copies failed; no device's memory may go. */
+static void copies_failed(copy_job *j)
+{
+    for (int d = 0; d < SHIM_MAX_DEVICES; d++)
+        atomic_store(&j->watch[d].failed, true);
+}
+
+/* Out: chunk c is copied. Each device's watch learns how far the run of
+ * copied chunks from the first reaches on it; once every chunk is, the
+ * memory may go (ready: UINTPTR_MAX), unless a CUDA call begun before
+ * cupool watched the calls ended meanwhile (its work may not have been
+ * waited for: every watch fails). */
+static void chunk_copied(copy_job *j, size_t c)
+{
+    pthread_mutex_lock(&j->front_lock);
+    j->copied[c] = true;
+    while (j->front < j->nused && j->copied[j->front]) {
+        for (; j->front_item < nitems && items[j->front_item].host / CHUNK == j->front;
+             j->front_item++) {
+            const item *it = &items[j->front_item];
+            atomic_store(&j->watch[it->dev].ready, it->addr + it->size);
+        }
+        j->front++;
+    }
+    if (j->front == j->nused && !j->done_ns) {
+        j->done_ns = shim_mono_ns();
+        j->stray = shim_cudagate_strays() != j->strays;
+        for (int d = 0; d < SHIM_MAX_DEVICES && !j->stray; d++)
+            atomic_store(&j->watch[d].ready, UINTPTR_MAX);
+        if (j->stray)
+            copies_failed(j);
+    }
+    pthread_mutex_unlock(&j->front_lock);
+}
 
 /* Waits for this thread's copies on every device; no longer counted in
  * flight. The first failure. */
@@ -286,6 +330,10 @@ static void *copier(void *arg)
         int none = 0;
         if (e != CUDA_SUCCESS && atomic_compare_exchange_strong(&j->err, &none, (int)e))
             j->chunk = c; /* the first failure's */
+        if (j->out && e == CUDA_SUCCESS)
+            chunk_copied(j, c);
+        else if (j->out)
+            copies_failed(j);
     }
     for (int d = 0; d < SHIM_MAX_DEVICES; d++)
         if (streams[d] && shim_drv.cuCtxSetCurrent(ctx_of(d)) == CUDA_SUCCESS)
@@ -310,25 +358,39 @@ static void drain(void *arg)
 }
 
 /* Starts copying the items of devs out (to host) or in, on THREADS
- * threads; in, each device's items wait for c->j.watch[dev] (the caller
- * backs the memory meanwhile). */
-static void copy_begin(copiers *c, bool out, uint64_t devs, uint64_t total)
+ * threads: out, c->j.watch[dev] tells the caller how far each device's
+ * bytes are copied (strays: shim_cudagate_strays() before the copies); in,
+ * each device's items wait for it (the caller backs the memory
+ * meanwhile). */
+static void copy_begin(copiers *c, bool out, uint64_t devs, uint64_t total, uint64_t strays)
 {
     copy_job *j = &c->j;
-    *j = (copy_job){.out = out, .devs = devs, .nused = (size_t)((total + CHUNK - 1) / CHUNK)};
+    *j = (copy_job){.out = out, .devs = devs, .nused = (size_t)((total + CHUNK - 1) / CHUNK),
+                    .strays = strays};
     atomic_init(&j->next, 0);
     atomic_init(&j->err, 0);
     atomic_init(&j->pin_ns, 0);
+    pthread_mutex_init(&j->front_lock, NULL);
     for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
         atomic_init(&j->inflight[d], 0);
-        atomic_init(&j->watch[d].ready, out ? UINTPTR_MAX : 0);
+        atomic_init(&j->watch[d].ready, 0);
         atomic_init(&j->watch[d].failed, false);
         j->watch[d].drain = drain;
         j->watch[d].arg = &j->inflight[d];
     }
-    for (c->started = 0; c->started < THREADS && (size_t)c->started < j->nused; c->started++)
+    c->started = 0;
+    if (out && !(j->copied = calloc(j->nused + 1, sizeof(*j->copied)))) {
+        atomic_store(&j->err, (int)CUDA_ERROR_OUT_OF_MEMORY);
+        copies_failed(j);
+        return;
+    }
+    if (out && !j->nused)
+        chunk_copied(j, 0); /* nothing to copy: done */
+    for (; c->started < THREADS && (size_t)c->started < j->nused; c->started++)
         if (pthread_create(&c->t[c->started], NULL, copier, j) != 0)
             break;
+    if (out && !c->started && j->nused)
+        copier(j); /* no thread: this one alone, before the memory may go */
 }
 
 /* Waits for the copies (makes them here if no thread started): 0 or the
@@ -336,10 +398,12 @@ static void copy_begin(copiers *c, bool out, uint64_t devs, uint64_t total)
 static int copy_end(copiers *c)
 {
     copy_job *j = &c->j;
-    if (!c->started && j->nused)
-        copier(j); /* no thread: this one alone */
+    if (!j->out && !c->started && j->nused)
+        copier(j); /* no thread: this one alone, the memory backed */
     for (int i = 0; i < c->started; i++)
         pthread_join(c->t[i], NULL);
+    free(j->copied);
+    pthread_mutex_destroy(&j->front_lock);
     last.pin_us = (uint32_t)(atomic_load(&j->pin_ns) / 1000u);
     last.streams = (uint32_t)(c->started ? c->started : 1);
     int e = atomic_load(&j->err);
@@ -350,14 +414,6 @@ static int copy_end(copiers *c)
     return e;
 }
 
-/* Copies the items of devs out, on THREADS threads: 0 or the first
- * CUresult that failed. */
-static int copy_out(uint64_t devs, uint64_t total)
-{
-    copiers c;
-    copy_begin(&c, true, devs, total);
-    return copy_end(&c);
-}
 
 /* ---- the devices' work ------------------------------------------------------- */
 
@@ -452,32 +508,33 @@ static int move_out(void)
     last.sync_us = us_since(t0);
     if (!err && (err = plan(&total, &any)) != 0)
         said(err, "%sno host memory to plan the copies", "");
+    if (err)
+        return err;
     for (int d = 0; d < SHIM_MAX_DEVICES; d++)
         all |= vmm_of(d) ? 1ull << d : 0;
     t0 = shim_mono_ns();
-    int e = err ? 0 : copy_out(all, total);
-    last.copy_us = us_since(t0);
-    if (e)
-        err = said(e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO, "%s", e ==
-                   CUDA_ERROR_OUT_OF_MEMORY ? "no pinned host memory for its bytes: "
-                   "nothing released" : "a copy to host memory failed: nothing released");
-    if (!err && shim_cudagate_strays() != strays)
-        err = said(-EAGAIN, "%sa CUDA call begun before cupool watched the calls ended "
-                   "during the copies: nothing released (pause again)", "");
-    if (err)
-        return err;
-    t0 = shim_mono_ns();
+    static copiers c; /* the helper's alone */
+    copy_begin(&c, true, all, total, strays);
     uint64_t released = 0;
-    for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
+    for (int d = 0; d < SHIM_MAX_DEVICES; d++) { /* each piece unmapped once copied */
         uint64_t b = 0;
-        if (vmm_of(d) && shim_vmm_park(vmm_of(d), &b) == 0)
+        if (vmm_of(d) && shim_vmm_park(vmm_of(d), &b, &c.j.watch[d]) == 0)
             released += b;
     }
+    last.map_us = us_since(t0);
+    int e = copy_end(&c);
+    last.copy_us = c.j.done_ns ? (uint32_t)((c.j.done_ns - t0) / 1000u) : us_since(t0);
+    if (e)
+        return said(e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO, "%s", e ==
+                    CUDA_ERROR_OUT_OF_MEMORY ? "no pinned host memory for its bytes: "
+                    "nothing released" : "a copy to host memory failed: nothing released");
+    if (c.j.stray)
+        return said(-EAGAIN, "%sa CUDA call begun before cupool watched the calls ended "
+                    "during the copies: nothing released (pause again)", "");
     if (released != total)
         shim_log(SHIM_LOG_WARN, "pause: %lu of %lu bytes copied out were released",
                  (unsigned long)released, (unsigned long)total);
     last.moved = total;
-    last.map_us = us_since(t0);
     parked = true;
     last.left = devices_used();
     return 0;
@@ -518,7 +575,7 @@ static int park_in(void)
     for (size_t k = 0; k < nitems; k++)
         total = items[k].host + items[k].size;
     static copiers c; /* the helper's alone */
-    copy_begin(&c, false, devs, total);
+    copy_begin(&c, false, devs, total, 0);
     for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
         if (!(devs >> d & 1))
             continue;
@@ -536,7 +593,7 @@ static int park_in(void)
     for (int d = 0; e && d < SHIM_MAX_DEVICES; d++) { /* parked again: the bytes wait */
         uint64_t b;
         if (back >> d & 1)
-            shim_vmm_park(vmm_of(d), &b);
+            shim_vmm_park(vmm_of(d), &b, NULL);
     }
     char dev[16];
     snprintf(dev, sizeof(dev), "%d", failed);

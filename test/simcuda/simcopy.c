@@ -9,8 +9,11 @@
  * fail a call between a pause and a resume; "create:N" lets N more
  * through first; "slowmemset" keeps cudaMemsetAsync inside the driver
  * for 10 s, between its entry and its work (FILE.inside written first);
- * "slowcopy" keeps each copy to the device 0.3 s before its bytes land.
+ * "slowcopy" keeps each copy to the device 0.3 s before its bytes land;
+ * "copy:N" lets N copies to the host through first, and "slowfail" makes
+ * a failing one fail 0.3 s late.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +97,12 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstr
 {
     (void)s;
     sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, NULL, CUPTI_API_ENTER);
-    bool fail = sim_fails("copy");
+    static unsigned copies; /* since "copy:N" appeared; under sim_lock */
+    pthread_mutex_lock(&sim_lock);
+    bool fail = sim_fails_after("copy", &copies);
+    pthread_mutex_unlock(&sim_lock);
+    if (fail && sim_fails("slowfail")) /* fails late: the copies before it have landed */
+        usleep(300000);
     if (!fail)
         memcpy(dst, (const void *)src, n);
     sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, NULL, CUPTI_API_EXIT);
