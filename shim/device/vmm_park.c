@@ -124,7 +124,12 @@ static void park_borrowed(shim_vmm *v, vmm_range *r, const hloc *hl, size_t n)
  * 27 us (as much when one call unmaps a run), cuMemRelease 17 us. So the
  * unmaps run beside the copies out, and the makes beside the copies in. */
 
-enum { PIECE_THREADS = 8 };
+/* Out, up to 8 threads unmap. Back, the helper alone makes and maps: beside
+ * the copy threads, one thread brought 101 GiB back in 2.65 to 3.11 s in 4
+ * of 5 resumes (the fifth 3.81 s), 8 threads in 3.41 to 3.85 s, one H200,
+ * two calls of
+ * `CUPOOL_LIB=... CYCLES=3 SKIP_DRIVER=1 SIZES=100 scripts/gpu-pause-move`. */
+enum { PIECE_THREADS = 8, BACK_THREADS = 1 };
 
 /* An own piece: its address and bytes, its handle (the one to release, or
  * the one made), and how its step went. */
@@ -247,7 +252,7 @@ static CUresult own_run(shim_vmm *v, opiece *p, size_t n, bool back, uint64_t ac
     pthread_mutex_init(&j.grant_lock, NULL);
     pthread_t t[PIECE_THREADS];
     int started = 0;
-    while (started < PIECE_THREADS && (size_t)started * 64 < n &&
+    while (started < (back ? BACK_THREADS : PIECE_THREADS) - 1 && (size_t)started * 64 < n &&
            pthread_create(&t[started], NULL, own_worker, &j) == 0)
         started++;
     own_worker(&j); /* this thread too (exempt already: the mover's) */
