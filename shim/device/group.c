@@ -152,9 +152,11 @@ static bool device_room(int dev, size_t size)
 }
 
 /* Waits for room on dev for size bytes (fits: the group's budget, or the
- * device itself): up to SHIM_GROUP_WAIT_MS, or until every member asked
- * (tickets, or NULL) has answered; while a member is ending (its program
- * done, its process still holding its memory), up to
+ * device itself): until every member asked (tickets) has answered or is
+ * gone, up to SHIM_GROUP_END_WAIT_MS (a loaded machine's answers come
+ * late: with 3 s, a member ending under a sanitizer answered after it);
+ * with none asked (NULL), SHIM_GROUP_WAIT_MS; while a member is ending
+ * (its program done, its process still holding its memory), up to
  * SHIM_GROUP_END_WAIT_MS, for it to go. */
 /* When a member was last seen ending: one that left the budget may still
  * hold the device until its process is gone. */
@@ -173,8 +175,7 @@ static bool wait_room(int dev, size_t size, bool (*fits)(int, size_t),
             ending = true;
             atomic_store(&ending_seen_ns, shim_mono_ns());
         }
-        if (!ending && (waited >= SHIM_GROUP_WAIT_MS ||
-                        (tickets && group_answered(grp, tickets))))
+        if (!ending && (tickets ? group_answered(grp, tickets) : waited >= SHIM_GROUP_WAIT_MS))
             return fits(dev, size);
     }
     return false;
@@ -257,7 +258,7 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
             since > (uint64_t)SHIM_GROUP_END_WAIT_MS * 1000000u)
             return false; /* alone, and no member just ended: nothing will make room */
         shim_count(SHIM_group_reclaims);
-        return wait_room(dev, size, device_room, NULL);
+        return wait_room(dev, size, device_room, asked ? tickets : NULL);
     }
     if (room(dev, size)) { /* room came since the refusal (a member's flush) */
         ended = ENDED_ROOM;

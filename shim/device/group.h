@@ -15,9 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The wait for the other members' flushes, in milliseconds (a framework's
- * release may take up to SHIM_FRAMEWORK_WAIT_MS of it), under
- * CUPOOL_GROUP_WAIT=0. */
+/* The wait for room once the device refused with no member to ask (one
+ * may just have ended), in milliseconds. A wait for asked members'
+ * flushes lasts until they answer, up to SHIM_GROUP_END_WAIT_MS (a
+ * framework's release may take up to SHIM_FRAMEWORK_WAIT_MS of it). */
 #define SHIM_GROUP_WAIT_MS 3000
 /* A waiter for a turn looks for room this often; asks each other member
  * to flush again (for what it lacks) this often once that member answered
@@ -26,8 +27,9 @@
 #define SHIM_GROUP_POLL_MS 5
 #define SHIM_GROUP_ASK_MS 20
 #define SHIM_GROUP_STUCK_MS 50
-/* The wait while a member is ending: its program done (an interpreter
- * finalizing), its process still holding its memory until it goes. */
+/* The longest wait for asked members' answers, and the wait while a
+ * member is ending: its program done (an interpreter finalizing), its
+ * process still holding its memory until it goes. */
 #define SHIM_GROUP_END_WAIT_MS 15000
 
 /* Joins CUPOOL_GROUP if set, before any budget is used. A member that
@@ -57,8 +59,8 @@ void shim_group_forget(void);
  * size exceeds the whole budget, when it is alone, and when every other
  * member waits as well, each for an earlier turn (a deadlock: this one
  * arrived last). Under CUPOOL_GROUP_WAIT=0, or when the device refused,
- * it waits only for the flushes' answers (SHIM_GROUP_WAIT_MS;
- * SHIM_GROUP_END_WAIT_MS while a member is ending). */
+ * it waits only for the flushes' answers (up to SHIM_GROUP_END_WAIT_MS;
+ * with no member to ask, SHIM_GROUP_WAIT_MS for one just ended to go). */
 bool shim_group_reclaim(int dev, size_t size, bool device_full);
 
 /* Why the calling thread's last reclaim found no room, for its report. */
