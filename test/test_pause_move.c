@@ -298,15 +298,17 @@ static void test_pause_move_failures(void **s)
 
 /* A copy out failing in the middle of a move of many chunks (300 MiB
  * more: 2 chunks), after copies that went well and pieces whose bytes they
- * copied were unmapped meanwhile: those pieces are mapped again, nothing
- * is released, the program runs on with its data. Each count of copies let
- * through first. */
+ * copied were unmapped meanwhile (CUPTI watched before the pause, so no
+ * call can be inside the driver unseen): those pieces are mapped again,
+ * nothing is released, the program runs on with its data. Each count of
+ * copies let through first. */
 static void test_pause_move_copy_fails(void **s)
 {
     (void)s;
     for (int k = 1; k <= 4; k++) {
         char out[4096], f[32];
-        pid_t pid = start("BIG=300");
+        pid_t pid = start2("BIG=300", "CUPOOL_CUPTI=1"); /* CUPTI from the start: a
+                                                            pause unmaps as it copies */
         snprintf(f, sizeof(f), "copy:%d slowfail", k);
         put("fail", f);
         if (tool("pause", pid, out, sizeof(out)) != 1 ||

@@ -153,6 +153,7 @@ typedef struct ojob {
     atomic_size_t next;
     pthread_mutex_t front_lock;
     atomic_size_t front;  /* pieces [0, front) are mapped */
+    size_t asked;         /* front when a grant was last asked for */
     pthread_mutex_t grant_lock;
     size_t granted;       /* pieces [0, granted) have their access */
     CUresult grant_err;   /* under grant_lock */
@@ -189,7 +190,11 @@ static void grant_mapped(ojob *j)
 }
 
 /* Piece i is mapped: the run of mapped pieces from the first (pieces are
- * in address order, taken in order, done in any) is granted access. */
+ * in address order, taken in order, done in any) is granted access, every
+ * GRANT_BATCH pieces (64 MiB: the copies start early, yet one call grants
+ * many pieces) and at the last. */
+enum { GRANT_BATCH = 32 };
+
 static void piece_mapped(ojob *j, size_t i)
 {
     pthread_mutex_lock(&j->front_lock);
@@ -198,20 +203,24 @@ static void piece_mapped(ojob *j, size_t i)
     while (front < j->n && j->p[front].done)
         front++;
     atomic_store(&j->front, front);
+    bool ask = front - j->asked >= GRANT_BATCH || front == j->n;
+    if (ask)
+        j->asked = front;
     pthread_mutex_unlock(&j->front_lock);
-    grant_mapped(j);
+    if (ask)
+        grant_mapped(j);
 }
 
 /* Out: waits until w says p's bytes are copied; false if the copies
- * failed. */
+ * failed (looked at first: a piece is unmapped only to be kept). */
 static bool copied(shim_vmm_watch *w, const opiece *p)
 {
-    while (w && atomic_load(&w->ready) < p->addr + p->len) {
-        if (atomic_load(&w->failed))
-            return false;
+    while (w && !atomic_load(&w->failed)) {
+        if (atomic_load(&w->ready) >= p->addr + p->len)
+            return true;
         nanosleep(&(struct timespec){0, 20000L}, NULL);
     }
-    return true;
+    return !w;
 }
 
 static void *own_worker(void *arg)
@@ -258,6 +267,8 @@ static CUresult own_run(shim_vmm *v, opiece *p, size_t n, bool back, uint64_t ac
     own_worker(&j); /* this thread too (exempt already: the mover's) */
     for (int i = 0; i < started; i++)
         pthread_join(t[i], NULL);
+    if (back)
+        grant_mapped(&j); /* whatever no worker asked for */
     pthread_mutex_destroy(&j.front_lock);
     pthread_mutex_destroy(&j.grant_lock);
     return j.grant_err;
@@ -287,41 +298,49 @@ static int own_list(const shim_vmm *v, bool parked, opiece **l, size_t *n)
 }
 
 /* The copies out failed: maps the own pieces unmapped again (their
- * memory was never released), with their access. Needs v->lock. */
-static void remap(shim_vmm *v, const opiece *l, size_t n)
+ * memory was never released), with their access (v's device alone where
+ * its peers cannot be granted). Whether all of it is back. Needs v->lock. */
+static bool remap(shim_vmm *v, const opiece *l, size_t n)
 {
-    CUresult e = CUDA_SUCCESS;
-    for (size_t i = 0; i < n && e == CUDA_SUCCESS; i++)
-        if (l[i].done)
-            e = drv.cuMemMap(l[i].addr, l[i].len, 0, l[i].h, 0);
-    for (size_t k = 0; e == CUDA_SUCCESS && k < v->n; k++)
-        if (!v->r[k].borrowed && !v->r[k].parked)
-            e = vmm_grant_range(v, &v->r[k], v->granted | vmm_access_due(v));
+    CUresult e = CUDA_SUCCESS, m;
+    for (size_t i = 0; i < n; i++)
+        if (l[i].done && (m = drv.cuMemMap(l[i].addr, l[i].len, 0, l[i].h, 0)) != CUDA_SUCCESS)
+            e = e == CUDA_SUCCESS ? m : e;
+    for (size_t k = 0; k < v->n; k++) {
+        if (v->r[k].borrowed || v->r[k].parked)
+            continue;
+        if (vmm_grant_range(v, &v->r[k], v->granted | vmm_access_due(v)) != CUDA_SUCCESS &&
+            (m = vmm_grant_range(v, &v->r[k], 1ull << v->dev)) != CUDA_SUCCESS)
+            e = e == CUDA_SUCCESS ? m : e;
+    }
     if (e != CUDA_SUCCESS)
         shim_log(SHIM_LOG_ERROR, "device %d: mapping its segments again after the pause's "
                  "copies failed did not work: %s; what was not mapped again faults",
                  v->dev, vmm_errstr(e));
+    return e == CUDA_SUCCESS;
 }
 
 /* Unmaps every own piece not parked as w says its bytes are copied; once
  * w says all are, unmaps the stitched ranges (hl: the own pieces' handles,
  * by handle) and releases the own pieces, their ranges marked parked,
  * *bytes what was released. Where w fails, maps the pieces unmapped again:
- * -EIO. Needs v->lock. */
+ * -EIO, or -EFAULT if some could not be. Needs v->lock. */
 static int park_own(shim_vmm *v, shim_vmm_watch *w, const hloc *hl, size_t nh,
                     uint64_t *bytes)
 {
     opiece *l;
     size_t n;
+    if (w && atomic_load(&w->failed)) /* an earlier device's park saw it: touch nothing */
+        return -EIO;
     if (own_list(v, false, &l, &n))
         return -ENOMEM;
     own_run(v, l, n, false, 0, w);
     while (w && atomic_load(&w->ready) != UINTPTR_MAX && !atomic_load(&w->failed))
         nanosleep(&(struct timespec){0, 20000L}, NULL);
     if (w && atomic_load(&w->failed)) {
-        remap(v, l, n);
+        int err = remap(v, l, n) ? -EIO : -EFAULT;
         free(l);
-        return -EIO;
+        return err;
     }
     for (size_t k = 0; k < v->n; k++) /* they map own pieces: before those go */
         if (v->r[k].borrowed && !v->r[k].parked)

@@ -52,7 +52,8 @@ typedef struct shim_vmm_watch {
  * stitched ranges and releases the own pieces' physical memory, recording
  * what each piece was. 0 and *bytes the memory released; -ENOMEM (no host
  * memory for the bookkeeping) with nothing done; or -EIO where w failed,
- * every piece mapped again with its bytes, as before. A failed unmap or
+ * every piece mapped again with its bytes, as before (-EFAULT: some could
+ * not be, and were said; a use of them faults). A failed unmap or
  * release is logged and counted out of *bytes. */
 int shim_vmm_park(shim_vmm *v, uint64_t *bytes, shim_vmm_watch *w);
 

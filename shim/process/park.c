@@ -183,6 +183,7 @@ typedef struct copy_job {
     bool *copied;
     size_t front, front_item;
     uint64_t strays;
+    bool early; /* ready published chunk by chunk (else all at once) */
     bool stray;
     uint64_t done_ns;
     atomic_uint inflight[SHIM_MAX_DEVICES];
@@ -196,10 +197,11 @@ static void copies_failed(copy_job *j)
 }
 
 /* Out: chunk c is copied. Each device's watch learns how far the run of
- * copied chunks from the first reaches on it; once every chunk is, the
- * memory may go (ready: UINTPTR_MAX), unless a CUDA call begun before
- * cupool watched the calls ended meanwhile (its work may not have been
- * waited for: every watch fails). */
+ * copied chunks from the first reaches on it (when early: no call can be
+ * inside the driver unseen); once every chunk is, the memory may go
+ * (ready: UINTPTR_MAX), unless a CUDA call begun before cupool watched the
+ * calls ended meanwhile (its work may not have been waited for, and may
+ * touch any piece: every watch fails, nothing having been unmapped). */
 static void chunk_copied(copy_job *j, size_t c)
 {
     pthread_mutex_lock(&j->front_lock);
@@ -208,7 +210,8 @@ static void chunk_copied(copy_job *j, size_t c)
         for (; j->front_item < nitems && items[j->front_item].host / CHUNK == j->front;
              j->front_item++) {
             const item *it = &items[j->front_item];
-            atomic_store(&j->watch[it->dev].ready, it->addr + it->size);
+            if (j->early)
+                atomic_store(&j->watch[it->dev].ready, it->addr + it->size);
         }
         j->front++;
     }
@@ -229,8 +232,11 @@ static CUresult streams_sync(copy_job *j, CUstream *streams, bool *counted)
 {
     CUresult e = CUDA_SUCCESS;
     for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
-        CUresult s = streams[d] && shim_drv.cuCtxSetCurrent(ctx_of(d)) == CUDA_SUCCESS
-                     ? shim_drv.cuStreamSynchronize(streams[d]) : CUDA_SUCCESS;
+        CUresult s = CUDA_SUCCESS;
+        if (streams[d]) { /* a stream names its context: synchronized even if this fails */
+            shim_drv.cuCtxSetCurrent(ctx_of(d));
+            s = shim_drv.cuStreamSynchronize(streams[d]);
+        }
         e = e == CUDA_SUCCESS ? s : e;
         if (counted[d])
             atomic_fetch_sub(&j->inflight[d], 1);
@@ -359,14 +365,15 @@ static void drain(void *arg)
 
 /* Starts copying the items of devs out (to host) or in, on THREADS
  * threads: out, c->j.watch[dev] tells the caller how far each device's
- * bytes are copied (strays: shim_cudagate_strays() before the copies); in,
- * each device's items wait for it (the caller backs the memory
- * meanwhile). */
-static void copy_begin(copiers *c, bool out, uint64_t devs, uint64_t total, uint64_t strays)
+ * bytes are copied, chunk by chunk if early, else once all are (strays:
+ * shim_cudagate_strays() before the copies); in, each device's items wait
+ * for it (the caller backs the memory meanwhile). */
+static void copy_begin(copiers *c, bool out, uint64_t devs, uint64_t total, uint64_t strays,
+                       bool early)
 {
     copy_job *j = &c->j;
     *j = (copy_job){.out = out, .devs = devs, .nused = (size_t)((total + CHUNK - 1) / CHUNK),
-                    .strays = strays};
+                    .strays = strays, .early = early};
     atomic_init(&j->next, 0);
     atomic_init(&j->err, 0);
     atomic_init(&j->pin_ns, 0);
@@ -466,10 +473,13 @@ static uint64_t devices_used(void)
 
 /* Stops the program's calls: 0 with the gate closed and no thread inside
  * a call, or the refusal with the gate open. */
+static bool watched_before; /* CUPTI watched before this pause's gate */
+
 static int gate_close(void)
 {
     const char *why;
     bool was = shim_work_watching();
+    watched_before = was;
     /* Refused before CUPTI starts where it can be: the driver will not
      * checkpoint a process CUPTI watches, so the driver's own path is
      * gone once it has started. */
@@ -514,16 +524,24 @@ static int move_out(void)
         all |= vmm_of(d) ? 1ull << d : 0;
     t0 = shim_mono_ns();
     static copiers c; /* the helper's alone */
-    copy_begin(&c, true, all, total, strays);
+    /* Pieces unmapped as their bytes are copied, unless CUPTI started for
+     * this pause: a call begun before then may still queue work on any of
+     * them, which the strays tell only once the copies are done. */
+    copy_begin(&c, true, all, total, strays, watched_before);
     uint64_t released = 0;
-    for (int d = 0; d < SHIM_MAX_DEVICES; d++) { /* each piece unmapped once copied */
+    bool lost = false;
+    for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
         uint64_t b = 0;
-        if (vmm_of(d) && shim_vmm_park(vmm_of(d), &b, &c.j.watch[d]) == 0)
-            released += b;
+        int pe = vmm_of(d) ? shim_vmm_park(vmm_of(d), &b, &c.j.watch[d]) : -ENODEV;
+        released += pe == 0 ? b : 0;
+        lost |= pe == -EFAULT;
     }
     last.map_us = us_since(t0);
     int e = copy_end(&c);
     last.copy_us = c.j.done_ns ? (uint32_t)((c.j.done_ns - t0) / 1000u) : us_since(t0);
+    if (lost)
+        return said(-EIO, "%sthe copies failed, and part of its memory unmapped meanwhile "
+                    "could not be mapped again: its next use of it faults", "");
     if (e)
         return said(e == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO, "%s", e ==
                     CUDA_ERROR_OUT_OF_MEMORY ? "no pinned host memory for its bytes: "
@@ -575,7 +593,7 @@ static int park_in(void)
     for (size_t k = 0; k < nitems; k++)
         total = items[k].host + items[k].size;
     static copiers c; /* the helper's alone */
-    copy_begin(&c, false, devs, total, 0);
+    copy_begin(&c, false, devs, total, 0, false);
     for (int d = 0; d < SHIM_MAX_DEVICES; d++) {
         if (!(devs >> d & 1))
             continue;
@@ -588,7 +606,7 @@ static int park_in(void)
     last.map_us = us_since(t0);
     for (size_t k = 0; k < nitems; k++)
         last.moved += back >> items[k].dev & 1 ? items[k].size : 0;
-    int e = devs ? copy_end(&c) : 0;
+    int e = copy_end(&c);
     last.copy_us = us_since(t0);
     for (int d = 0; e && d < SHIM_MAX_DEVICES; d++) { /* parked again: the bytes wait */
         uint64_t b;
