@@ -45,8 +45,10 @@ static void view_init(stats_view *v, const char *text)
     v->dev[0].device = 0;
     v->dev[0].reserved = 1 << 20;
     v->ncomms = 1;
-    v->comms[0] = (stats_comm){.id = 0xe5c0e5c0e5c0e5c0ull, .rank = 0, .nranks = 1,
-                               .device = 0, .issued = 3};
+    /* Its own communicator: two test runs at once on a node would claim
+     * one id twice, and the job commands would refuse both. */
+    v->comms[0] = (stats_comm){.id = 0xe5c0e5c000000000ull | (uint32_t)getpid(), .rank = 0,
+                               .nranks = 1, .device = 0, .issued = 3};
     v->proc.nccl_comms = 1;
     v->proc.nccl_calls = 3;
     v->gate.can_suspend = 1;
