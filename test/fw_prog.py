@@ -15,7 +15,7 @@ runs until SIGTERM, then prints what the stand-in saw.
            on an empty Queue, joining a thread that waits, input() on a
            silent pipe, an asyncio loop waiting on a socket
   loop     the same, its main thread in pure Python that never sleeps
-  gilheld  the same, its main thread then 3 s in one C call that keeps
+  gilheld  the same, its main thread then 8 s in one C call that keeps
            the interpreter's lock (a ctypes.PyDLL call), then polling
   capture  the same, and a thread that holds a CUDA graph capture open
            (global mode) for 1.5 s, $READY written once it is open, then
@@ -132,7 +132,10 @@ def main(mode):
         assert begun.wait(60)
     open(os.environ["READY"], "w").close()
     if mode == "gilheld":
-        ctypes.PyDLL(None).sleep(3)  # keeps the interpreter's lock throughout
+        # Keeps the interpreter's lock throughout: 8 s, so that a flush
+        # asked late on a loaded machine still finds it held past cupool's
+        # 2 s wait for the framework (3 s once ended at that wait's edge).
+        ctypes.PyDLL(None).sleep(8)
     if mode in BLOCKING_MODES:
         try:
             block(mode)

@@ -26,5 +26,8 @@ static inline void skip_because(const char *why)
 #define SKIP_PLAIN_ONLY "nothing here depends on the build variant (the plain build's run " \
                         "covers it)"
 #define SKIP_NOT_ROOT "needs root (another user, a tmpfs mount)"
+#define SKIP_SANITIZER_MEMORY "a sanitizer's shadow of a move of many 256 MiB chunks took 4 GiB " \
+                              "a process, and three such runs at once met the OOM killer (the " \
+                              "plain build's run covers it)"
 
 #endif

@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "skip.h"
+
 static char dir[64];    /* the test's own: pages, ckpt, prog, fail */
 static char lib[1024], cupti[1024], prog[1024];
 static const char *variant = BUILT; /* the build whose shim and program run */
@@ -305,6 +307,8 @@ static void test_pause_move_failures(void **s)
 static void test_pause_move_copy_fails(void **s)
 {
     (void)s;
+    if (runtime)
+        skip_because(SKIP_SANITIZER_MEMORY);
     for (int k = 1; k <= 4; k++) {
         char out[4096], f[32];
         pid_t pid = start2("BIG=300", "CUPOOL_CUPTI=1"); /* CUPTI from the start: a
