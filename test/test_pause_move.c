@@ -28,6 +28,7 @@
 #include "skip.h"
 
 static char dir[64];    /* the test's own: pages, ckpt, prog, fail */
+static pid_t running;   /* its program, until finish() (a failed test's is killed) */
 static char lib[1024], cupti[1024], prog[1024];
 static const char *variant = BUILT; /* the build whose shim and program run */
 static const char *runtime;         /* a sanitizer's runtime, preloaded first */
@@ -107,6 +108,11 @@ static int setup(void **s)
 static int teardown(void **s)
 {
     (void)s;
+    if (running > 0) { /* a failed test's program waits for a go that never comes */
+        kill(running, SIGKILL);
+        waitpid(running, NULL, 0);
+        running = 0;
+    }
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     return system(cmd) != 0;
@@ -140,6 +146,7 @@ static pid_t start2(const char *e, const char *e2)
         execl(prog, "pause_prog", (char *)NULL);
         _exit(127);
     }
+    running = pid;
     assert_true(wait_for("prog/ready"));
     return pid;
 }
@@ -171,6 +178,7 @@ static void finish(pid_t pid)
     put("prog/go", "");
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
+    running = 0;
     char p[256], text[4096] = "";
     path(p, sizeof(p), "out");
     FILE *f = fopen(p, "r");
