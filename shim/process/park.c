@@ -421,7 +421,6 @@ static int copy_end(copiers *c)
     return e;
 }
 
-
 /* ---- the devices' work ------------------------------------------------------- */
 
 /* Waits for the work of every device with a pool, through the driver.
@@ -472,14 +471,13 @@ static uint64_t devices_used(void)
 }
 
 /* Stops the program's calls: 0 with the gate closed and no thread inside
- * a call, or the refusal with the gate open. */
-static bool watched_before; /* CUPTI watched before this pause's gate */
-
-static int gate_close(void)
+ * a call, or the refusal with the gate open. *was_out: whether CUPTI watched
+ * before. */
+static int gate_close(bool *was_out)
 {
     const char *why;
     bool was = shim_work_watching();
-    watched_before = was;
+    *was_out = was;
     /* Refused before CUPTI starts where it can be: the driver will not
      * checkpoint a process CUPTI watches, so the driver's own path is
      * gone once it has started. */
@@ -508,8 +506,9 @@ static int gate_close(void)
 }
 
 /* Copies out every device's segments and releases their memory, the gate
- * closed (gate_close). 0, or the error with the gate open again. */
-static int move_out(void)
+ * closed (gate_close; watched_before: CUPTI watched before it). 0, or the
+ * error with the gate open again. */
+static int move_out(bool watched_before)
 {
     uint64_t t0 = shim_mono_ns(), total = 0, all = 0;
     uint64_t strays = shim_cudagate_strays(); /* ended before the wait: its work waited for */
@@ -570,9 +569,10 @@ static int park_out(void)
                     "--torch, makes them so)", "");
     uint64_t t0 = shim_mono_ns();
     shim_cudagate_exempt(true); /* until it is back */
-    int err = gate_close();
+    bool watched;
+    int err = gate_close(&watched);
     last.gate_us = us_since(t0);
-    if (!err && (err = move_out()) != 0)
+    if (!err && (err = move_out(watched)) != 0)
         shim_cudagate_open();
     if (err)
         shim_cudagate_exempt(false);
