@@ -128,8 +128,10 @@ static void park_borrowed(shim_vmm *v, vmm_range *r, const hloc *hl, size_t n)
  * the copy threads, one thread brought 101 GiB back in 2.65 to 3.11 s in 4
  * of 5 resumes (the fifth 3.81 s), 8 threads in 3.41 to 3.85 s, one H200,
  * two calls of
- * `CUPOOL_LIB=... CYCLES=3 SKIP_DRIVER=1 SIZES=100 scripts/gpu-pause-move`. */
-enum { PIECE_THREADS = 8, BACK_THREADS = 1 };
+ * `CUPOOL_LIB=... CYCLES=3 SKIP_DRIVER=1 SIZES=100 scripts/gpu-pause-move`.
+ * A run of mapped pieces is granted its access every GRANT_BATCH pieces
+ * (64 MiB: the copies start early, yet one call grants many pieces). */
+enum { PIECE_THREADS = 8, GRANT_BATCH = 32 };
 
 /* An own piece: its address and bytes, its handle (the one to release, or
  * the one made), and how its step went. */
@@ -139,77 +141,15 @@ typedef struct opiece {
     CUmemGenericAllocationHandle h;
     CUresult e;
     size_t range; /* its range's index */
-    bool done;    /* back: mapped (under front_lock); out: unmapped */
+    bool done;    /* out: unmapped */
 } opiece;
 
 typedef struct ojob {
-    shim_vmm *v;
     opiece *p;
     size_t n;
-    bool back;            /* create and map; else unmap */
-    uint64_t access;      /* back: the devices a new piece grants */
-    shim_vmm_watch *w;    /* back: told how far the pieces are ready; out:
-                             tells how far their bytes are copied */
+    shim_vmm_watch *w; /* tells how far the pieces' bytes are copied */
     atomic_size_t next;
-    pthread_mutex_t front_lock;
-    atomic_size_t front;  /* pieces [0, front) are mapped */
-    size_t asked;         /* front when a grant was last asked for */
-    pthread_mutex_t grant_lock;
-    size_t granted;       /* pieces [0, granted) have their access */
-    CUresult grant_err;   /* under grant_lock */
 } ojob;
-
-/* Grants the pieces mapped and not yet granted their access, a run of
- * adjacent pieces of a range in one call (one call a piece made 101 GiB
- * of 2 MiB pieces take 1.5 s longer on an H200), and tells w how far they
- * are ready. One thread at a time: one that finds another granting leaves
- * its pieces to it, which looks again once it has let go. */
-static void grant_mapped(ojob *j)
-{
-    while (pthread_mutex_trylock(&j->grant_lock) == 0) {
-        size_t front = atomic_load(&j->front);
-        while (j->granted < front && j->grant_err == CUDA_SUCCESS) {
-            const opiece *a = &j->p[j->granted], *b = a;
-            while (b + 1 < j->p + front && b[1].range == a->range && b[1].addr == b->addr + b->len)
-                b++;
-            CUresult e = vmm_set_access(a->addr, b->addr + b->len - a->addr, j->access);
-            if (e != CUDA_SUCCESS) {
-                j->grant_err = e;
-                break;
-            }
-            j->granted = (size_t)(b - j->p) + 1;
-            if (j->w)
-                atomic_store(&j->w->ready, b->addr + b->len);
-        }
-        size_t granted = j->granted;
-        bool failed = j->grant_err != CUDA_SUCCESS;
-        pthread_mutex_unlock(&j->grant_lock);
-        if (failed || atomic_load(&j->front) == granted) /* none mapped since */
-            return;
-    }
-}
-
-/* Piece i is mapped: the run of mapped pieces from the first (pieces are
- * in address order, taken in order, done in any) is granted access, every
- * GRANT_BATCH pieces (64 MiB: the copies start early, yet one call grants
- * many pieces) and at the last. */
-enum { GRANT_BATCH = 32 };
-
-static void piece_mapped(ojob *j, size_t i)
-{
-    pthread_mutex_lock(&j->front_lock);
-    j->p[i].done = true;
-    size_t front = atomic_load(&j->front);
-    while (front < j->n && j->p[front].done)
-        front++;
-    atomic_store(&j->front, front);
-    bool ask = front - j->asked >= GRANT_BATCH || front == j->n;
-    if (ask)
-        j->asked = front;
-    pthread_mutex_unlock(&j->front_lock);
-    if (ask)
-        grant_mapped(j);
-}
 
 /* Out: waits until w says p's bytes are copied; false if the copies
  * failed (looked at first: a piece is unmapped only to be kept). */
@@ -229,49 +169,72 @@ static void *own_worker(void *arg)
     shim_cudagate_exempt(true); /* the gate is closed to the program's calls */
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
         opiece *p = &j->p[i];
-        if (!j->back) {
-            p->e = copied(j->w, p) ? drv.cuMemUnmap(p->addr, p->len) : CUDA_ERROR_NOT_READY;
-            p->done = p->e == CUDA_SUCCESS;
-            continue;
-        }
-        p->h = 0;
-        p->e = vmm_create(j->v, p->len, &p->h);
-        if (p->e != CUDA_SUCCESS)
-            continue;
-        if ((p->e = drv.cuMemMap(p->addr, p->len, 0, p->h, 0)) == CUDA_SUCCESS) {
-            piece_mapped(j, i);
-        } else {
-            drv.cuMemRelease(p->h);
-            p->h = 0;
-        }
+        p->e = copied(j->w, p) ? drv.cuMemUnmap(p->addr, p->len) : CUDA_ERROR_NOT_READY;
+        p->done = p->e == CUDA_SUCCESS;
     }
     return NULL;
 }
 
-/* Runs the step on every piece of p, on up to PIECE_THREADS threads; back,
- * the new pieces are granted access, and w is told as they are ready. The
- * failure to grant it, if any (what it failed for stays mapped). */
-static CUresult own_run(shim_vmm *v, opiece *p, size_t n, bool back, uint64_t access,
-                        shim_vmm_watch *w)
+/* Unmaps every piece of p, each once w says its bytes are copied, on up
+ * to PIECE_THREADS threads. */
+static void own_unmap(opiece *p, size_t n, shim_vmm_watch *w)
 {
-    ojob j = {.v = v, .p = p, .n = n, .back = back, .access = access, .w = w};
+    ojob j = {.p = p, .n = n, .w = w};
     atomic_init(&j.next, 0);
-    atomic_init(&j.front, 0);
-    pthread_mutex_init(&j.front_lock, NULL);
-    pthread_mutex_init(&j.grant_lock, NULL);
     pthread_t t[PIECE_THREADS];
     int started = 0;
-    while (started < (back ? BACK_THREADS : PIECE_THREADS) - 1 && (size_t)started * 64 < n &&
+    while (started < PIECE_THREADS - 1 && (size_t)started * 64 < n &&
            pthread_create(&t[started], NULL, own_worker, &j) == 0)
         started++;
     own_worker(&j); /* this thread too (exempt already: the mover's) */
     for (int i = 0; i < started; i++)
         pthread_join(t[i], NULL);
-    if (back)
-        grant_mapped(&j); /* whatever no worker asked for */
-    pthread_mutex_destroy(&j.front_lock);
-    pthread_mutex_destroy(&j.grant_lock);
-    return j.grant_err;
+}
+
+/* Grants pieces [*granted, front) of p their access, a run of adjacent
+ * pieces of a range in one call (one call a piece made 101 GiB of 2 MiB
+ * pieces take 1.5 s longer on an H200), and tells w how far they are
+ * ready. The first failure. */
+static CUresult grant_runs(const opiece *p, size_t *granted, size_t front, uint64_t access,
+                           shim_vmm_watch *w)
+{
+    while (*granted < front) {
+        const opiece *a = &p[*granted], *b = a;
+        while (b + 1 < p + front && b[1].range == a->range && b[1].addr == b->addr + b->len)
+            b++;
+        CUresult e = vmm_set_access(a->addr, b->addr + b->len - a->addr, access);
+        if (e != CUDA_SUCCESS)
+            return e;
+        *granted = (size_t)(b - p) + 1;
+        if (w)
+            atomic_store(&w->ready, b->addr + b->len);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Creates and maps every piece of p (each one's failure in its e), on the
+ * helper alone; the run of mapped pieces from the first is granted access
+ * every GRANT_BATCH pieces and at the last, w told as they are ready. The
+ * failure to grant, if any (what it failed for stays mapped). */
+static CUresult own_make(shim_vmm *v, opiece *p, size_t n, uint64_t access,
+                         shim_vmm_watch *w)
+{
+    size_t front = 0, granted = 0; /* pieces [0, front) mapped, [0, granted) granted */
+    CUresult e = CUDA_SUCCESS;
+    for (size_t i = 0; i < n; i++) {
+        opiece *q = &p[i];
+        q->h = 0;
+        if ((q->e = vmm_create(v, q->len, &q->h)) == CUDA_SUCCESS &&
+            (q->e = drv.cuMemMap(q->addr, q->len, 0, q->h, 0)) != CUDA_SUCCESS) {
+            drv.cuMemRelease(q->h);
+            q->h = 0;
+        }
+        front += front == i && q->e == CUDA_SUCCESS;
+        if (e == CUDA_SUCCESS && front > granted &&
+            (front - granted >= GRANT_BATCH || front == n))
+            e = grant_runs(p, &granted, front, access, w);
+    }
+    return e;
 }
 
 /* The pieces of v's own ranges parked (or not), in address order, into
@@ -334,7 +297,7 @@ static int park_own(shim_vmm *v, shim_vmm_watch *w, const hloc *hl, size_t nh,
         return -EIO;
     if (own_list(v, false, &l, &n))
         return -ENOMEM;
-    own_run(v, l, n, false, 0, w);
+    own_unmap(l, n, w);
     while (w && atomic_load(&w->ready) != UINTPTR_MAX && !atomic_load(&w->failed))
         nanosleep(&(struct timespec){0, 20000L}, NULL);
     if (w && atomic_load(&w->failed)) {
@@ -427,7 +390,7 @@ static void watch_fail(shim_vmm_watch *w)
         w->drain(w->arg);
 }
 
-/* Creates and maps every parked own piece (in parallel) with the access
+/* Creates and maps every parked own piece with the access
  * v's mappings grant, their handles into b in address order, w told as
  * they are ready; on a failure, releases what was made and returns the
  * first failure. */
@@ -437,7 +400,7 @@ static CUresult own_back_all(shim_vmm *v, backing *b, shim_vmm_watch *w)
     size_t n;
     if (own_list(v, true, &l, &n))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult e = own_run(v, l, n, true, v->granted | vmm_access_due(v), w);
+    CUresult e = own_make(v, l, n, v->granted | vmm_access_due(v), w);
     for (size_t i = 0; i < n && e == CUDA_SUCCESS; i++)
         e = l[i].e;
     if (e != CUDA_SUCCESS)
