@@ -39,6 +39,12 @@ check "the total line counts every test (want: $want; got: $total)" $?
 check "the last line, CI's, counts errors and unfinished tests as failed (got: $plain)" $?
 ((rc == 1))
 check "a run with failures, errors and crashes fails (exit $rc)" $?
+# Each failed test again near the end, by name, with its assertion.
+again=$(printf '%s\n' "$out" | sed -n '/^failed, again:$/,$p')
+printf '%s\n' "$again" | grep -q "^     planted_cmocka mixed: fails$" &&
+    printf '%s\n' "$again" | grep -q "0x1 != 0x2" &&
+    printf '%s\n' "$again" | grep -q "^     planted_cmocka mixed: passes"
+check "each failed or errored test is named again near the end, with its assertion" $?
 printf '%s\n' "$out" | grep -q "^FAIL \[ *[0-9]/4\] planted_cmocka crash .*3 unfinished"
 check "the killed program's line says FAIL and how many did not finish" $?
 printf '%s\n' "$out" | grep -q "^FAIL \[ *[0-9]/4\] planted_cmocka hang .*1 passed\|^FAIL \[ *[0-9]/4\] planted_cmocka hang .*2 unfinished"
