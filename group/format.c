@@ -73,10 +73,10 @@ static void group_waiters_table(text_buf *o, const group_view *g)
         for (uint32_t i = 0; i < g->nmembers; i++) {
             const group_member_view *m = &g->members[i];
             if (group_turn(g, m) == turn)
-                text_put(o, "waiting %d: pid %d (%s) for %s on device %d, for %.1f s\n", turn,
-                    m->pid, text_printable(m->comm, comm, sizeof(comm)),
+                text_put(o, "waiting %d: pid %d (%s) for %s on device %d, for %.1f s%s\n",
+                    turn, m->pid, text_printable(m->comm, comm, sizeof(comm)),
                     stats_fmt_short(m->wait_bytes, a, sizeof(a)), m->wait_dev,
-                    group_waited_s(m->wait_since_ns));
+                    group_waited_s(m->wait_since_ns), m->wait_taking ? ", taking it now" : "");
         }
 }
 
@@ -129,9 +129,9 @@ static void group_json(text_buf *o, const group_view *g)
         text_put(o, ", \"ending\": %s, \"waiting\": ", m->ending ? "true" : "false");
         if (m->wait_seq)
             text_put(o, "{\"turn\": %d, \"device\": %d, \"bytes\": %lu, \"since_ns\": %lu, "
-                "\"seconds\": %.3f}", group_turn(g, m), m->wait_dev,
+                "\"seconds\": %.3f, \"taking\": %s}", group_turn(g, m), m->wait_dev,
                 (unsigned long)m->wait_bytes, (unsigned long)m->wait_since_ns,
-                group_waited_s(m->wait_since_ns));
+                group_waited_s(m->wait_since_ns), m->wait_taking ? "true" : "false");
         else
             text_put(o, "null");
         text_put(o, ", \"devices\": [");

@@ -20,7 +20,7 @@
 #include "safefile.h"
 
 #define GROUP_MAGIC 0x3150524750504f43ull /* "COPPGRP1" */
-enum { GROUP_VERSION = 3 };
+enum { GROUP_VERSION = 4 };
 enum { SEGMENT_FILE_MAX = GROUP_NAME_MAX + 96 }; /* a segment's file name, boot id and all */
 
 typedef struct slot {
@@ -37,6 +37,8 @@ typedef struct slot {
     _Atomic uint64_t wait_seq;     /* its turn in the queue of waiters;
                                       0 = not waiting */
     _Atomic int32_t wait_dev;
+    _Atomic uint32_t wait_taking;  /* its turn came: it allocates, still
+                                      in its place (group_wait_taking) */
     _Atomic uint64_t wait_bytes, wait_since_ns; /* CLOCK_REALTIME */
 } slot;
 
@@ -228,17 +230,32 @@ void group_wait_begin(group *g, int dev, uint64_t bytes)
     if (!atomic_load(&g->left)) {
         atomic_store(&g->me->wait_dev, dev);
         atomic_store(&g->me->wait_bytes, bytes);
-        atomic_store(&g->me->wait_since_ns, clock_unix_ns());
-        atomic_store(&g->me->wait_seq, atomic_fetch_add(&g->d->wait_next, 1) + 1);
+        atomic_store(&g->me->wait_taking, 0);
+        /* A member whose turn came but whose take fell short waits again
+         * in the place it had. */
+        if (!atomic_load(&g->me->wait_seq)) {
+            atomic_store(&g->me->wait_since_ns, clock_unix_ns());
+            atomic_store(&g->me->wait_seq, atomic_fetch_add(&g->d->wait_next, 1) + 1);
+        }
     }
+    unlock(g->d);
+}
+
+void group_wait_taking(group *g)
+{
+    lock(g->d);
+    if (!atomic_load(&g->left) && atomic_load(&g->me->wait_seq))
+        atomic_store(&g->me->wait_taking, 1);
     unlock(g->d);
 }
 
 void group_wait_end(group *g)
 {
     lock(g->d);
-    if (!atomic_load(&g->left))
+    if (!atomic_load(&g->left)) {
         atomic_store(&g->me->wait_seq, 0);
+        atomic_store(&g->me->wait_taking, 0);
+    }
     unlock(g->d);
 }
 
@@ -283,8 +300,10 @@ bool group_wait_stuck(group *g)
         const slot *s = &g->d->slots[i];
         if (s == g->me || !atomic_load(&s->pid))
             continue;
-        /* A member not waiting may still free; one ending will. */
-        stuck = waits(s, &seq) && seq < mine && !atomic_load(&s->ending);
+        /* A member not waiting may still free; one ending will; one
+         * taking its turn goes on once it took it. */
+        stuck = waits(s, &seq) && seq < mine && !atomic_load(&s->ending) &&
+                !atomic_load(&s->wait_taking);
     }
     unlock(g->d);
     return stuck && mine;
@@ -709,6 +728,7 @@ static void view_of(group_data *d, group_view *v)
         m->ending = atomic_load(&s->ending) != 0;
         m->wait_seq = atomic_load(&s->wait_seq);
         m->wait_dev = atomic_load(&s->wait_dev);
+        m->wait_taking = atomic_load(&s->wait_taking) != 0;
         m->wait_bytes = atomic_load(&s->wait_bytes);
         m->wait_since_ns = atomic_load(&s->wait_since_ns);
         memcpy(m->comm, s->comm, sizeof(m->comm));

@@ -103,10 +103,16 @@ void group_flush_answer(group *g, uint64_t ticket);
  * use takes the next turn (group_wait_begin: bytes on dev, since now) and
  * may take memory on dev only while no live member with an earlier turn
  * waits on dev (group_wait_first): first come, first served. A waiter
- * that dies leaves the queue with its slot. group_wait_stuck: every other
- * live member waits too (none ending), each with an earlier turn: nobody
- * will free anything, and this member, the last to arrive, should fail. */
+ * that dies leaves the queue with its slot. Once its turn came, a member
+ * keeps its place while it takes the memory (group_wait_taking), so that
+ * the next waiter cannot take the room first; it leaves the queue when its
+ * take is done or failed (group_wait_end), and a wait begun again before
+ * that keeps the place. group_wait_stuck: every other live member waits
+ * too (none ending, none taking its turn), each with an earlier turn:
+ * nobody will free anything, and this member, the last to arrive, should
+ * fail. */
 void group_wait_begin(group *g, int dev, uint64_t bytes);
+void group_wait_taking(group *g);
 void group_wait_end(group *g);
 /* Whether any live member waits for a turn (read without the lock). */
 bool group_waiting(group *g);
@@ -128,6 +134,7 @@ typedef struct group_member_view {
     bool ending;
     int32_t wait_dev;        /* while wait_seq: the device it waits on */
     uint64_t wait_seq;       /* its turn; 0 = not waiting */
+    bool wait_taking;        /* its turn came: it takes the memory now */
     uint64_t wait_bytes, wait_since_ns;
     char comm[16];
     uint64_t held[STATS_MAX_DEVICES], cached[STATS_MAX_DEVICES];

@@ -958,6 +958,93 @@ static void test_userns_process_whose(void **s)
             fail_msg("inside as %d: status %#x", k ? 65534 : 0, st[k]);
 }
 
+/* Steps a forked member through its turn: it reads a step (a byte) from
+ * go and answers on done. */
+static void turn_member(int go, int done, group_cap *caps)
+{
+    const char *why = NULL;
+    group *g = group_join("tq", caps, &why);
+    char step = 0;
+    while (g && read(go, &step, 1) == 1 && step != 'q') {
+        if (step == 'b')
+            group_wait_begin(g, 0, 6 << 20);
+        else if (step == 't')
+            group_wait_taking(g);
+        else if (step == 'e')
+            group_wait_end(g);
+        if (write(done, &step, 1) != 1)
+            break;
+    }
+    _exit(g ? 0 : 1);
+}
+
+static void turn_step(int go, int done, char step)
+{
+    char got = 0;
+    assert_int_equal(write(go, &step, 1), 1);
+    assert_int_equal(read(done, &got, 1), 1);
+    assert_int_equal(got, step);
+}
+
+/* A member whose turn came keeps its place while it takes the memory
+ * (group_wait_taking): the next waiter is not first until the first's
+ * take ends, and is not stuck meanwhile (the taker goes on); a wait begun
+ * again while taking keeps the place. Without the place kept (its wait
+ * ended before its take), the next waiter took the room first: turns
+ * once came out of order on a loaded machine (test_group_turn_fifo). */
+static void test_group_turn_held_while_taking(void **s)
+{
+    (void)s;
+    group_cap caps[STATS_MAX_DEVICES];
+    for (int i = 0; i < STATS_MAX_DEVICES; i++)
+        caps[i] = (group_cap){8 << 20, 0, 0};
+    int go[2], done[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(done), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        close(go[1]);
+        close(done[0]);
+        turn_member(go[0], done[1], caps);
+    }
+    close(go[0]);
+    close(done[1]);
+    const char *why = NULL;
+    group *me = group_join("tq", caps, &why);
+    if (!me)
+        fail_msg("cannot join: %s", why);
+    turn_step(go[1], done[0], 'b'); /* the other member waits first */
+    group_wait_begin(me, 0, 6 << 20);
+    assert_false(group_wait_first(me, 0));
+    assert_true(group_wait_stuck(me)); /* it only waits: nobody would free */
+    turn_step(go[1], done[0], 't'); /* its turn came: it takes */
+    assert_false(group_wait_first(me, 0));
+    assert_false(group_wait_stuck(me));
+    static group_view v;
+    assert_int_equal(group_read("tq", &v), 0);
+    int taking = 0;
+    for (uint32_t i = 0; i < v.nmembers; i++)
+        taking += v.members[i].pid == child && v.members[i].wait_taking;
+    assert_int_equal(taking, 1);
+    turn_step(go[1], done[0], 'b'); /* its take fell short: it waits again, first */
+    assert_false(group_wait_first(me, 0));
+    turn_step(go[1], done[0], 't');
+    turn_step(go[1], done[0], 'e'); /* its take done */
+    assert_true(group_wait_first(me, 0));
+    assert_false(group_wait_stuck(me));
+    group_wait_end(me);
+    char q = 'q';
+    assert_int_equal(write(go[1], &q, 1), 1);
+    int st = 0;
+    assert_int_equal(waitpid(child, &st, 0), child);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(go[1]);
+    close(done[0]);
+    group_leave(me);
+    group_forget(me);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -990,6 +1077,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncated_while_read, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_safefile_link_on_path, page_setup, page_teardown),
         cmocka_unit_test_setup_teardown(test_group_squatted_meets_elsewhere, page_setup,
+                                        page_teardown),
+        cmocka_unit_test_setup_teardown(test_group_turn_held_while_taking, page_setup,
                                         page_teardown),
     };
     return cmocka_run_group_tests_name("stats", tests, NULL, NULL);

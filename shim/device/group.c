@@ -197,8 +197,14 @@ static uint64_t shortfall(int dev, size_t size)
     return lim && held <= lim && size > lim - held ? size - (lim - held) : size;
 }
 
+/* Whether this thread's turn came and it still holds its place in the
+ * queue while it takes the memory (shim_group_turn_done ends it). */
+static _Thread_local bool turn_held;
+
 /* Waits for a turn on dev for size bytes (group.h): true once this member
- * is first among the waiters on dev and the budget has room. Asks the
+ * is first among the waiters on dev and the budget has room; it keeps its
+ * place until shim_group_turn_done, so that the next waiter cannot take
+ * the room between this turn and its allocation. Asks the
  * others again, for the shortfall, every SHIM_GROUP_ASK_MS, each once it
  * answered its last request (group_ask_others); reaps dead members every
  * SHIM_GROUP_POLL_MS * 10. */
@@ -237,7 +243,11 @@ static bool wait_turn(int dev, size_t size, uint64_t *tickets)
             asked_at = now;
         }
     }
-    group_wait_end(grp);
+    turn_held = ended == ENDED_ROOM;
+    if (turn_held)
+        group_wait_taking(grp);
+    else
+        group_wait_end(grp);
     shim_gauge_set(SHIM_group_waiting_since, 0);
     shim_gauge_set(SHIM_group_waiting_bytes, 0);
     return ended == ENDED_ROOM;
@@ -277,6 +287,13 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
     if (!shim_cfg.group_wait_ms)
         return wait_room(dev, size, room, tickets);
     return wait_turn(dev, size, tickets);
+}
+
+void shim_group_turn_done(void)
+{
+    if (turn_held && grp)
+        group_wait_end(grp);
+    turn_held = false;
 }
 
 uint64_t shim_group_tick(uint64_t *want)

@@ -62,6 +62,10 @@ void shim_group_forget(void);
  * it waits only for the flushes' answers (up to SHIM_GROUP_END_WAIT_MS;
  * with no member to ask, SHIM_GROUP_WAIT_MS for one just ended to go). */
 bool shim_group_reclaim(int dev, size_t size, bool device_full);
+/* Ends the turn a reclaim gave this thread (its place in the queue, kept
+ * while it allocates): after the allocation that followed it, taken or
+ * not. Nothing when it holds none. */
+void shim_group_turn_done(void);
 
 /* Why the calling thread's last reclaim found no room, for its report. */
 const char *shim_group_cause(void);

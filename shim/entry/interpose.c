@@ -94,6 +94,7 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
         shim_group_try();
         err = shim_device_alloc(dev, size, a);
     }
+    shim_group_turn_done();
     inside--;
     shim_cudagate_leave();
     if (err == -ENODEV)

@@ -81,8 +81,9 @@ static int turn_take(void **p, int mib, const char *tag)
  * <TURN_ME>.more and allocates that much more; holds the blocks
  * TURN_HOLD_MS ms (default 500; or, with TURN_UNTIL, until that file
  * exists), prints "freeing T", frees them (to cupool's cache) and stays
- * TURN_LINGER_MS ms more. Exit 0 if it got every block; 1, with "refused
- * after N ms", if one was refused. */
+ * TURN_LINGER_MS ms more, or, with TURN_LINGER_UNTIL, until that file
+ * exists (up to 20 s), then says which ended its stay. Exit 0 if it got
+ * every block; 1, with "refused after N ms", if one was refused. */
 static int turn(void)
 {
     const char *dir = getenv("TURN_DIR"), *me = getenv("TURN_ME"), *until = getenv("TURN_UNTIL");
@@ -117,7 +118,12 @@ static int turn(void)
     for (int i = 0; i < 2; i++)
         if (p[i])
             OK(cudaFree(p[i]));
-    usleep((useconds_t)linger_ms * 1000);
+    if (getenv("TURN_LINGER_UNTIL"))
+        printf("%s\n", wait_path(getenv("TURN_LINGER_UNTIL"))
+                           ? "stayed 20 s: the file never came"
+                           : "stayed until the file came");
+    else
+        usleep((useconds_t)linger_ms * 1000);
     return 0;
 }
 
