@@ -20,10 +20,13 @@
 #include "config.h"
 
 /* A line of the shim's parser, without what the shim would do instead
- * ("; using ..."): cupool run does not start the program. */
+ * (its last "; using ...": a bad value quoted in the line may hold those
+ * words itself): cupool run does not start the program. */
 static void check_warn(const char *line)
 {
-    const char *cut = strstr(line, "; using");
+    const char *cut = NULL;
+    for (const char *at = line; (at = strstr(at, "; using")); at++)
+        cut = at;
     fprintf(stderr, "cupool: run: %.*s\n",
             cut ? (int)(cut - line) : (int)strlen(line), line);
 }

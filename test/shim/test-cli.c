@@ -40,6 +40,12 @@ static void test_cupool_run(void **s)
     assert_string_equal(out, "cupool: run: CUPOOL_MAX_RESERVED=12Q is invalid (expected "
                         "none, a size such as 20G or 512MiB, or a percentage of device "
                         "memory such as 50%)\n");
+    /* A value holding the words the shim's own advice starts with is
+     * said whole (it was cut at them). */
+    snprintf(cmd, sizeof(cmd), "CUPOOL_LIB=%s/libcupool.so scripts/cupool run "
+             "--max-reserved '1; using 2' -- sh -c 'echo started' 2>&1", dir);
+    assert_int_equal(shell(cmd, out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "CUPOOL_MAX_RESERVED=1; using 2 is invalid (expected "));
     snprintf(cmd, sizeof(cmd), "CUPOOL_SMALL_SEGMENT=2G CUPOOL_LIB=%s/libcupool.so "
              "scripts/cupool run true 2>&1", dir);
     assert_int_equal(shell(cmd, out, sizeof(out)), 2);
