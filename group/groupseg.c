@@ -701,7 +701,18 @@ void group_leave(group *g)
      * a lock its holder left at exit only through a mapping still there. */
     lock(g->d);
     atomic_store(&g->left, true);
-    atomic_store(&g->me->pid, 0);
+    /* A member that still holds memory keeps its slot, marked ending,
+     * until its process is gone (reaped): the device is not free of it
+     * before, and the others wait for an ending member. */
+    bool holds = false;
+    for (int dev = 0; dev < STATS_MAX_DEVICES; dev++)
+        holds |= atomic_load(&g->me->held[dev]) != 0;
+    atomic_store(&g->me->wait_seq, 0);
+    atomic_store(&g->me->wait_taking, 0);
+    if (holds)
+        atomic_store(&g->me->ending, 1);
+    else
+        atomic_store(&g->me->pid, 0);
     unlock(g->d);
 }
 

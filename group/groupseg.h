@@ -63,9 +63,11 @@ group *group_join(const char *name, group_cap *caps, const char **why);
  * directory was not it (it is another user's, ...) or NULL. */
 const char *group_where(const group *g, const char **passed);
 
-/* Leaves the group: the slot and everything it held are free. At exit
- * only: g stays allocated and mapped (other threads may still hold it),
- * and every call on it after does nothing. */
+/* Leaves the group: the slot and everything it held are free; or, while
+ * it holds memory, marked ending until its process is gone (the device is
+ * not free of that memory before it is). At exit only: g stays allocated
+ * and mapped (other threads may still hold it), and every call on it
+ * after does nothing. */
 void group_leave(group *g);
 /* Forgets the group in a forked child (the parent's slot stays). */
 void group_forget(group *g);

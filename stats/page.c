@@ -92,8 +92,12 @@ uint64_t stats_start_time(int pid)
     char *p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
     if (!p)
         return 0;
-    /* After ") " come fields 3, 4, ...; start time is field 22. */
+    /* After ") " come fields 3, 4, ...: the state first (a zombie, its
+     * exit not yet collected by its parent, holds nothing: gone), start
+     * time field 22. */
     p += 2;
+    if (*p == 'Z' || *p == 'X')
+        return 0;
     for (int field = 3; field < 22 && p; field++) {
         p = strchr(p, ' ');
         if (p)

@@ -425,8 +425,9 @@ const char *stats_page_dir(void);
 int stats_user_dir(char *path, size_t len, const char **why);
 
 /* Start time of process pid in clock ticks since boot (/proc/PID/stat
- * field 22), or 0 if it is gone: with the pid, it names one process for
- * its life (a reused pid has another). */
+ * field 22), or 0 if it is gone (a zombie too: it holds nothing any more):
+ * with the pid, it names one process for its life (a reused pid has
+ * another). */
 uint64_t stats_start_time(int pid);
 
 /* Creates this process's page, its memory reserved (a full tmpfs fails

@@ -241,6 +241,24 @@ static void test_pause_move_stitched(void **s)
     finish(pid);
 }
 
+/* A device synchronize that spans CUPTI turning its callback off (the
+ * domain on first, the quiet calls off after, as cupool starts CUPTI for
+ * the pause) is reported entering and never returning: its thread was
+ * counted inside a call for good, and the pause waited out
+ * CUPOOL_PAUSE_CALL_WAIT and refused ("1 of its threads stayed inside a
+ * CUDA call"), once in a loaded run of make test. */
+static void test_pause_move_sync_straddles(void **s)
+{
+    (void)s;
+    char out[4096];
+    pid_t pid = start2("SIMCUDA_CUPTI_STRADDLE=1", "CUPOOL_PAUSE_CALL_WAIT=5s");
+    if (tool("pause", pid, out, sizeof(out)) != 0 || !strstr(out, "cupool moved"))
+        fail_msg("pause: %s", out);
+    if (tool("resume", pid, out, sizeof(out)) != 0 || !strstr(out, "brought back"))
+        fail_msg("resume: %s", out);
+    finish(pid);
+}
+
 /* The driver's lock refuses a process CUPTI watches (the simulated
  * driver, as the real one): where the pause fails it, the reason is
  * said and the program runs on, untouched. */
@@ -366,6 +384,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_pause_move_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_stitched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pause_move_sync_straddles, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_move_long_call, setup, teardown),

@@ -958,6 +958,24 @@ static void test_userns_process_whose(void **s)
             fail_msg("inside as %d: status %#x", k ? 65534 : 0, st[k]);
 }
 
+/* A zombie (exited, its status not yet collected) is gone: it holds no
+ * memory, and a group member that left holding memory is reaped by it
+ * (the group's racers once waited for a zombie racer's cache). */
+static void test_zombie_is_gone(void **s)
+{
+    (void)s;
+    assert_true(stats_start_time((int)getpid()) != 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0)
+        _exit(0);
+    siginfo_t si;
+    /* Exited, and left unreaped (WNOWAIT). */
+    assert_int_equal(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT), 0);
+    assert_int_equal(stats_start_time((int)child), 0);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+}
+
 /* Steps a forked member through its turn: it reads a step (a byte) from
  * go and answers on done. */
 static void turn_member(int go, int done, group_cap *caps)
@@ -1080,6 +1098,7 @@ int main(void)
                                         page_teardown),
         cmocka_unit_test_setup_teardown(test_group_turn_held_while_taking, page_setup,
                                         page_teardown),
+        cmocka_unit_test(test_zombie_is_gone),
     };
     return cmocka_run_group_tests_name("stats", tests, NULL, NULL);
 }

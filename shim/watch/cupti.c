@@ -77,10 +77,31 @@ static const CUpti_CallbackId quiet_calls[] = {
 };
 #undef Q
 
+/* quiet_calls by id, filled before the subscriber is. CUPTI turns on
+ * every call of the domain first and the quiet ones off after, one by one:
+ * a quiet call that began in between was reported entering and never
+ * returning, and its thread stayed counted inside a call for good (every
+ * later pause waited for it, and its own later calls passed the closed
+ * gate). So the callback ignores a quiet call wherever it reaches it. */
+static bool quiet[CUPTI_DRIVER_TRACE_CBID_SIZE];
+
+static void quiet_fill(void) /* under hand_lock, before any subscriber */
+{
+    static bool filled;
+    if (filled)
+        return;
+    filled = true;
+    for (size_t i = 0; i < sizeof(quiet_calls) / sizeof(quiet_calls[0]); i++)
+        if (quiet_calls[i] < CUPTI_DRIVER_TRACE_CBID_SIZE)
+            quiet[quiet_calls[i]] = true;
+}
+
 static void CUPTIAPI on_call(void *ud, CUpti_CallbackDomain domain,
                              CUpti_CallbackId id, const void *data)
 {
     (void)ud, (void)domain;
+    if (id < CUPTI_DRIVER_TRACE_CBID_SIZE && quiet[id])
+        return;
     const CUpti_CallbackData *cd = data;
     bool entry = cd->callbackSite != CUPTI_API_EXIT;
     if (entry && !shim_inside)
@@ -193,6 +214,7 @@ static void start_locked(void)
 static void start(void)
 {
     pthread_mutex_lock(&hand_lock);
+    quiet_fill();
     start_locked();
     pthread_mutex_unlock(&hand_lock);
 }

@@ -5,10 +5,11 @@
  */
 #include "prog.h"
 
-/* Waits up to 20 s for file path to exist: 0, or -1. */
+/* Waits up to 120 s for file path to exist (a test's deadline is its
+ * own): 0, or -1. */
 static int wait_path(const char *path)
 {
-    for (int i = 0; i < 2000; i++) {
+    for (int i = 0; i < 12000; i++) {
         if (access(path, F_OK) == 0)
             return 0;
         usleep(10000);
@@ -82,8 +83,9 @@ static int turn_take(void **p, int mib, const char *tag)
  * TURN_HOLD_MS ms (default 500; or, with TURN_UNTIL, until that file
  * exists), prints "freeing T", frees them (to cupool's cache) and stays
  * TURN_LINGER_MS ms more, or, with TURN_LINGER_UNTIL, until that file
- * exists (up to 20 s), then says which ended its stay. Exit 0 if it got
- * every block; 1, with "refused after N ms", if one was refused. */
+ * exists (up to 120 s), then says which ended its stay. Exit 0 if it got
+ * every block; 1, with "refused after N ms", if one was refused, or with
+ * "PATH never came" if a file it waits for (up to 120 s) did not. */
 static int turn(void)
 {
     const char *dir = getenv("TURN_DIR"), *me = getenv("TURN_ME"), *until = getenv("TURN_UNTIL");
@@ -100,8 +102,10 @@ static int turn(void)
     snprintf(path, sizeof(path), "%s/%s.got", dir, me);
     close(open(path, O_WRONLY | O_CREAT, 0600));
     if (more) {
-        if (getenv("TURN_MORE_AFTER"))
-            wait_path(getenv("TURN_MORE_AFTER"));
+        if (getenv("TURN_MORE_AFTER") && wait_path(getenv("TURN_MORE_AFTER"))) {
+            printf("%s never came\n", getenv("TURN_MORE_AFTER"));
+            return 1;
+        }
         if (turn_take(&p[1], more, "more")) {
             OK(cudaFree(p[0]));
             return 1;
@@ -109,9 +113,10 @@ static int turn(void)
         printf("got more %lu\n", (unsigned long)unix_ns());
         fflush(stdout);
     }
-    if (until)
-        wait_path(until);
-    else
+    if (until && wait_path(until)) {
+        printf("%s never came\n", until);
+        return 1;
+    } else if (!until)
         usleep((useconds_t)hold_ms * 1000);
     printf("freeing %lu\n", (unsigned long)unix_ns());
     fflush(stdout);
@@ -120,7 +125,7 @@ static int turn(void)
             OK(cudaFree(p[i]));
     if (getenv("TURN_LINGER_UNTIL"))
         printf("%s\n", wait_path(getenv("TURN_LINGER_UNTIL"))
-                           ? "stayed 20 s: the file never came"
+                           ? "stayed 120 s: the file never came"
                            : "stayed until the file came");
     else
         usleep((useconds_t)linger_ms * 1000);

@@ -109,7 +109,7 @@ static int execsleep(void)
     FILE *f = ready ? fopen(ready, "w") : NULL;
     if (f)
         fclose(f);
-    execl("/bin/sleep", "sleep", "3", (char *)NULL);
+    execl("/bin/sleep", "sleep", "60", (char *)NULL); /* the test kills it */
     CHECK(!"exec failed");
     return 1;
 }

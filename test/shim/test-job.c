@@ -30,6 +30,11 @@ static void job_start(child c[2], bool split, const char *e0)
     const char *sp = split ? "JOB_SPLIT=5" : NULL, *sn = split ? "SIMNCCL_SPLIT_NRANKS=2" : NULL;
     job_rank_start(&c[0], 0, sp, sn, e0);
     job_rank_start(&c[1], 1, sp, sn, NULL);
+    /* Their communicators on their pages (published by the helper, which
+     * a loaded machine may not have run yet: cupool job does not ask). */
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(wait_page(c[i].pid, split ? "d[\"process\"][\"nccl_comms\"] == 2"
+                                                   : "d[\"process\"][\"nccl_comms\"] == 1"), 0);
 }
 
 static void job_end(child c[2])
@@ -266,11 +271,16 @@ static void test_nccl_job_pause_and_resume(void **s)
     /* cupool job shows it: the gate closed, a call waiting, the
      * communicator suspended, the operations issued. */
     static char job[8192];
-    assert_int_equal(job_cli(c[0].pid, false, job, sizeof(job)), 0);
     char ops[64];
     snprintf(ops, sizeof(ops), "; %ld operations issued here; suspended by cupool", n0);
+    for (int i = 0; i < 600; i++) { /* the waiting call on the page: polled, up to 60 s */
+        assert_int_equal(job_cli(c[0].pid, false, job, sizeof(job)), 0);
+        if (strstr(job, "its NCCL gate is closed by cupool, 1 call waiting") && strstr(job, ops))
+            break;
+        usleep(100000);
+    }
     if (!strstr(job, "its NCCL gate is closed by cupool, 1 call waiting") || !strstr(job, ops))
-        fail_msg("cupool job of a paused rank said:\n%s", job);
+        fail_msg("cupool job of a paused rank said (60 s after its pause):\n%s", job);
     /* A paused job is not flushed; a second controller of the job (here
      * one holding its lock: a rank's page, flock'd) is refused. */
     char cmd[1024];

@@ -83,7 +83,7 @@ static void test_group_turn_wait(void **s)
 {
     (void)s;
     static char aout[sizeof(((result *)0)->out)];
-    char cmd[512], out[4096], want[128], linger[320];
+    char cmd[512], out[4096], want[128], linger[320], until[320];
     for (int k = 0; k < 2; k++) {
         turn_fresh(k ? "linger" : "exit");
         /* The holder that stays on keeps its memory cached until the
@@ -93,8 +93,11 @@ static void test_group_turn_wait(void **s)
             snprintf(linger, sizeof(linger), "TURN_LINGER_UNTIL=%s/b.got", turn_dir);
         else
             snprintf(linger, sizeof(linger), "TURN_LINGER_MS=0");
+        /* The holder holds until the waiter is seen waiting (a fixed
+         * 800 ms let a TSan waiter on a loaded machine come too late). */
+        snprintf(until, sizeof(until), "TURN_UNTIL=%s/a.go", turn_dir);
         child a, b;
-        turn_start(&a, "tw", "a", "TURN_HOLD_MS=800", linger, NULL, NULL);
+        turn_start(&a, "tw", "a", until, linger, NULL, NULL);
         turn_wait("a.got", 0);
         turn_start(&b, "tw", "b", "TURN_HOLD_MS=0", NULL, NULL, NULL);
         turn_wait("b.asking", 0);
@@ -107,6 +110,7 @@ static void test_group_turn_wait(void **s)
                  b.pid);
         if (!strstr(out, want))
             fail_msg("no \"%s\" in:\n%s", want, out);
+        turn_touch("a.go");
         snprintf(aout, sizeof(aout), "%s", finish(&a, "turn a", 0)->out);
         result *r = finish(&b, "turn b", 0);
         assert_int_equal(r->status, 0);
@@ -120,21 +124,23 @@ static void test_group_turn_wait(void **s)
     turn_fresh("nowait");
     static const char *const waits[] = {"CUPOOL_GROUP_WAIT=0", "CUPOOL_GROUP_WAIT=300ms"};
     for (int k = 0; k < 2; k++) {
+        /* The holder holds until the waiter was refused. */
+        snprintf(until, sizeof(until), "TURN_UNTIL=%s/%s.go", turn_dir, k ? "a1" : "a0");
         child a, b;
-        turn_start(&a, "tw", k ? "a1" : "a0", "TURN_HOLD_MS=2000", NULL, NULL, NULL);
+        turn_start(&a, "tw", k ? "a1" : "a0", until, NULL, NULL, NULL);
         turn_wait(k ? "a1.got" : "a0.got", 0);
         turn_start(&b, "tw", k ? "b1" : "b0", waits[k], NULL, NULL, NULL);
         result *r = finish(&b, "turn b", 1);
         assert_int_equal(r->status, 1);
         unsigned long ms = 0;
+        assert_non_null(strstr(r->out, "refused after"));
         assert_int_equal(sscanf(strstr(r->out, "refused after"), "refused after %lu", &ms), 1);
         print_message("%s: refused after %lu ms\n", waits[k], ms);
-        if (k) {
-            /* Its own wait, not the holder's 2 s (a waiter that took its
-             * turn then would not be refused at all). */
-            assert_true(ms >= 300 && ms < 10000);
+        if (k) { /* its own wait, the holder holding on */
+            assert_true(ms >= 300);
             assert_non_null(strstr(r->err, "stayed in use for all of CUPOOL_GROUP_WAIT"));
         }
+        turn_touch(k ? "a1.go" : "a0.go");
         assert_int_equal(finish(&a, "turn a", 0)->status, 0);
     }
 }
@@ -198,15 +204,21 @@ static void test_group_turn_deadlock(void **s)
     turn_fresh("deadlock");
     char after_b[256], after_a[256];
     snprintf(after_b, sizeof(after_b), "TURN_MORE_AFTER=%s/b.got", turn_dir);
-    snprintf(after_a, sizeof(after_a), "TURN_MORE_AFTER=%s/a.more", turn_dir);
+    snprintf(after_a, sizeof(after_a), "TURN_MORE_AFTER=%s/b.go", turn_dir);
     child a, b;
     turn_start(&a, "td", "a", "TURN_MORE_MIB=32", after_b, "TURN_HOLD_MS=100", NULL);
     turn_wait("a.got", 0);
     turn_start(&b, "td", "b", "TURN_MIB=32", "TURN_MORE_MIB=32", after_a, NULL);
+    /* b asks for more only once a waits (it once asked between a's
+     * "a.more" and a's request, and a was the last to arrive). */
+    turn_wait("a.more", 0);
+    turn_queued("td", a.pid, 1);
+    turn_touch("b.go");
     result *r = finish_within(&b, "turn b", 1, 30, "its refusal at once (the group's deadlock "
                               "check, group_wait_stuck)");
     assert_int_equal(r->status, 1);
     unsigned long ms = 0;
+    assert_non_null(strstr(r->out, "refused after"));
     assert_int_equal(sscanf(strstr(r->out, "refused after"), "refused after %lu", &ms), 1);
     print_message("the last to arrive failed after %lu ms\n", ms);
     /* At once: the check takes 50 ms of everyone waiting; without it the
@@ -236,9 +248,11 @@ static void test_group_turn_killed(void **s)
     turn_start(&a, "tk", "a", go, NULL, NULL, NULL);
     turn_wait("a.got", 0);
     turn_start(&b, "tk", "b", "TURN_HOLD_MS=0", NULL, NULL, NULL);
-    turn_wait("b.asking", 100);
+    turn_wait("b.asking", 0);
+    turn_queued("tk", b.pid, 1);
     turn_start(&c, "tk", "c", "TURN_HOLD_MS=0", NULL, NULL, NULL);
-    turn_wait("c.asking", 100);
+    turn_wait("c.asking", 0);
+    turn_queued("tk", c.pid, 2);
     kill(b.pid, SIGKILL);
     finish(&b, "turn b", 128 + SIGKILL);
     turn_touch("go");
@@ -250,7 +264,8 @@ static void test_group_turn_killed(void **s)
     turn_start(&a, "tk", "a", go, NULL, NULL, NULL);
     turn_wait("a.got", 0);
     turn_start(&b, "tk", "b", "TURN_HOLD_MS=0", NULL, NULL, NULL);
-    turn_wait("b.asking", 200);
+    turn_wait("b.asking", 0);
+    turn_queued("tk", b.pid, 1);
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     uint64_t killed = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;

@@ -138,9 +138,15 @@ static void shared_setup(void)
 }
 
 /* A process that ends holds nothing (the real driver frees its memory
- * then; a killed one's once it is reaped here). */
+ * then; a killed one's once it is reaped here). SIMCUDA_EXIT_HOLD_MS=N: it
+ * holds its memory N ms more as it ends, as one tearing down a large
+ * context does, after its libraries' destructors (cupool's among them)
+ * ran. */
 __attribute__((destructor)) static void shared_exit(void)
 {
+    const char *hold = getenv("SIMCUDA_EXIT_HOLD_MS");
+    if (shared_me && hold)
+        usleep((useconds_t)atoi(hold) * 1000);
     if (shared_me)
         atomic_store(&shared_me->pid, 0);
 }
@@ -440,9 +446,11 @@ EXPORT cudaError_t simrt_cudaGetLastError(void)
     return e;
 }
 
+/* Its entry reported before the wait, its return after (simcupti.c's
+ * SIMCUDA_CUPTI_STRADDLE holds one between them). */
 EXPORT cudaError_t simrt_cudaDeviceSynchronize(void)
 {
-    sim_drv_call(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
+    sim_sync_site(CUPTI_API_ENTER);
     pthread_mutex_lock(&sim_lock);
     sim_st[current].syncs++;
     sim_work_pending[current] = false;
@@ -451,6 +459,7 @@ EXPORT cudaError_t simrt_cudaDeviceSynchronize(void)
         busy_streams[i].busy = false;
     }
     pthread_mutex_unlock(&sim_lock);
+    sim_sync_site(CUPTI_API_EXIT);
     return cudaSuccess;
 }
 

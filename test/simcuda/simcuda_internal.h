@@ -36,6 +36,12 @@ HIDDEN void sim_drv_call_params(CUpti_CallbackId id, const void *params);
 /* One of the two sites alone: a call whose work comes between them. */
 HIDDEN void sim_drv_site(CUpti_CallbackId id, const void *params, CUpti_ApiCallbackSite site);
 
+/* A device synchronize's entry or return (cuCtxSynchronize), reported as
+ * sim_drv_site does; under SIMCUDA_CUPTI_STRADDLE=1 the first one reported
+ * entering after the domain was turned on waits until its callback is
+ * turned off (simcupti.c). */
+HIDDEN void sim_sync_site(CUpti_ApiCallbackSite site);
+
 /* Whether the test asks call what to fail now (SIMCUDA_FAIL_FILE holds
  * the word: simcopy.c). */
 HIDDEN bool sim_fails(const char *what);

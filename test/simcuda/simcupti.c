@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cupti_callbacks.h>
 #include <cupti_driver_cbid.h>
@@ -40,6 +41,38 @@ void sim_drv_call_params(CUpti_CallbackId id, const void *params)
 {
     sim_drv_site(id, params, CUPTI_API_ENTER);
     sim_drv_site(id, params, CUPTI_API_EXIT);
+}
+
+/* SIMCUDA_CUPTI_STRADDLE=1: a device synchronize spans the turning off of
+ * its own callback, as a long one on a real GPU may while a subscriber
+ * turns the domain on and then calls off one by one: the first
+ * synchronize reported entering waits (up to 2 s) until
+ * cuptiEnableCallback(0, cuCtxSynchronize), which waits (up to 2 s) for
+ * it, has turned it off; its return is then not reported. */
+static atomic_int straddle; /* 0, 1: one entered, 2: its callback off */
+
+static bool straddling(void)
+{
+    const char *e = getenv("SIMCUDA_CUPTI_STRADDLE");
+    return e && *e == '1';
+}
+
+static void straddle_wait(int stage)
+{
+    for (int i = 0; i < 2000 && atomic_load(&straddle) < stage; i++)
+        usleep(1000);
+}
+
+void sim_sync_site(CUpti_ApiCallbackSite site)
+{
+    CUpti_CallbackId id = CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize;
+    bool reported = atomic_load(&cupti_domain_on) && !atomic_load(&cupti_off[id]) &&
+                    atomic_load(&cupti_cb);
+    sim_drv_site(id, NULL, site);
+    int none = 0;
+    if (site == CUPTI_API_ENTER && reported && straddling() &&
+        atomic_compare_exchange_strong(&straddle, &none, 1))
+        straddle_wait(2);
 }
 
 EXPORT void simcuda_report_call(unsigned cbid)
@@ -92,6 +125,13 @@ EXPORT CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle sub,
     const char *keep = getenv("SIMCUDA_CUPTI_KEEP_WAITS");
     if (!on && keep && *keep == '1' && id == CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent)
         return CUPTI_ERROR_NOT_SUPPORTED;
+    if (!on && id == CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize && straddling() &&
+        atomic_load(&cupti_domain_on)) {
+        straddle_wait(1);
+        atomic_store(&cupti_off[id], true);
+        atomic_store(&straddle, 2);
+        return CUPTI_SUCCESS;
+    }
     atomic_store(&cupti_off[id], !on);
     return CUPTI_SUCCESS;
 }
