@@ -290,20 +290,24 @@ bool group_wait_first(group *g, int dev)
     return first;
 }
 
-bool group_wait_stuck(group *g)
+bool group_wait_stuck(group *g, int dev, uint64_t lim)
 {
     bool stuck = true;
     lock(g->d);
     reap_locked(g->d);
     uint64_t mine = atomic_load(&g->me->wait_seq), seq;
+    uint64_t held = dev >= 0 && dev < STATS_MAX_DEVICES ? held_locked(g->d, dev) : 0;
     for (int i = 0; i < GROUP_MEMBERS && stuck; i++) {
         const slot *s = &g->d->slots[i];
         if (s == g->me || !atomic_load(&s->pid))
             continue;
         /* A member not waiting may still free; one ending will; one
-         * taking its turn goes on once it took it. */
+         * taking its turn goes on once it took it; one whose request
+         * fits dev's budget now takes its turn at its next look. */
+        bool fits = lim && atomic_load(&s->wait_dev) == dev && held <= lim &&
+                    atomic_load(&s->wait_bytes) <= lim - held;
         stuck = waits(s, &seq) && seq < mine && !atomic_load(&s->ending) &&
-                !atomic_load(&s->wait_taking);
+                !atomic_load(&s->wait_taking) && !fits;
     }
     unlock(g->d);
     return stuck && mine;

@@ -92,18 +92,15 @@ uint64_t stats_start_time(int pid)
     char *p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
     if (!p)
         return 0;
-    /* After ") " come fields 3, 4, ...: the state first (a zombie, its
-     * exit not yet collected by its parent, holds nothing: gone), start
-     * time field 22. */
-    p += 2;
-    if (*p == 'Z' || *p == 'X')
-        return 0;
-    for (int field = 3; field < 22 && p; field++) {
-        p = strchr(p, ' ');
-        if (p)
-            p++;
-    }
-    return p ? strtoull(p, NULL, 10) : 0;
+    /* After ") ": the state (field 3), threads (20), start time (22). A
+     * zombie with no thread left holds nothing: gone (its main thread
+     * alone ended, it runs on). */
+    bool zombie = p[2] == 'Z' || p[2] == 'X';
+    long threads = 0;
+    for (int field = 2; field < 22 && p; field++)
+        if ((p = strchr(p + 1, ' ')) && field + 1 == 20)
+            threads = strtol(p + 1, NULL, 10);
+    return !p || (zombie && threads <= 1) ? 0 : strtoull(p + 1, NULL, 10);
 }
 
 /* ---- the directories ---------------------------------------------------------- */

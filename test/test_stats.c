@@ -958,12 +958,49 @@ static void test_userns_process_whose(void **s)
             fail_msg("inside as %d: status %#x", k ? 65534 : 0, st[k]);
 }
 
+static void *sleeps_on(void *arg) /* (ends its process within 60 s, should the test fail) */
+{
+    (void)arg;
+    sleep(60);
+    _exit(0);
+}
+
+/* Whether pid's /proc stat says Z (its main thread ended). */
+static bool stat_says_zombie(pid_t pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    const char *p = strrchr(line, ')');
+    return p && p[1] == ' ' && p[2] == 'Z';
+}
+
 /* A zombie (exited, its status not yet collected) is gone: it holds no
  * memory, and a group member that left holding memory is reaped by it
- * (the group's racers once waited for a zombie racer's cache). */
+ * (the group's racers once waited for a zombie racer's cache). A process
+ * whose main thread alone ended (its /proc state Z) still runs. */
 static void test_zombie_is_gone(void **s)
 {
     (void)s;
+    pid_t half = fork();
+    assert_true(half >= 0);
+    if (half == 0) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, sleeps_on, NULL) == 0)
+            pthread_exit(NULL);
+        _exit(1);
+    }
+    for (int i = 0; i < 6000 && !stat_says_zombie(half); i++)
+        usleep(10000);
+    assert_true(stat_says_zombie(half));
+    assert_true(stats_start_time((int)half) != 0);
+    kill(half, SIGKILL);
+    assert_int_equal(waitpid(half, NULL, 0), half);
     assert_true(stats_start_time((int)getpid()) != 0);
     pid_t child = fork();
     assert_true(child >= 0);
@@ -1035,10 +1072,13 @@ static void test_group_turn_held_while_taking(void **s)
     turn_step(go[1], done[0], 'b'); /* the other member waits first */
     group_wait_begin(me, 0, 6 << 20);
     assert_false(group_wait_first(me, 0));
-    assert_true(group_wait_stuck(me)); /* it only waits: nobody would free */
+    /* It only waits, for more than the budget leaves: nobody would free;
+     * under a budget its request fits, it is about to take its turn. */
+    assert_true(group_wait_stuck(me, 0, 4 << 20));
+    assert_false(group_wait_stuck(me, 0, 8 << 20));
     turn_step(go[1], done[0], 't'); /* its turn came: it takes */
     assert_false(group_wait_first(me, 0));
-    assert_false(group_wait_stuck(me));
+    assert_false(group_wait_stuck(me, 0, 4 << 20));
     static group_view v;
     assert_int_equal(group_read("tq", &v), 0);
     int taking = 0;
@@ -1050,7 +1090,7 @@ static void test_group_turn_held_while_taking(void **s)
     turn_step(go[1], done[0], 't');
     turn_step(go[1], done[0], 'e'); /* its take done */
     assert_true(group_wait_first(me, 0));
-    assert_false(group_wait_stuck(me));
+    assert_false(group_wait_stuck(me, 0, 4 << 20));
     group_wait_end(me);
     char q = 'q';
     assert_int_equal(write(go[1], &q, 1), 1);

@@ -3,6 +3,7 @@
  * group.c - see group.h.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,8 +199,12 @@ static uint64_t shortfall(int dev, size_t size)
 }
 
 /* Whether this thread's turn came and it still holds its place in the
- * queue while it takes the memory (shim_group_turn_done ends it). */
+ * queue while it takes the memory (shim_group_turn_done ends it), and the
+ * thread's cancel state before its wait: no cancellation while it waits
+ * or holds a place, which would leave the place taken for the process's
+ * life. */
 static _Thread_local bool turn_held;
+static _Thread_local int turn_cancel;
 
 /* Waits for a turn on dev for size bytes (group.h): true once this member
  * is first among the waiters on dev and the budget has room; it keeps its
@@ -210,6 +215,8 @@ static _Thread_local bool turn_held;
  * SHIM_GROUP_POLL_MS * 10. */
 static bool wait_turn(int dev, size_t size, uint64_t *tickets)
 {
+    if (!turn_held)
+        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &turn_cancel);
     group_wait_begin(grp, dev, size);
     shim_gauge_set(SHIM_group_waiting_bytes, size);
     shim_gauge_set(SHIM_group_waiting_since, shim_unix_ns());
@@ -228,7 +235,7 @@ static bool wait_turn(int dev, size_t size, uint64_t *tickets)
         /* Every other member waits for an earlier turn: nobody frees
          * anything. Held for a few polls, so that a waiter about to take
          * its turn is not taken for stuck. */
-        if (!group_wait_stuck(grp))
+        if (!group_wait_stuck(grp, dev, limit_of(dev)))
             stuck_at = 0;
         else if (!stuck_at)
             stuck_at = now;
@@ -244,10 +251,12 @@ static bool wait_turn(int dev, size_t size, uint64_t *tickets)
         }
     }
     turn_held = ended == ENDED_ROOM;
-    if (turn_held)
+    if (turn_held) {
         group_wait_taking(grp);
-    else
+    } else {
         group_wait_end(grp);
+        pthread_setcancelstate(turn_cancel, NULL);
+    }
     shim_gauge_set(SHIM_group_waiting_since, 0);
     shim_gauge_set(SHIM_group_waiting_bytes, 0);
     return ended == ENDED_ROOM;
@@ -261,7 +270,9 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
     ended = ENDED_TIMEOUT;
     if (device_full) {
         /* The device refused: the members share it. Its room comes from
-         * their flushes, or a member's process ending. */
+         * their flushes, or a member's process ending; a turn this thread
+         * holds is given up meanwhile (the budget was not what refused). */
+        shim_group_turn_done();
         int asked = group_ask_others(grp, tickets, 0);
         uint64_t since = shim_mono_ns() - atomic_load(&ending_seen_ns);
         if (!asked && !group_ending_held(grp, dev) &&
@@ -291,9 +302,12 @@ bool shim_group_reclaim(int dev, size_t size, bool device_full)
 
 void shim_group_turn_done(void)
 {
-    if (turn_held && grp)
+    if (!turn_held)
+        return;
+    if (grp)
         group_wait_end(grp);
     turn_held = false;
+    pthread_setcancelstate(turn_cancel, NULL);
 }
 
 uint64_t shim_group_tick(uint64_t *want)

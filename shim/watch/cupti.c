@@ -196,7 +196,7 @@ static void start_locked(void)
         unsubscribe(sub);
         return;
     }
-    /* One that cannot be turned off just keeps counting: fences, not harm. */
+    /* Off where CUPTI lets them be (the callback ignores them anyway). */
     for (size_t i = 0; i < sizeof(quiet_calls) / sizeof(quiet_calls[0]); i++)
         enable_callback(0, sub, CUPTI_CB_DOMAIN_DRIVER_API, quiet_calls[i]);
     cupti_lib = h;

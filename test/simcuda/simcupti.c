@@ -120,11 +120,6 @@ EXPORT CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle sub,
     if (sub != (CUpti_SubscriberHandle)&cupti_cb || domain != CUPTI_CB_DOMAIN_DRIVER_API ||
         id >= CUPTI_DRIVER_TRACE_CBID_SIZE)
         return CUPTI_ERROR_INVALID_PARAMETER;
-    /* SIMCUDA_CUPTI_KEEP_WAITS=1: stream waits stay reported (a CUPTI that
-     * will not turn one callback off). */
-    const char *keep = getenv("SIMCUDA_CUPTI_KEEP_WAITS");
-    if (!on && keep && *keep == '1' && id == CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent)
-        return CUPTI_ERROR_NOT_SUPPORTED;
     if (!on && id == CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize && straddling() &&
         atomic_load(&cupti_domain_on)) {
         straddle_wait(1);
