@@ -297,17 +297,25 @@ bool group_wait_stuck(group *g, int dev, uint64_t lim)
     reap_locked(g->d);
     uint64_t mine = atomic_load(&g->me->wait_seq), seq;
     uint64_t held = dev >= 0 && dev < STATS_MAX_DEVICES ? held_locked(g->d, dev) : 0;
+    /* The first waiter on dev: the one that takes its turn next. */
+    const slot *first = NULL;
+    uint64_t first_seq = UINT64_MAX;
+    for (int i = 0; i < GROUP_MEMBERS; i++) {
+        const slot *s = &g->d->slots[i];
+        if (waits(s, &seq) && atomic_load(&s->wait_dev) == dev && seq < first_seq)
+            first = s, first_seq = seq;
+    }
     for (int i = 0; i < GROUP_MEMBERS && stuck; i++) {
         const slot *s = &g->d->slots[i];
         if (s == g->me || !atomic_load(&s->pid))
             continue;
         /* A member not waiting may still free; one ending will; one
-         * taking its turn goes on once it took it; one whose request
-         * fits dev's budget now takes its turn at its next look. */
-        bool fits = lim && atomic_load(&s->wait_dev) == dev && held <= lim &&
-                    atomic_load(&s->wait_bytes) <= lim - held;
+         * taking its turn goes on once it took it; the first waiter on
+         * dev, if its request fits the budget now, takes its turn at its
+         * next look (a later one that fits waits behind it all the same). */
+        bool goes = s == first && lim && held <= lim && atomic_load(&s->wait_bytes) <= lim - held;
         stuck = waits(s, &seq) && seq < mine && !atomic_load(&s->ending) &&
-                !atomic_load(&s->wait_taking) && !fits;
+                !atomic_load(&s->wait_taking) && !goes;
     }
     unlock(g->d);
     return stuck && mine;

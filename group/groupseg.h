@@ -110,9 +110,10 @@ void group_flush_answer(group *g, uint64_t ticket);
  * the next waiter cannot take the room first; it leaves the queue when its
  * take is done or failed (group_wait_end), and a wait begun again before
  * that keeps the place. group_wait_stuck: every other live member waits
- * too (none ending, none taking its turn, none on dev whose request fits
- * dev's budget lim now; lim 0: unknown), each with an earlier turn: nobody
- * will free anything, and this member, the last to arrive, should fail. */
+ * too (none ending, none taking its turn, and the first waiter on dev's
+ * request not within dev's budget lim now; lim 0: unknown), each with an
+ * earlier turn: nobody will free anything, and this member, the last to
+ * arrive, should fail. */
 void group_wait_begin(group *g, int dev, uint64_t bytes);
 void group_wait_taking(group *g);
 void group_wait_end(group *g);
