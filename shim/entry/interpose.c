@@ -90,11 +90,13 @@ int shim_serve(int dev, size_t size, uintptr_t *a, const char *call)
     inside++;
     shim_group_try();
     int err = shim_device_alloc(dev, size, a);
-    for (int round = 0; err && shim_cap_reclaim(dev, size, err, round); round++) {
-        shim_group_try();
-        err = shim_device_alloc(dev, size, a);
+    if (err) { /* a pool hit passes none of this */
+        for (int round = 0; err && shim_cap_reclaim(dev, size, err, round); round++) {
+            shim_group_try();
+            err = shim_device_alloc(dev, size, a);
+        }
+        shim_group_turn_done(); /* a turn a reclaim gave, taken or not */
     }
-    shim_group_turn_done();
     inside--;
     shim_cudagate_leave();
     if (err == -ENODEV)

@@ -33,8 +33,9 @@ HIDDEN void sim_drv_call(CUpti_CallbackId id);
 /* The same, with the call's parameters (its generated_cuda_meta.h
  * structure; the fields the shim reads are filled). */
 HIDDEN void sim_drv_call_params(CUpti_CallbackId id, const void *params);
-/* One of the two sites alone: a call whose work comes between them. */
-HIDDEN void sim_drv_site(CUpti_CallbackId id, const void *params, CUpti_ApiCallbackSite site);
+/* One of the two sites alone: a call whose work comes between them.
+ * Whether the subscriber was told. */
+HIDDEN bool sim_drv_site(CUpti_CallbackId id, const void *params, CUpti_ApiCallbackSite site);
 
 /* A device synchronize's entry or return (cuCtxSynchronize), reported as
  * sim_drv_site does; under SIMCUDA_CUPTI_STRADDLE=1 the first one reported

@@ -25,16 +25,17 @@ void sim_drv_call(CUpti_CallbackId id)
     sim_drv_call_params(id, NULL);
 }
 
-void sim_drv_site(CUpti_CallbackId id, const void *params, CUpti_ApiCallbackSite site)
+bool sim_drv_site(CUpti_CallbackId id, const void *params, CUpti_ApiCallbackSite site)
 {
     if (!atomic_load(&cupti_domain_on) || id >= CUPTI_DRIVER_TRACE_CBID_SIZE ||
         atomic_load(&cupti_off[id]))
-        return;
+        return false;
     CUpti_CallbackFunc cb = atomic_load(&cupti_cb);
     if (!cb)
-        return;
+        return false;
     CUpti_CallbackData d = {.callbackSite = site, .functionParams = params};
     cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+    return true;
 }
 
 void sim_drv_call_params(CUpti_CallbackId id, const void *params)
@@ -65,10 +66,7 @@ static void straddle_wait(int stage)
 
 void sim_sync_site(CUpti_ApiCallbackSite site)
 {
-    CUpti_CallbackId id = CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize;
-    bool reported = atomic_load(&cupti_domain_on) && !atomic_load(&cupti_off[id]) &&
-                    atomic_load(&cupti_cb);
-    sim_drv_site(id, NULL, site);
+    bool reported = sim_drv_site(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, NULL, site);
     int none = 0;
     if (site == CUPTI_API_ENTER && reported && straddling() &&
         atomic_compare_exchange_strong(&straddle, &none, 1))
